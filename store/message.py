@@ -1,0 +1,702 @@
+"""The stored-message byte format: encode, patch, decode, peek (pure, no I/O).
+
+Upstream: ``MessageDecoder``, ``MessageExtEncoder``, ``MessageSysFlag``, ``MessageConst``,
+``MessageClientIDSetter`` and ``CommitLog.checkMessageAndReturnSize``. Layout and constants are in
+``shared/reference/remoting-protocol.md`` §5 (record, sysflags, properties, message ids) and §2.2
+(batch body). All integers are big-endian.
+
+A record is encoded once, on the send path, with :func:`encode_message`; the store then assigns the
+queue offset, physical offset and store timestamp at append time with :func:`patch_append_fields`.
+Readers use :func:`decode_message` / :func:`iter_messages` (full decode), :func:`peek_header` (size
+and magic only) or :func:`dispatch_info` (what the consume queue and index need, without the body).
+"""
+
+from __future__ import annotations
+
+import calendar
+import itertools
+import os
+import random
+import socket
+import struct
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import lru_cache
+
+import msgspec
+
+# --- magic codes -----------------------------------------------------------------------------------
+
+MAGIC_V1 = -626843481  # 0xDAA320A7: 1-byte topic length
+MAGIC_V2 = -626843477  # 0xDAA320AB: 2-byte topic length
+BLANK_MAGIC = -875286124  # 0xCBD43194: end-of-file filler (upstream BLANK_MAGIC_CODE)
+
+# --- sysflag bits (upstream MessageSysFlag) -------------------------------------------------------
+
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+TRANSACTION_TYPE_MASK = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOSTADDRESS_V6_FLAG = 0x20
+NEED_UNWRAP_FLAG = 0x40
+INNER_BATCH_FLAG = 0x80
+COMPRESSION_LZ4_TYPE = 0x100
+COMPRESSION_ZSTD_TYPE = 0x200
+COMPRESSION_ZLIB_TYPE = 0x300
+COMPRESSION_TYPE_MASK = 0x700
+
+
+def transaction_type(sys_flag: int) -> int:
+    """The transaction bits of ``sys_flag`` (one of the ``TRANSACTION_*_TYPE`` values)."""
+    return sys_flag & TRANSACTION_TYPE_MASK
+
+
+# --- properties (upstream MessageConst) -----------------------------------------------------------
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_UNIQ_KEY = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_WAIT = PROPERTY_WAIT_STORE_MSG_OK
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_DELAY = PROPERTY_DELAY_TIME_LEVEL
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_REAL_QID = PROPERTY_REAL_QUEUE_ID
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_TRAN_MSG = PROPERTY_TRANSACTION_PREPARED
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_PGROUP = PROPERTY_PRODUCER_GROUP
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_BUYER_ID = "BUYER_ID"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_TRANSFER_FLAG = "TRANSFER_FLAG"
+PROPERTY_CORRECTION_FLAG = "CORRECTION_FLAG"
+PROPERTY_MQ2_FLAG = "MQ2_FLAG"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MSG_REGION = "MSG_REGION"
+PROPERTY_TRACE_SWITCH = "TRACE_ON"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_TRANSACTION_ID = "__transactionId__"
+PROPERTY_INSTANCE_ID = "INSTANCE_ID"
+PROPERTY_CORRELATION_ID = "CORRELATION_ID"
+PROPERTY_MESSAGE_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+PROPERTY_MESSAGE_TTL = "TTL"
+PROPERTY_REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
+PROPERTY_PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_MESSAGE_TYPE = "MSG_TYPE"
+PROPERTY_POP_CK = "POP_CK"
+PROPERTY_POP_CK_OFFSET = "POP_CK_OFFSET"
+PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+PROPERTY_INNER_NUM = "INNER_NUM"
+PROPERTY_INNER_BASE = "INNER_BASE"
+PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
+PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
+PROPERTY_DUP_INFO = "DUP_INFO"
+PROPERTY_BORN_HOST = "__BORNHOST"
+PROPERTY_BORN_TIMESTAMP = "BORN_TIMESTAMP"
+PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+PROPERTY_CRC32 = "__CRC32#"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+PROPERTY_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
+PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+PROPERTY_TIMER_DELAY_LEVEL = "TIMER_DELAY_LEVEL"
+#: Properties with this prefix are never stored.
+TRANSIENT_PROPERTY_PREFIX = "__RMQ.TRANSIENT."
+#: Separator of several business keys in ``KEYS`` (upstream ``KEY_SEPARATOR``).
+KEY_SEPARATOR = " "
+
+#: Upper bound of the UTF-8 properties string (stored as a signed short).
+MAX_PROPERTIES_LENGTH = 32767
+#: Hard cap on the UTF-8 topic length.
+MAX_TOPIC_LENGTH = 255
+
+
+class MessageFormatError(ValueError):
+    """Bytes or arguments that do not form a valid stored message / batch body."""
+
+
+# --- field positions (upstream MessageDecoder *_POSITION) -----------------------------------------
+
+TOTALSIZE_POSITION = 0
+MAGIC_CODE_POSITION = 4
+BODY_CRC_POSITION = 8
+QUEUE_ID_POSITION = 12
+FLAG_POSITION = 16
+QUEUE_OFFSET_POSITION = 20
+PHYSIC_OFFSET_POSITION = 28
+SYSFLAG_POSITION = 36
+BORN_TIMESTAMP_POSITION = 40
+BORN_HOST_POSITION = 48
+
+
+def store_timestamp_position(sys_flag: int) -> int:
+    """Offset of STORETIMESTAMP within a record: 56 for an IPv4 born host, 68 for IPv6."""
+    return 68 if sys_flag & BORNHOST_V6_FLAG else 56
+
+
+# Whole fixed prefix (TOTALSIZE .. BODY length) for each (born v6, store v6) combination.
+# Index = (born_v6 << 1) | store_v6.
+def _prefix_format(born_v6: bool, store_v6: bool) -> str:
+    born = "16si" if born_v6 else "4si"
+    store = "16si" if store_v6 else "4si"
+    return ">iiiiiqqiq" + born + "q" + store + "iqi"
+
+
+_PREFIX = [
+    struct.Struct(_prefix_format(bool(i & 2), bool(i & 1)))  # index: born<<1 | store
+    for i in range(4)
+]
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_SIZE_MAGIC = struct.Struct(">ii")
+_SYSFLAG_V6_MASK = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+
+
+def _prefix_for(sys_flag: int) -> struct.Struct:
+    return _PREFIX[
+        (2 if sys_flag & BORNHOST_V6_FLAG else 0) | (1 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 0)
+    ]
+
+
+def crc32_masked(data: bytes | bytearray | memoryview) -> int:
+    """RocketMQ's ``UtilAll.crc32``: zlib CRC-32 masked with 0x7FFFFFFF."""
+    return zlib.crc32(data) & 0x7FFFFFFF
+
+
+# --- hosts ----------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1024)
+def _ip_bytes(ip: str) -> bytes:
+    """4 bytes for an IPv4 address, 16 for an IPv6 one (brackets allowed)."""
+    if ip.startswith("[") and ip.endswith("]"):
+        ip = ip[1:-1]
+    try:
+        return socket.inet_pton(socket.AF_INET6 if ":" in ip else socket.AF_INET, ip)
+    except OSError as exc:
+        raise MessageFormatError(f"not an IP address: {ip!r}") from exc
+
+
+def _format_host(raw: bytes, port: int) -> str:
+    if len(raw) == 4:
+        return f"{socket.inet_ntoa(raw)}:{port}"
+    return f"[{socket.inet_ntop(socket.AF_INET6, raw)}]:{port}"
+
+
+def parse_host(host: str | tuple[str, int]) -> tuple[str, int]:
+    """``"ip:port"`` / ``"[v6]:port"`` / ``(ip, port)`` → ``(ip, port)`` (no brackets)."""
+    if isinstance(host, tuple):
+        ip, port = host
+    else:
+        ip, sep, port_s = host.rpartition(":")
+        if not sep or not port_s.isdigit():
+            raise ValueError(f"host must be 'ip:port': {host!r}")
+        port = int(port_s)
+    if ip.startswith("[") and ip.endswith("]"):
+        ip = ip[1:-1]
+    return ip, port
+
+
+# --- properties -----------------------------------------------------------------------------------
+
+
+def parse_properties(s: str) -> dict[str, str]:
+    """Upstream ``string2messageProperties``: split on 0x02, skip pieces shorter than 3 chars or
+    without 0x01; the key runs up to the first 0x01, the value is the rest."""
+    out: dict[str, str] = {}
+    if not s:
+        return out
+    for item in s.split(PROPERTY_SEPARATOR):
+        if len(item) < 3:
+            continue
+        key, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep:
+            out[key] = value
+    return out
+
+
+def properties_to_string(d: Mapping[str, str | None]) -> str:
+    """Upstream ``messageProperties2String``: ``name 0x01 value 0x02`` per pair, None values skipped."""
+    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in d.items() if v is not None)
+
+
+# --- tags hash code -------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4096)
+def tags_hash_code(tag: str | None) -> int:
+    """Java ``String.hashCode()`` of ``tag`` over UTF-16 code units, as a signed 32-bit int; 0 for
+    None or ""."""
+    if not tag:
+        return 0
+    h = 0
+    if tag.isascii():
+        for c in tag.encode("ascii"):
+            h = (31 * h + c) & 0xFFFFFFFF
+    else:
+        units = tag.encode("utf-16-be", "surrogatepass")
+        for i in range(0, len(units), 2):
+            h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+# --- encode / patch -------------------------------------------------------------------------------
+
+
+def encode_message(
+    *,
+    topic: str,
+    queue_id: int,
+    flag: int,
+    body: bytes | bytearray | memoryview,
+    properties: str,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: tuple[str, int],
+    store_host: tuple[str, int],
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    store_timestamp: int = 0,
+    queue_offset: int = 0,
+    physical_offset: int = 0,
+) -> bytearray:
+    """Encode one full commit-log record.
+
+    The V6 bits of ``sys_flag`` are set from the host address families (and cleared for IPv4);
+    MAGIC_V2 with a 2-byte topic length is used only when the topic's UTF-8 length exceeds 127.
+    Raises :class:`MessageFormatError` when the topic exceeds 255 bytes or the properties 32767.
+    """
+    topic_b = topic.encode()
+    topic_len = len(topic_b)
+    if topic_len > MAX_TOPIC_LENGTH:
+        raise MessageFormatError(f"topic is {topic_len} bytes in UTF-8, the limit is {MAX_TOPIC_LENGTH}")
+    props_b = properties.encode()
+    props_len = len(props_b)
+    if props_len > MAX_PROPERTIES_LENGTH:
+        raise MessageFormatError(
+            f"properties are {props_len} bytes in UTF-8, the limit is {MAX_PROPERTIES_LENGTH}"
+        )
+    born_ip = _ip_bytes(born_host[0])
+    store_ip = _ip_bytes(store_host[0])
+    sys_flag &= ~_SYSFLAG_V6_MASK
+    idx = 0
+    if len(born_ip) == 16:
+        sys_flag |= BORNHOST_V6_FLAG
+        idx = 2
+    if len(store_ip) == 16:
+        sys_flag |= STOREHOSTADDRESS_V6_FLAG
+        idx |= 1
+    prefix = _PREFIX[idx]
+    body_len = len(body)
+    if topic_len > 127:
+        magic = MAGIC_V2
+        topic_field = 2
+    else:
+        magic = MAGIC_V1
+        topic_field = 1
+    head = prefix.size
+    total = head + body_len + topic_field + topic_len + 2 + props_len
+    buf = bytearray(total)
+    prefix.pack_into(
+        buf,
+        0,
+        total,
+        magic,
+        zlib.crc32(body) & 0x7FFFFFFF,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        born_ip,
+        born_host[1],
+        store_timestamp,
+        store_ip,
+        store_host[1],
+        reconsume_times,
+        prepared_transaction_offset,
+        body_len,
+    )
+    pos = head + body_len
+    buf[head:pos] = body
+    if topic_field == 1:
+        buf[pos] = topic_len
+        pos += 1
+    else:
+        _U16.pack_into(buf, pos, topic_len)
+        pos += 2
+    buf[pos : pos + topic_len] = topic_b
+    pos += topic_len
+    _I16.pack_into(buf, pos, props_len)
+    buf[pos + 2 :] = props_b
+    return buf
+
+
+def patch_append_fields(
+    buf: bytearray | memoryview, pos: int, *, queue_offset: int, physical_offset: int, store_timestamp: int
+) -> None:
+    """Write the fields the store assigns at append time into the record starting at ``buf[pos]``."""
+    _I64.pack_into(buf, pos + QUEUE_OFFSET_POSITION, queue_offset)
+    _I64.pack_into(buf, pos + PHYSIC_OFFSET_POSITION, physical_offset)
+    sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
+    _I64.pack_into(buf, pos + store_timestamp_position(sys_flag), store_timestamp)
+
+
+# --- decode ---------------------------------------------------------------------------------------
+
+
+class StoredMessage(msgspec.Struct, kw_only=True):
+    """A decoded commit-log record (upstream ``MessageExt``). Hosts are ``"ip:port"``
+    (``"[v6]:port"`` for IPv6)."""
+
+    total_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: str
+    store_timestamp: int
+    store_host: str
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: str
+    properties_raw: str
+    properties: dict[str, str]
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    @property
+    def offset_msg_id(self) -> str:
+        return offset_msg_id(self.store_host, self.physical_offset)
+
+    @property
+    def msg_id(self) -> str:
+        """What clients show as the message id: UNIQ_KEY if present, else the offset msg id."""
+        return self.properties.get(PROPERTY_UNIQ_KEY) or self.offset_msg_id
+
+
+class DispatchRequest(msgspec.Struct, kw_only=True, frozen=True):
+    """What dispatch (consume queue + index) needs from one record (upstream ``DispatchRequest``).
+
+    ``tags_code`` is the Java hash of TAGS; the store substitutes the delivery time for
+    SCHEDULE_TOPIC_XXXX itself (it has the delay levels). ``properties`` is the parsed map.
+    """
+
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    consume_queue_offset: int
+    keys: str | None
+    uniq_key: str | None
+    sys_flag: int
+    born_timestamp: int
+    prepared_transaction_offset: int
+    properties: dict[str, str]
+
+
+def peek_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
+    """``(total_size, magic)`` of the record (or BLANK filler) at ``pos``."""
+    try:
+        return _SIZE_MAGIC.unpack_from(buf, pos)  # type: ignore[return-value]
+    except struct.error as exc:
+        raise MessageFormatError(f"no record header at {pos}: {exc}") from exc
+
+
+def _parse(
+    buf: bytes | bytearray | memoryview, pos: int, check_crc: bool, want_body: bool
+) -> tuple[tuple, bytes | None, str, str, int]:
+    """Shared decoder: returns (prefix fields, body or None, topic, properties string, end)."""
+    n = len(buf)
+    if pos < 0 or pos + BORN_HOST_POSITION > n:
+        raise MessageFormatError(f"record at {pos} is truncated (buffer is {n} bytes)")
+    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    if magic != MAGIC_V1 and magic != MAGIC_V2:
+        if magic == BLANK_MAGIC:
+            raise MessageFormatError(f"blank filler at {pos}, not a message")
+        raise MessageFormatError(f"bad magic code {magic:#x} at {pos}")
+    end = pos + total
+    if total < BORN_HOST_POSITION or end > n:
+        raise MessageFormatError(f"record at {pos} has total size {total}, buffer has {n - pos} bytes left")
+    sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
+    prefix = _prefix_for(sys_flag)
+    p = pos + prefix.size
+    if p > end:
+        raise MessageFormatError(f"record at {pos} is shorter ({total}) than its fixed part")
+    fields = prefix.unpack_from(buf, pos)
+    body_len = fields[-1]
+    body_end = p + body_len
+    if body_len < 0 or body_end > end:
+        raise MessageFormatError(f"record at {pos}: body length {body_len} overruns the record")
+    body: bytes | None = None
+    if want_body or check_crc:
+        body = bytes(buf[p:body_end])
+        if check_crc and (zlib.crc32(body) & 0x7FFFFFFF) != fields[2]:
+            raise MessageFormatError(f"record at {pos}: body CRC mismatch")
+    p = body_end
+    try:
+        if magic == MAGIC_V1:
+            topic_len = buf[p]
+            p += 1
+        else:
+            topic_len = _U16.unpack_from(buf, p)[0]
+            p += 2
+        topic = bytes(buf[p : p + topic_len]).decode()
+        p += topic_len
+        props_len = _I16.unpack_from(buf, p)[0]
+        p += 2
+        if props_len < 0 or p + props_len != end:
+            raise MessageFormatError(
+                f"record at {pos}: properties length {props_len} does not fit total size {total}"
+            )
+        props = bytes(buf[p:end]).decode() if props_len else ""
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise MessageFormatError(f"record at {pos} is malformed: {exc}") from exc
+    return fields, body, topic, props, end
+
+
+def decode_message(
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False
+) -> StoredMessage:
+    """Decode the record at ``buf[pos]``. Raises :class:`MessageFormatError` on a bad magic code,
+    lengths inconsistent with TOTALSIZE or the buffer, or (with ``check_crc``) a body CRC mismatch."""
+    f, body, topic, props, _ = _parse(buf, pos, check_crc, True)
+    assert body is not None
+    return StoredMessage(
+        total_size=f[0],
+        magic=f[1],
+        body_crc=f[2],
+        queue_id=f[3],
+        flag=f[4],
+        queue_offset=f[5],
+        physical_offset=f[6],
+        sys_flag=f[7],
+        born_timestamp=f[8],
+        born_host=_format_host(f[9], f[10]),
+        store_timestamp=f[11],
+        store_host=_format_host(f[12], f[13]),
+        reconsume_times=f[14],
+        prepared_transaction_offset=f[15],
+        body=body,
+        topic=topic,
+        properties_raw=props,
+        properties=parse_properties(props),
+    )
+
+
+def iter_messages(buf: bytes | bytearray | memoryview) -> Iterator[StoredMessage]:
+    """Decode concatenated records (a pull / query response body) until the end of ``buf``."""
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        msg = decode_message(buf, pos)
+        yield msg
+        pos += msg.total_size
+
+
+def dispatch_info(
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False
+) -> DispatchRequest:
+    """Extract what dispatch needs from the record at ``buf[pos]`` without copying the body
+    (unless ``check_crc``). Raises :class:`MessageFormatError` like :func:`decode_message`."""
+    f, _, topic, props_s, _ = _parse(buf, pos, check_crc, False)
+    props = parse_properties(props_s)
+    return DispatchRequest(
+        topic=topic,
+        queue_id=f[3],
+        commit_log_offset=f[6],
+        msg_size=f[0],
+        tags_code=tags_hash_code(props.get(PROPERTY_TAGS)),
+        store_timestamp=f[11],
+        consume_queue_offset=f[5],
+        keys=props.get(PROPERTY_KEYS),
+        uniq_key=props.get(PROPERTY_UNIQ_KEY),
+        sys_flag=f[7],
+        born_timestamp=f[8],
+        prepared_transaction_offset=f[15],
+        properties=props,
+    )
+
+
+# --- message ids ----------------------------------------------------------------------------------
+
+
+def offset_msg_id(store_host: tuple[str, int] | str, physical_offset: int) -> str:
+    """Upstream ``createMessageId``: store IP + port (int) + offset (long) as uppercase hex
+    (32 chars for IPv4, 56 for IPv6)."""
+    ip, port = parse_host(store_host)
+    return (_ip_bytes(ip) + struct.pack(">iq", port, physical_offset)).hex().upper()
+
+
+def decode_offset_msg_id(s: str) -> tuple[str, int, int]:
+    """Inverse of :func:`offset_msg_id`: ``(ip, port, physical_offset)``; ValueError on bad input."""
+    if len(s) not in (32, 56):
+        raise ValueError(f"offset message id must be 32 or 56 hex chars, got {len(s)}")
+    try:
+        raw = bytes.fromhex(s)
+    except ValueError as exc:
+        raise ValueError(f"offset message id is not hex: {s!r}") from exc
+    ip_len = 4 if len(raw) == 16 else 16
+    port, offset = struct.unpack_from(">iq", raw, ip_len)
+    family = socket.AF_INET if ip_len == 4 else socket.AF_INET6
+    return socket.inet_ntop(family, raw[:ip_len]), port, offset
+
+
+def _start_of_month_ms(now_ms: int) -> tuple[int, int]:
+    """(start of the current local month, start of the next one) in ms since the epoch."""
+    t = time.localtime(now_ms / 1000)
+    start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+    days = calendar.monthrange(t.tm_year, t.tm_mon)[1]
+    nxt = time.mktime((t.tm_year, t.tm_mon, days + 1, 0, 0, 0, 0, 0, -1))
+    return int(start * 1000), int(nxt * 1000)
+
+
+class UniqIdGenerator:
+    """Client unique message ids (upstream ``MessageClientIDSetter``, property UNIQ_KEY).
+
+    16 bytes as 32 uppercase hex chars: IPv4 (4), pid low 16 bits (2), a per-generator random int (4),
+    ms since the start of the current local month (4), counter (2).
+    """
+
+    def __init__(
+        self,
+        ip: str = "127.0.0.1",
+        *,
+        now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        rng: random.Random | None = None,
+    ) -> None:
+        raw_ip = _ip_bytes(ip)
+        if len(raw_ip) != 4:
+            raw_ip = raw_ip[-4:]  # keep the 32-char form; ids are opaque anyway
+        r = rng if rng is not None else random.Random()
+        self._fixed = raw_ip + struct.pack(">HI", os.getpid() & 0xFFFF, r.getrandbits(32))
+        self._now_ms = now_ms
+        self._counter = itertools.count(r.getrandbits(16))
+        self._month_start, self._next_month = _start_of_month_ms(now_ms())
+
+    def create(self) -> str:
+        now = self._now_ms()
+        if now >= self._next_month or now < self._month_start:
+            self._month_start, self._next_month = _start_of_month_ms(now)
+        tail = struct.pack(">IH", (now - self._month_start) & 0xFFFFFFFF, next(self._counter) & 0xFFFF)
+        return (self._fixed + tail).hex().upper()
+
+
+_default_uniq: UniqIdGenerator | None = None
+
+
+def create_uniq_id() -> str:
+    """A fresh UNIQ_KEY from a process-wide :class:`UniqIdGenerator`."""
+    global _default_uniq
+    if _default_uniq is None:
+        _default_uniq = UniqIdGenerator()
+    return _default_uniq.create()
+
+
+# --- batch body (SEND_BATCH_MESSAGE, C++ batch:"1") -----------------------------------------------
+
+
+class BatchItem(msgspec.Struct, frozen=True):
+    """One inner message of a batch body: user flag, body, its own properties string."""
+
+    flag: int
+    body: bytes
+    properties: str
+
+
+_BATCH_HEAD = struct.Struct(">iiiii")  # totalSize, magic (0), bodyCRC (0), flag, bodyLen
+_BATCH_FIXED = _BATCH_HEAD.size + 2
+
+
+def decode_batch_body(body: bytes | bytearray | memoryview) -> list[BatchItem]:
+    """Split a batch body (upstream ``MessageDecoder.decodesBatch`` layout) into items.
+    Raises :class:`MessageFormatError` when a record's lengths do not add up or overrun the body."""
+    items: list[BatchItem] = []
+    pos = 0
+    n = len(body)
+    while pos < n:
+        if pos + _BATCH_FIXED > n:
+            raise MessageFormatError(f"batch record at {pos} is truncated ({n - pos} bytes left)")
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(body, pos)
+        p = pos + _BATCH_HEAD.size
+        if body_len < 0 or p + body_len + 2 > n:
+            raise MessageFormatError(f"batch record at {pos}: body length {body_len} overruns the batch")
+        data = bytes(body[p : p + body_len])
+        p += body_len
+        props_len = _I16.unpack_from(body, p)[0]
+        p += 2
+        if props_len < 0 or p + props_len > n:
+            raise MessageFormatError(
+                f"batch record at {pos}: properties length {props_len} overruns the batch"
+            )
+        if total != p + props_len - pos:
+            raise MessageFormatError(
+                f"batch record at {pos}: total size {total} != {p + props_len - pos} from its lengths"
+            )
+        try:
+            props = bytes(body[p : p + props_len]).decode()
+        except UnicodeDecodeError as exc:
+            raise MessageFormatError(f"batch record at {pos}: properties are not UTF-8") from exc
+        items.append(BatchItem(flag, data, props))
+        pos = p + props_len
+    return items
+
+
+def encode_batch_body(items: Iterable[BatchItem]) -> bytes:
+    """Inverse of :func:`decode_batch_body` (magic and body CRC written as 0, like upstream)."""
+    parts: list[bytes] = []
+    for it in items:
+        props_b = it.properties.encode()
+        if len(props_b) > MAX_PROPERTIES_LENGTH:
+            raise MessageFormatError(f"properties are {len(props_b)} bytes, limit {MAX_PROPERTIES_LENGTH}")
+        total = _BATCH_FIXED + len(it.body) + len(props_b)
+        parts.append(_BATCH_HEAD.pack(total, 0, 0, it.flag, len(it.body)))
+        parts.append(bytes(it.body))
+        parts.append(_I16.pack(len(props_b)))
+        parts.append(props_b)
+    return b"".join(parts)
