@@ -1,0 +1,542 @@
+"""Headers and bodies of the broker's client-facing and admin requests.
+
+Field names are upstream's (``SendMessageRequestHeader``, ``PullMessageRequestHeader``,
+``HeartbeatData``, ...). The C++ client sends numbers where Java sends strings and integer
+ordinals where Java sends enum names; the types here accept both (see
+``../shared/reference/cpp-client-wire.md``).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+from remoting.headers import CommandHeader
+from remoting.protocol.common import Body, DataVersion, MessageQueue, TopicConfig
+
+# ---------------------------------------------------------------------------------------------
+# Send
+
+
+class SendMessageRequestHeader(CommandHeader):
+    """SEND_MESSAGE (10) header; SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE arrive as the V2 form."""
+
+    producerGroup: str
+    topic: str
+    defaultTopic: str = "TBW102"
+    defaultTopicQueueNums: int = 4
+    queueId: int = -1
+    sysFlag: int = 0
+    bornTimestamp: int = 0
+    flag: int = 0
+    properties: str | None = None
+    reconsumeTimes: int | None = None
+    unitMode: bool | None = None
+    maxReconsumeTimes: int | None = None
+    batch: bool | None = None
+    brokerName: str | None = None
+    bname: str | None = None
+
+
+class SendMessageRequestHeaderV2(CommandHeader):
+    """The compact form (upstream ``SendMessageRequestHeaderV2``): one letter per V1 field."""
+
+    a: str
+    b: str
+    c: str = "TBW102"
+    d: int = 4
+    e: int = -1
+    f: int = 0
+    g: int = 0
+    h: int = 0
+    i: str | None = None
+    j: int | None = None
+    k: bool | None = None
+    l: int | None = None  # noqa: E741 - the wire name is "l"
+    m: bool | None = None
+    n: str | None = None
+
+    def to_v1(self) -> SendMessageRequestHeader:
+        return SendMessageRequestHeader(
+            producerGroup=self.a,
+            topic=self.b,
+            defaultTopic=self.c,
+            defaultTopicQueueNums=self.d,
+            queueId=self.e,
+            sysFlag=self.f,
+            bornTimestamp=self.g,
+            flag=self.h,
+            properties=self.i,
+            reconsumeTimes=self.j,
+            unitMode=self.k,
+            maxReconsumeTimes=self.l,
+            batch=self.m,
+            brokerName=self.n,
+        )
+
+    @classmethod
+    def from_v1(cls, h: SendMessageRequestHeader) -> SendMessageRequestHeaderV2:
+        return cls(
+            a=h.producerGroup,
+            b=h.topic,
+            c=h.defaultTopic,
+            d=h.defaultTopicQueueNums,
+            e=h.queueId,
+            f=h.sysFlag,
+            g=h.bornTimestamp,
+            h=h.flag,
+            i=h.properties,
+            j=h.reconsumeTimes,
+            k=h.unitMode,
+            l=h.maxReconsumeTimes,
+            m=h.batch,
+            n=h.brokerName,
+        )
+
+
+class SendMessageResponseHeader(CommandHeader):
+    msgId: str
+    queueId: int
+    queueOffset: int
+    transactionId: str | None = None
+    batchUniqId: str | None = None
+    MSG_REGION: str | None = None
+    TRACE_ON: str | None = None
+
+
+class ConsumerSendMsgBackRequestHeader(CommandHeader):
+    offset: int
+    group: str
+    delayLevel: int = 0
+    originMsgId: str | None = None
+    originTopic: str | None = None
+    unitMode: bool = False
+    maxReconsumeTimes: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Pull
+
+
+class PullSysFlag:
+    """Bits of ``PullMessageRequestHeader.sysFlag`` (upstream ``PullSysFlag``)."""
+
+    COMMIT_OFFSET = 0x1
+    SUSPEND = 0x2
+    SUBSCRIPTION = 0x4
+    CLASS_FILTER = 0x8
+    LITE_PULL = 0x10
+
+
+class PullMessageRequestHeader(CommandHeader):
+    consumerGroup: str
+    topic: str
+    queueId: int
+    queueOffset: int
+    maxMsgNums: int = 32
+    sysFlag: int = 0
+    commitOffset: int = 0
+    suspendTimeoutMillis: int = 15000
+    subscription: str | None = None
+    subVersion: int = 0
+    expressionType: str | None = None
+    maxMsgBytes: int | None = None
+
+
+class PullMessageResponseHeader(CommandHeader):
+    suggestWhichBrokerId: int
+    nextBeginOffset: int
+    minOffset: int
+    maxOffset: int
+    offsetDelta: int | None = None
+    topicSysFlag: int | None = None
+    groupSysFlag: int | None = None
+    forbiddenType: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Offsets and queries
+
+
+class QueryConsumerOffsetRequestHeader(CommandHeader):
+    consumerGroup: str
+    topic: str
+    queueId: int
+    setZeroIfNotFound: bool | None = None
+
+
+class UpdateConsumerOffsetRequestHeader(CommandHeader):
+    consumerGroup: str
+    topic: str
+    queueId: int
+    commitOffset: int
+
+
+class OffsetResponseHeader(CommandHeader):
+    """Response of 14, 29, 30, 31: ``offset``."""
+
+    offset: int
+
+
+class TopicQueueRequestHeader(CommandHeader):
+    """GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), GET_EARLIEST_MSG_STORETIME (32)."""
+
+    topic: str
+    queueId: int
+    committed: bool = True
+
+
+class SearchOffsetRequestHeader(CommandHeader):
+    topic: str
+    queueId: int
+    timestamp: int
+    boundaryType: str = "LOWER"
+
+
+class EarliestMsgStoretimeResponseHeader(CommandHeader):
+    timestamp: int
+
+
+class ViewMessageRequestHeader(CommandHeader):
+    offset: int
+    topic: str | None = None
+
+
+class QueryMessageRequestHeader(CommandHeader):
+    topic: str
+    key: str
+    maxNum: int
+    beginTimestamp: int
+    endTimestamp: int
+
+
+class QueryMessageResponseHeader(CommandHeader):
+    indexLastUpdateTimestamp: int
+    indexLastUpdatePhyoffset: int
+
+
+# ---------------------------------------------------------------------------------------------
+# Clients
+
+
+class ConsumeType(enum.IntEnum):
+    CONSUME_ACTIVELY = 0
+    CONSUME_PASSIVELY = 1
+    CONSUME_POP = 2
+
+
+class MessageModel(enum.IntEnum):
+    BROADCASTING = 0
+    CLUSTERING = 1
+
+
+class ConsumeFromWhere(enum.IntEnum):
+    CONSUME_FROM_LAST_OFFSET = 0
+    CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST = 1
+    CONSUME_FROM_MIN_OFFSET = 2
+    CONSUME_FROM_MAX_OFFSET = 3
+    CONSUME_FROM_FIRST_OFFSET = 4
+    CONSUME_FROM_TIMESTAMP = 5
+
+
+def enum_of(cls: type[enum.IntEnum], value: int | str | None, default: enum.IntEnum) -> enum.IntEnum:
+    """An enum from a Java name (``"CLUSTERING"``) or a C++ ordinal (``1``); ``default`` when absent."""
+    if value is None:
+        return default
+    if isinstance(value, int):
+        return cls(value)
+    if value.lstrip("-").isdigit():
+        return cls(int(value))
+    return cls[value]
+
+
+class SubscriptionData(Body, kw_only=True):
+    """One topic subscription (upstream ``SubscriptionData``). C++ sends ``subVersion`` as a string."""
+
+    topic: str
+    subString: str = "*"
+    tagsSet: list[str] = []
+    codeSet: list[int] = []
+    subVersion: int | str = 0
+    expressionType: str = "TAG"
+    classFilterMode: bool = False
+
+    @property
+    def sub_version(self) -> int:
+        return int(self.subVersion) if self.subVersion not in ("", None) else 0
+
+
+class ProducerData(Body, kw_only=True):
+    groupName: str
+
+
+class ConsumerData(Body, kw_only=True):
+    groupName: str
+    consumeType: int | str | None = None
+    messageModel: int | str | None = None
+    consumeFromWhere: int | str | None = None
+    subscriptionDataSet: list[SubscriptionData] = []
+    unitMode: bool = False
+
+    @property
+    def consume_type(self) -> ConsumeType:
+        return enum_of(ConsumeType, self.consumeType, ConsumeType.CONSUME_PASSIVELY)  # type: ignore[return-value]
+
+    @property
+    def message_model(self) -> MessageModel:
+        return enum_of(MessageModel, self.messageModel, MessageModel.CLUSTERING)  # type: ignore[return-value]
+
+    @property
+    def consume_from_where(self) -> ConsumeFromWhere:
+        return enum_of(  # type: ignore[return-value]
+            ConsumeFromWhere, self.consumeFromWhere, ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
+        )
+
+
+class HeartbeatData(Body, kw_only=True):
+    clientID: str
+    producerDataSet: list[ProducerData] = []
+    consumerDataSet: list[ConsumerData] = []
+    heartbeatFingerprint: int = 0
+    withoutSub: bool = False
+
+
+class UnregisterClientRequestHeader(CommandHeader):
+    clientID: str
+    producerGroup: str | None = None
+    consumerGroup: str | None = None
+
+
+class GetConsumerListByGroupRequestHeader(CommandHeader):
+    consumerGroup: str
+
+
+class GetConsumerListByGroupResponseBody(Body, kw_only=True):
+    consumerIdList: list[str] = []
+
+
+class NotifyConsumerIdsChangedRequestHeader(CommandHeader):
+    consumerGroup: str
+
+
+class LockBatchRequestBody(Body, kw_only=True):
+    consumerGroup: str
+    clientId: str
+    onlyThisBroker: bool = False
+    mqSet: list[MessageQueue] = []
+
+
+class UnlockBatchRequestBody(Body, kw_only=True):
+    consumerGroup: str
+    clientId: str
+    onlyThisBroker: bool = False
+    mqSet: list[MessageQueue] = []
+
+
+class LockBatchResponseBody(Body, kw_only=True):
+    lockOKMQSet: list[MessageQueue] = []
+
+
+class Connection(Body, kw_only=True):
+    clientId: str
+    clientAddr: str
+    language: str
+    version: int
+
+
+class ConsumerConnection(Body, kw_only=True):
+    connectionSet: list[Connection] = []
+    subscriptionTable: dict[str, SubscriptionData] = {}
+    consumeType: str | None = None
+    messageModel: str | None = None
+    consumeFromWhere: str | None = None
+
+
+class ProducerConnection(Body, kw_only=True):
+    connectionSet: list[Connection] = []
+
+
+class GetConsumerConnectionListRequestHeader(CommandHeader):
+    consumerGroup: str
+
+
+class GetProducerConnectionListRequestHeader(CommandHeader):
+    producerGroup: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Admin
+
+
+class CreateTopicRequestHeader(CommandHeader):
+    topic: str
+    defaultTopic: str = "TBW102"
+    readQueueNums: int = 8
+    writeQueueNums: int = 8
+    perm: int = 6
+    topicFilterType: str = "SINGLE_TAG"
+    topicSysFlag: int | None = None
+    order: bool = False
+    attributes: str | None = None
+    force: bool | None = None
+
+
+class DeleteTopicRequestHeader(CommandHeader):
+    topic: str
+
+
+class GetTopicConfigRequestHeader(CommandHeader):
+    topic: str
+
+
+class GetAllTopicConfigResponseHeader(CommandHeader):
+    totalTopicNum: int | None = None
+
+
+class GetTopicStatsInfoRequestHeader(CommandHeader):
+    topic: str
+
+
+class GetConsumeStatsRequestHeader(CommandHeader):
+    consumerGroup: str
+    topic: str | None = None
+    topicList: str | None = None
+
+
+class DeleteSubscriptionGroupRequestHeader(CommandHeader):
+    groupName: str
+    cleanOffset: bool = False
+
+
+class GetSubscriptionGroupConfigRequestHeader(CommandHeader):
+    group: str
+
+
+class GetBrokerConfigResponseHeader(CommandHeader):
+    version: str
+
+
+class QueryTopicConsumeByWhoRequestHeader(CommandHeader):
+    topic: str
+
+
+class SubscriptionGroupConfig(Body, kw_only=True):
+    """A consumer group's configuration (upstream ``SubscriptionGroupConfig``; upstream defaults)."""
+
+    groupName: str
+    consumeEnable: bool = True
+    consumeFromMinEnable: bool = True
+    consumeBroadcastEnable: bool = True
+    consumeMessageOrderly: bool = False
+    retryQueueNums: int = 1
+    retryMaxTimes: int = 16
+    brokerId: int = 0
+    whichBrokerWhenConsumeSlowly: int = 1
+    notifyConsumerIdsChangedEnable: bool = True
+    groupSysFlag: int = 0
+    consumeTimeoutMinute: int = 15
+    attributes: dict[str, str] = {}
+
+
+class SubscriptionGroupWrapper(Body, kw_only=True):
+    """``config/subscriptionGroup.json`` and the GET_ALL_SUBSCRIPTIONGROUP_CONFIG body."""
+
+    subscriptionGroupTable: dict[str, SubscriptionGroupConfig] = {}
+    forbiddenTable: dict[str, dict[str, int]] = {}
+    dataVersion: DataVersion = msgspec.field(default_factory=DataVersion)
+
+
+class ConsumerOffsetWrapper(Body, kw_only=True):
+    """``config/consumerOffset.json`` and the GET_ALL_CONSUMER_OFFSET body: ``topic@group`` → {queueId: offset}."""
+
+    offsetTable: dict[str, dict[int, int]] = {}
+    dataVersion: DataVersion = msgspec.field(default_factory=DataVersion)
+
+
+class DelayOffsetWrapper(Body, kw_only=True):
+    """``config/delayOffset.json``: delay level → schedule-topic queue offset."""
+
+    offsetTable: dict[int, int] = {}
+    dataVersion: DataVersion = msgspec.field(default_factory=DataVersion)
+
+
+class TopicOffset(Body, kw_only=True):
+    minOffset: int
+    maxOffset: int
+    lastUpdateTimestamp: int = 0
+
+
+class TopicStatsTable(Body, kw_only=True):
+    offsetTable: dict[MessageQueue, TopicOffset] = {}
+
+
+class OffsetWrapper(Body, kw_only=True):
+    brokerOffset: int
+    consumerOffset: int
+    pullOffset: int = 0
+    lastTimestamp: int = 0
+
+
+class ConsumeStats(Body, kw_only=True):
+    offsetTable: dict[MessageQueue, OffsetWrapper] = {}
+    consumeTps: float = 0.0
+
+
+__all__ = [
+    "Connection",
+    "ConsumeFromWhere",
+    "ConsumeStats",
+    "ConsumeType",
+    "ConsumerConnection",
+    "ConsumerData",
+    "ConsumerOffsetWrapper",
+    "ConsumerSendMsgBackRequestHeader",
+    "CreateTopicRequestHeader",
+    "DelayOffsetWrapper",
+    "DeleteSubscriptionGroupRequestHeader",
+    "DeleteTopicRequestHeader",
+    "EarliestMsgStoretimeResponseHeader",
+    "GetAllTopicConfigResponseHeader",
+    "GetBrokerConfigResponseHeader",
+    "GetConsumeStatsRequestHeader",
+    "GetConsumerConnectionListRequestHeader",
+    "GetConsumerListByGroupRequestHeader",
+    "GetConsumerListByGroupResponseBody",
+    "GetProducerConnectionListRequestHeader",
+    "GetSubscriptionGroupConfigRequestHeader",
+    "GetTopicConfigRequestHeader",
+    "GetTopicStatsInfoRequestHeader",
+    "HeartbeatData",
+    "LockBatchRequestBody",
+    "LockBatchResponseBody",
+    "MessageModel",
+    "NotifyConsumerIdsChangedRequestHeader",
+    "OffsetResponseHeader",
+    "OffsetWrapper",
+    "ProducerConnection",
+    "ProducerData",
+    "PullMessageRequestHeader",
+    "PullMessageResponseHeader",
+    "PullSysFlag",
+    "QueryConsumerOffsetRequestHeader",
+    "QueryMessageRequestHeader",
+    "QueryMessageResponseHeader",
+    "QueryTopicConsumeByWhoRequestHeader",
+    "SearchOffsetRequestHeader",
+    "SendMessageRequestHeader",
+    "SendMessageRequestHeaderV2",
+    "SendMessageResponseHeader",
+    "SubscriptionData",
+    "SubscriptionGroupConfig",
+    "SubscriptionGroupWrapper",
+    "TopicConfig",
+    "TopicOffset",
+    "TopicQueueRequestHeader",
+    "TopicStatsTable",
+    "UnlockBatchRequestBody",
+    "UnregisterClientRequestHeader",
+    "UpdateConsumerOffsetRequestHeader",
+    "ViewMessageRequestHeader",
+    "enum_of",
+]
