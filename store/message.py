@@ -250,21 +250,24 @@ def properties_to_string(d: Mapping[str, str | None]) -> str:
 # --- tags hash code -------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=4096)
-def tags_hash_code(tag: str | None) -> int:
-    """Java ``String.hashCode()`` of ``tag`` over UTF-16 code units, as a signed 32-bit int; 0 for
-    None or ""."""
-    if not tag:
-        return 0
+def java_string_hash(s: str) -> int:
+    """Java ``String.hashCode()``: over UTF-16 code units, as a signed 32-bit int ("" → 0)."""
     h = 0
-    if tag.isascii():
-        for c in tag.encode("ascii"):
+    if s.isascii():
+        for c in s.encode("ascii"):
             h = (31 * h + c) & 0xFFFFFFFF
     else:
-        units = tag.encode("utf-16-be", "surrogatepass")
+        units = s.encode("utf-16-be", "surrogatepass")
         for i in range(0, len(units), 2):
             h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
+
+
+@lru_cache(maxsize=4096)
+def tags_hash_code(tag: str | None) -> int:
+    """The consume-queue tags code: Java ``String.hashCode()`` of ``tag``, 0 for None or ""
+    (cached: tags repeat)."""
+    return java_string_hash(tag) if tag else 0
 
 
 # --- encode / patch -------------------------------------------------------------------------------

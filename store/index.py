@@ -1,0 +1,489 @@
+"""The key index: message KEYS and UNIQ_KEY → commit-log offsets (upstream ``IndexService``,
+``IndexFile``, ``IndexHeader``), in upstream's file layout (reference §6.5).
+
+One index file = a 40-byte header, ``max_hash_slot_num`` 4-byte slots (the newest entry number of the
+slot's chain, 0 = empty) and ``max_index_num`` 20-byte entries (key hash, commit-log offset, seconds
+since the header's begin timestamp, previous entry number in the same slot). Entry numbers start at 1.
+Files live in ``<root>/index`` and are named after their creation time ``yyyyMMddHHmmssSSS`` (local
+time); files are created sparse, so the default 420 MB size costs nothing until written.
+
+Threading contract: everything runs on the store's (trio) thread except :meth:`IndexService.flush`,
+which the store calls from a worker thread; flush only fsyncs duplicated descriptors, so it never
+races with files being closed or deleted on the main thread.
+
+Ordering assumption (true for dispatch): :meth:`IndexService.put` sees messages in increasing
+commit-log offset. Re-dispatching a message already indexed is a no-op, which makes recovery's
+re-dispatch idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+from store.message import (
+    KEY_SEPARATOR,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+    DispatchRequest,
+    java_string_hash,
+)
+
+log = logging.getLogger("store.index")
+
+INDEX_HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_ENTRY_SIZE = 20
+
+_HEADER = struct.Struct(">qqqqii")  # begin ts, end ts, begin phy, end phy, hash slot count, index count
+_ENTRY = struct.Struct(">iqii")  # key hash, phy offset, time diff (s), prev index
+_SLOT = struct.Struct(">i")
+_ZERO_ENTRY = bytes(INDEX_ENTRY_SIZE)
+_INT_MAX = 2**31 - 1
+
+
+def index_key_hash(key: str) -> int:
+    """Upstream ``indexKeyHashMethod``: |String.hashCode()|, 0 when the absolute value overflows."""
+    h = java_string_hash(key)
+    return abs(h) if h != -(2**31) else 0
+
+
+def build_key(topic: str, key: str) -> str:
+    """The string actually indexed for a business key or unique key: ``topic#key``."""
+    return f"{topic}#{key}"
+
+
+def index_file_name(ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` of ``ms`` in local time (upstream ``UtilAll.timeMillisToHumanString``)."""
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(ms // 1000)) + f"{ms % 1000:03d}"
+
+
+def _parse_file_name(name: str) -> int | None:
+    if len(name) != 17 or not name.isdigit():
+        return None
+    try:
+        secs = time.mktime(time.strptime(name[:14], "%Y%m%d%H%M%S"))
+    except (ValueError, OverflowError):
+        return None
+    return int(secs) * 1000 + int(name[14:])
+
+
+class IndexCorruptError(Exception):
+    """An index file whose size or header cannot be trusted."""
+
+
+class QueryOffsetResult(NamedTuple):
+    """Upstream ``QueryOffsetResult``: matching commit-log offsets (newest first) plus the newest
+    file's end timestamp and end physical offset."""
+
+    phy_offsets: list[int]
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int
+
+
+class IndexFile:
+    """One mapped index file. Header fields are mirrored in attributes and written through."""
+
+    def __init__(self, path: str, slot_num: int, index_num: int, *, create: bool) -> None:
+        self.path = path
+        self.name = os.path.basename(path)
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.file_size = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+        self._entries_pos = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        self.fd = os.open(path, flags, 0o644)
+        try:
+            size = os.fstat(self.fd).st_size
+            if create:
+                os.ftruncate(self.fd, self.file_size)  # sparse: no page is touched
+            elif size != self.file_size:
+                raise IndexCorruptError(
+                    f"size {size} != {self.file_size} expected for {slot_num} slots / {index_num} entries"
+                )
+            self.map = mmap.mmap(self.fd, self.file_size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = _HEADER.unpack_from(self.map, 0)
+        if create:
+            self.index_count = 1
+            self._write_header()
+        else:
+            self._validate()
+        self.dirty = create
+
+    def _validate(self) -> None:
+        if not 1 <= self.index_count <= self.index_num:
+            raise IndexCorruptError(f"index count {self.index_count} outside 1..{self.index_num}")
+        if not 0 <= self.hash_slot_count <= self.slot_num:
+            raise IndexCorruptError(f"hash slot count {self.hash_slot_count} outside 0..{self.slot_num}")
+        if self.index_count > 1 and (
+            self.begin_timestamp > self.end_timestamp
+            or self.begin_phy_offset > self.end_phy_offset
+            or self.begin_phy_offset < 0
+        ):
+            raise IndexCorruptError(
+                f"inconsistent header: timestamps {self.begin_timestamp}..{self.end_timestamp}, "
+                f"offsets {self.begin_phy_offset}..{self.end_phy_offset}"
+            )
+
+    def _write_header(self) -> None:
+        _HEADER.pack_into(
+            self.map,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+        self.dirty = True
+
+    @property
+    def is_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    @property
+    def has_entries(self) -> bool:
+        return self.index_count > 1
+
+    def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """Append one entry; False when the file is full."""
+        count = self.index_count
+        if count >= self.index_num:
+            return False
+        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * HASH_SLOT_SIZE
+        prev = _SLOT.unpack_from(self.map, slot_pos)[0]
+        if prev <= 0 or prev >= count:
+            prev = 0  # empty, or a slot written by a put that never committed its header
+        begin_ts, begin_phy = self.begin_timestamp, self.begin_phy_offset
+        if count <= 1:
+            time_diff = 0
+            begin_ts, begin_phy = store_timestamp, phy_offset
+        else:
+            time_diff = min(max((store_timestamp - begin_ts) // 1000, 0), _INT_MAX)
+        used_slots = self.hash_slot_count + (1 if prev == 0 else 0)
+        # entry, slot, header, and only then the attributes flush() reads: the header's count is
+        # what makes the entry visible, and a concurrent flush must not report it before it is written.
+        _ENTRY.pack_into(
+            self.map, self._entries_pos + count * INDEX_ENTRY_SIZE, key_hash, phy_offset, time_diff, prev
+        )
+        _SLOT.pack_into(self.map, slot_pos, count)
+        _HEADER.pack_into(
+            self.map, 0, begin_ts, store_timestamp, begin_phy, phy_offset, used_slots, count + 1
+        )
+        self.dirty = True
+        self.begin_timestamp, self.begin_phy_offset = begin_ts, begin_phy
+        self.hash_slot_count = used_slots
+        self.index_count = count + 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        return True
+
+    def time_matched(self, begin: int, end: int) -> bool:
+        """Whether [begin, end] overlaps this file's [begin_timestamp, end_timestamp]."""
+        return self.has_entries and begin <= self.end_timestamp and end >= self.begin_timestamp
+
+    def select(
+        self, out: list[int], seen: set[int], key_hash: int, max_num: int, begin: int, end: int
+    ) -> None:
+        """Append to ``out`` offsets of entries with ``key_hash`` stored within [begin, end]."""
+        count = self.index_count
+        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * HASH_SLOT_SIZE
+        idx = _SLOT.unpack_from(self.map, slot_pos)[0]
+        while 0 < idx < count and len(out) < max_num:
+            h, phy, diff, prev = _ENTRY.unpack_from(self.map, self._entries_pos + idx * INDEX_ENTRY_SIZE)
+            if h == key_hash and begin <= self.begin_timestamp + diff * 1000 <= end and phy not in seen:
+                seen.add(phy)
+                out.append(phy)
+            if prev >= idx:  # chains strictly decrease; anything else is damage
+                break
+            idx = prev
+
+    def truncate_entries_from(self, phy_offset: int) -> int:
+        """Undo, newest first, the entries pointing at or beyond ``phy_offset``; returns how many.
+
+        Entries are appended in commit-log order, so they form a suffix; undoing in reverse order
+        restores every slot head to the entry's ``prev``, exactly the state before the append.
+        """
+        dropped = 0
+        idx = self.index_count - 1
+        base = self._entries_pos
+        while idx >= 1:
+            pos = base + idx * INDEX_ENTRY_SIZE
+            h, phy, _diff, prev = _ENTRY.unpack_from(self.map, pos)
+            if phy < phy_offset:
+                break
+            slot_pos = INDEX_HEADER_SIZE + (h % self.slot_num) * HASH_SLOT_SIZE
+            if _SLOT.unpack_from(self.map, slot_pos)[0] == idx:
+                _SLOT.pack_into(self.map, slot_pos, prev)
+                if prev == 0:
+                    self.hash_slot_count -= 1
+            self.map[pos : pos + INDEX_ENTRY_SIZE] = _ZERO_ENTRY
+            idx -= 1
+            dropped += 1
+        if dropped:
+            self.index_count = idx + 1
+            if idx >= 1:
+                _h, phy, diff, _prev = _ENTRY.unpack_from(self.map, base + idx * INDEX_ENTRY_SIZE)
+                self.end_phy_offset = phy
+                # only second precision survives in entries; stay an upper bound of the real time
+                self.end_timestamp = min(self.end_timestamp, self.begin_timestamp + diff * 1000 + 999)
+            else:
+                self.begin_timestamp = self.end_timestamp = 0
+                self.begin_phy_offset = self.end_phy_offset = 0
+            self._write_header()
+        return dropped
+
+    def close(self) -> None:
+        self.map.close()
+        os.close(self.fd)
+
+
+class IndexService:
+    """All index files of one store (upstream ``IndexService``).
+
+    Sizes come from ``MessageStoreConfig.maxHashSlotNum`` / ``maxIndexNum``; ``now_ms`` gives the
+    wall clock used for file names only (stored times come from the dispatched messages).
+    """
+
+    def __init__(
+        self, index_dir: str, *, max_hash_slot_num: int, max_index_num: int, now_ms: Callable[[], int]
+    ) -> None:
+        if max_hash_slot_num < 1 or max_index_num < 2:
+            raise ValueError("need at least 1 hash slot and 2 index entries (entry 0 is unused)")
+        self.index_dir = index_dir
+        self.max_hash_slot_num = max_hash_slot_num
+        self.max_index_num = max_index_num
+        self._now_ms = now_ms
+        self._files: list[IndexFile] = []
+        # guards file descriptors against flush() running in a worker thread
+        self._fd_lock = threading.Lock()
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def load(self, last_exit_ok: bool, checkpoint_index_ts: int) -> None:
+        """Open the existing index files in name order.
+
+        Files whose size or header cannot be trusted are deleted with a warning. After an abnormal
+        exit, files whose end timestamp is newer than ``checkpoint_index_ts`` (the index timestamp
+        of the store checkpoint, i.e. what :meth:`flush` last returned) are deleted too, as
+        upstream does; the store must then re-dispatch from :attr:`max_indexed_phy_offset`.
+        """
+        os.makedirs(self.index_dir, exist_ok=True)
+        for name in sorted(os.listdir(self.index_dir)):
+            path = os.path.join(self.index_dir, name)
+            if _parse_file_name(name) is None or not os.path.isfile(path):
+                log.warning("ignoring unexpected entry in index dir: %s", path)
+                continue
+            try:
+                f = IndexFile(path, self.max_hash_slot_num, self.max_index_num, create=False)
+            except (IndexCorruptError, ValueError, OSError) as exc:
+                log.warning("dropping unusable index file %s: %s", path, exc)
+                _unlink(path)
+                continue
+            if not last_exit_ok and f.end_timestamp > checkpoint_index_ts:
+                log.warning(
+                    "dropping index file %s after abnormal exit: end timestamp %d is newer than checkpoint %d",
+                    path,
+                    f.end_timestamp,
+                    checkpoint_index_ts,
+                )
+                f.close()
+                _unlink(path)
+                continue
+            self._files.append(f)
+        log.info("loaded %d index files from %s", len(self._files), self.index_dir)
+
+    def close(self) -> None:
+        """Close every file (does not flush; call :meth:`flush` first for durability)."""
+        with self._fd_lock:
+            for f in self._files:
+                f.close()
+            self._files.clear()
+
+    def destroy(self) -> None:
+        """Close and delete every index file."""
+        with self._fd_lock:
+            for f in self._files:
+                f.close()
+                _unlink(f.path)
+            self._files.clear()
+
+    # --- state -----------------------------------------------------------------------------------
+
+    @property
+    def file_names(self) -> list[str]:
+        return [f.name for f in self._files]
+
+    @property
+    def max_indexed_phy_offset(self) -> int:
+        """Commit-log offset of the newest indexed message, -1 when nothing is indexed. Dispatching
+        messages from this offset on completes the index (already indexed ones are skipped)."""
+        for f in reversed(self._files):
+            if f.has_entries:
+                return f.end_phy_offset
+        return -1
+
+    # --- write path ------------------------------------------------------------------------------
+
+    def put(self, req: DispatchRequest) -> None:
+        """Index the UNIQ_KEY and every KEYS token of one dispatched message as ``topic#key``.
+
+        Rollback-type transaction messages and messages already indexed are skipped. Rolls to a new
+        file (created sparse, on this thread) when the current one is full.
+        """
+        if req.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+            return
+        if req.commit_log_offset <= self.max_indexed_phy_offset:
+            return
+        topic = req.topic
+        phy = req.commit_log_offset
+        ts = req.store_timestamp
+        if req.uniq_key:
+            self._put_key(build_key(topic, req.uniq_key), phy, ts)
+        if req.keys:
+            for key in req.keys.split(KEY_SEPARATOR):
+                if key:
+                    self._put_key(build_key(topic, key), phy, ts)
+
+    def _put_key(self, key: str, phy: int, ts: int) -> None:
+        h = index_key_hash(key)
+        f = self._files[-1] if self._files else None
+        if f is None or not f.put_key(h, phy, ts):
+            f = self._new_file()
+            if not f.put_key(h, phy, ts):
+                raise AssertionError("a fresh index file refused an entry")
+
+    def _new_file(self) -> IndexFile:
+        ms = self._now_ms()
+        name = index_file_name(ms)
+        if self._files:
+            last = self._files[-1].name
+            # names must sort in creation order even if the wall clock stepped back
+            base = _parse_file_name(last) or ms
+            bump = max(ms, base)
+            while name <= last or os.path.exists(os.path.join(self.index_dir, name)):
+                bump += 1
+                name = index_file_name(bump)
+        else:
+            while os.path.exists(os.path.join(self.index_dir, name)):
+                ms += 1
+                name = index_file_name(ms)
+        os.makedirs(self.index_dir, exist_ok=True)
+        f = IndexFile(
+            os.path.join(self.index_dir, name), self.max_hash_slot_num, self.max_index_num, create=True
+        )
+        self._files.append(f)
+        log.info("created index file %s", f.path)
+        return f
+
+    # --- read path -------------------------------------------------------------------------------
+
+    def query(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> QueryOffsetResult:
+        """Commit-log offsets of messages indexed under ``topic#key`` stored in [begin_ts, end_ts]
+        (ms), newest first, at most ``max_num``, without duplicates.
+
+        Like upstream, entries only keep the key's hash: a different key with the same Java hash
+        also matches, so callers compare the message's keys. Entry times have second precision
+        relative to the file's begin timestamp.
+        """
+        offsets: list[int] = []
+        if self._files:
+            h = index_key_hash(build_key(topic, key))
+            seen: set[int] = set()
+            for f in reversed(self._files):
+                if len(offsets) >= max_num:
+                    break
+                if f.time_matched(begin_ts, end_ts):
+                    f.select(offsets, seen, h, max_num, begin_ts, end_ts)
+            last = self._files[-1]
+            return QueryOffsetResult(offsets, last.end_timestamp, last.end_phy_offset)
+        return QueryOffsetResult(offsets, 0, 0)
+
+    # --- truncation and retention ----------------------------------------------------------------
+
+    def truncate_after(self, phy_offset: int) -> int:
+        """Drop every entry pointing at or beyond commit-log offset ``phy_offset``; returns the
+        number of entries dropped.
+
+        Files that start at or beyond the offset are deleted; the file that straddles it has its
+        newest entries undone in place (slot heads restored from the chains), so nothing needs
+        re-dispatching: the index then covers exactly the commit log below ``phy_offset``.
+        """
+        dropped = 0
+        for f in reversed(list(self._files)):
+            if not f.has_entries:
+                continue  # an empty newest file stays the write target
+            if f.begin_phy_offset >= phy_offset:
+                dropped += f.index_count - 1
+                self._remove(f)
+                continue
+            if f.end_phy_offset >= phy_offset:
+                dropped += f.truncate_entries_from(phy_offset)
+            break
+        if dropped:
+            log.info("index truncated at offset %d: %d entries dropped", phy_offset, dropped)
+        return dropped
+
+    def delete_files_before(self, phy_offset: int) -> list[str]:
+        """Retention: delete files (never the newest) whose entries all point below ``phy_offset``
+        (upstream ``deleteExpiredFile``). Returns the deleted paths."""
+        gone: list[str] = []
+        for f in list(self._files[:-1]):
+            if f.end_phy_offset < phy_offset:
+                gone.append(f.path)
+                self._remove(f)
+            else:
+                break
+        return gone
+
+    def _remove(self, f: IndexFile) -> None:
+        with self._fd_lock:
+            self._files.remove(f)
+            f.close()
+        _unlink(f.path)
+        log.info("deleted index file %s", f.path)
+
+    # --- durability ------------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fsync every file written since the last flush; returns the end timestamp of the newest
+        file as of the start of the flush, which is durable once this returns (the store records it
+        as the checkpoint's ``indexMsgTimestamp``). Blocking: call from a worker thread."""
+        with self._fd_lock:
+            ts = self._files[-1].end_timestamp if self._files else 0
+            fds: list[int] = []
+            for f in self._files:
+                if f.dirty:
+                    f.dirty = False
+                    fds.append(os.dup(f.fd))
+        try:
+            for fd in fds:
+                os.fsync(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return ts
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        log.warning("index file %s was already gone", path)
