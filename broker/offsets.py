@@ -1,0 +1,89 @@
+"""Committed consumer offsets (upstream ``ConsumerOffsetManager``), persisted as ``config/consumerOffset.json``.
+
+Keys are ``topic@group`` as upstream; the DataVersion counter is bumped every
+``consumerOffsetUpdateVersionStep`` commits (pre-online compares versions to decide which side is newer).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from broker.persist import atomic_write, load_json
+from remoting.protocol.broker import ConsumerOffsetWrapper
+from remoting.protocol.common import DataVersion
+
+TOPIC_GROUP_SEPARATOR = "@"
+
+
+def offset_key(topic: str, group: str) -> str:
+    return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+
+
+class ConsumerOffsetManager:
+    def __init__(self, *, config_dir: str, now_ms: Callable[[], int], version_step: int = 500) -> None:
+        self.path = os.path.join(config_dir, "consumerOffset.json")
+        self.now_ms = now_ms
+        self.version_step = max(1, version_step)
+        self.table: dict[str, dict[int, int]] = {}
+        self.data_version = DataVersion()
+        self._commits_since_bump = 0
+        self.dirty = False
+
+    def load(self) -> None:
+        wrapper = load_json(self.path, ConsumerOffsetWrapper, ConsumerOffsetWrapper)
+        self.table = wrapper.offsetTable
+        self.data_version = wrapper.dataVersion
+
+    def wrapper(self) -> ConsumerOffsetWrapper:
+        return ConsumerOffsetWrapper(
+            offsetTable={k: dict(v) for k, v in self.table.items()}, dataVersion=self.data_version
+        )
+
+    def encode(self) -> bytes:
+        return self.wrapper().encode()
+
+    def persist(self) -> None:
+        atomic_write(self.path, self.encode())
+        self.dirty = False
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.table.setdefault(offset_key(topic, group), {})[queue_id] = offset
+        self.dirty = True
+        self._commits_since_bump += 1
+        if self._commits_since_bump >= self.version_step:
+            self._commits_since_bump = 0
+            self.data_version = self.data_version.next_version(self.now_ms())
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 when the group never committed one for that queue."""
+        return self.table.get(offset_key(topic, group), {}).get(queue_id, -1)
+
+    def queues_of(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self.table.get(offset_key(topic, group), {}))
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        prefix = topic + TOPIC_GROUP_SEPARATOR
+        return {k[len(prefix) :] for k in self.table if k.startswith(prefix)}
+
+    def topics_of_group(self, group: str) -> set[str]:
+        suffix = TOPIC_GROUP_SEPARATOR + group
+        return {k[: -len(suffix)] for k in self.table if k.endswith(suffix)}
+
+    def remove_topic(self, topic: str) -> None:
+        prefix = topic + TOPIC_GROUP_SEPARATOR
+        for k in [k for k in self.table if k.startswith(prefix)]:
+            del self.table[k]
+        self.dirty = True
+
+    def remove_group(self, group: str) -> None:
+        suffix = TOPIC_GROUP_SEPARATOR + group
+        for k in [k for k in self.table if k.endswith(suffix)]:
+            del self.table[k]
+        self.dirty = True
+
+    def replace_all(self, wrapper: ConsumerOffsetWrapper) -> None:
+        """Adopt another replica's table with its DataVersion (slave sync, pre-online)."""
+        self.table = {k: dict(v) for k, v in wrapper.offsetTable.items()}
+        self.data_version = wrapper.dataVersion
+        self.dirty = True

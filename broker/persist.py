@@ -1,0 +1,64 @@
+"""Atomic JSON config files under ``<storePathRootDir>/config`` (upstream ``ConfigManager``).
+
+Upstream writes ``file.tmp``, keeps the previous content as ``file.bak`` and renames; on load it
+falls back to ``.bak`` when the main file is missing or unreadable. We do the same, with an fsync
+before the rename so a crash never leaves a half-written file under the real name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+import msgspec
+import trio
+
+from remoting import fastjson
+
+T = TypeVar("T")
+log = logging.getLogger("broker.config")
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old or the new content, never a mix."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    if os.path.exists(path):
+        try:
+            os.replace(path, path + ".bak")
+        except OSError as e:
+            log.warning("could not keep backup of %s: %s", path, e)
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def load_json(path: str, type_: type[T], default: Callable[[], T]) -> T:
+    """Load ``path`` (or its ``.bak``) as ``type_``; ``default()`` when neither is readable."""
+    for candidate in (path, path + ".bak"):
+        try:
+            with open(candidate, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            continue
+        if not data.strip():
+            continue
+        try:
+            return fastjson.decode(data, type_)
+        except (ValueError, msgspec.ValidationError) as e:
+            log.error("config file %s is unreadable (%s); trying the backup", candidate, e)
+    return default()
+
+
+async def write_async(path: str, data: bytes) -> None:
+    """:func:`atomic_write` in a worker thread (fsync must not block the event loop)."""
+    await trio.to_thread.run_sync(atomic_write, path, data)

@@ -1,0 +1,256 @@
+"""Topic names, validation and the broker's topic table (upstream ``TopicValidator``, ``TopicConfigManager``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable
+
+from broker.persist import atomic_write, load_json
+from remoting.protocol.common import DataVersion, PermName, TopicConfig, TopicConfigSerializeWrapper
+
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+BENCHMARK_TOPIC = "BenchmarkTest"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+SCHEDULE_QUEUE_NUMS = 18
+
+#: Topics a client may never send to (upstream ``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``).
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+
+_VALID_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_MAX_LENGTH = 127
+RETRY_TOPIC_MAX_LENGTH = 255
+GROUP_MAX_LENGTH = 120
+
+log = logging.getLogger("broker.topics")
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def validate_topic(topic: str) -> str | None:
+    """Why ``topic`` is not a valid topic name, or None when it is."""
+    if not topic or not topic.strip():
+        return "The specified topic is blank."
+    if not _VALID_NAME.match(topic):
+        return f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    limit = (
+        RETRY_TOPIC_MAX_LENGTH
+        if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+        else TOPIC_MAX_LENGTH
+    )
+    if len(topic.encode()) > limit:
+        return f"The specified topic[{topic}] is longer than topic max length {limit}."
+    return None
+
+
+def validate_group(group: str) -> str | None:
+    """Why ``group`` is not a valid group name, or None when it is."""
+    if not group or not group.strip():
+        return "the specified group is blank"
+    if len(group) > GROUP_MAX_LENGTH:
+        return f"the specified group[{group}] is longer than group max length {GROUP_MAX_LENGTH}."
+    if not _VALID_NAME.match(group):
+        return f"the specified group[{group}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    return None
+
+
+def is_system_topic(topic: str) -> bool:
+    return (
+        topic.startswith(SYSTEM_TOPIC_PREFIX)
+        or topic in NOT_ALLOWED_SEND_TOPICS
+        or topic
+        in (
+            AUTO_CREATE_TOPIC_KEY_TOPIC,
+            BENCHMARK_TOPIC,
+            TRANS_CHECK_MAX_TIME_TOPIC,
+        )
+    )
+
+
+class TopicConfigManager:
+    """The broker's topic table, persisted as ``config/topics.json`` with a DataVersion.
+
+    ``on_change`` is called after every change so the broker re-registers with the name servers.
+    """
+
+    def __init__(
+        self,
+        *,
+        config_dir: str,
+        cluster_name: str,
+        broker_name: str,
+        auto_create_topic_enable: bool,
+        default_topic_queue_nums: int,
+        cluster_topic_enable: bool = True,
+        broker_topic_enable: bool = True,
+        trace_topic: str | None = None,
+        broker_permission: int = PermName.PERM_READ | PermName.PERM_WRITE,
+        now_ms: Callable[[], int],
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.path = os.path.join(config_dir, "topics.json")
+        self.now_ms = now_ms
+        self.on_change = on_change
+        self.auto_create_topic_enable = auto_create_topic_enable
+        self.table: dict[str, TopicConfig] = {}
+        self.data_version = DataVersion()
+        self._system_topics(
+            cluster_name,
+            broker_name,
+            default_topic_queue_nums,
+            cluster_topic_enable,
+            broker_topic_enable,
+            trace_topic,
+            broker_permission,
+        )
+
+    def _system_topics(
+        self,
+        cluster: str,
+        broker: str,
+        default_queue_nums: int,
+        cluster_topic: bool,
+        broker_topic: bool,
+        trace_topic: str | None,
+        broker_perm: int,
+    ) -> None:
+        def put(name: str, queues: int, perm: int = PermName.PERM_READ | PermName.PERM_WRITE) -> None:
+            self.table[name] = TopicConfig(
+                topicName=name, readQueueNums=queues, writeQueueNums=queues, perm=perm
+            )
+
+        put(SELF_TEST_TOPIC, 1)
+        if self.auto_create_topic_enable:
+            put(
+                AUTO_CREATE_TOPIC_KEY_TOPIC,
+                default_queue_nums,
+                PermName.PERM_READ | PermName.PERM_WRITE | PermName.PERM_INHERIT,
+            )
+        put(BENCHMARK_TOPIC, 1024)
+        put(cluster, 16, PermName.PERM_INHERIT | (broker_perm if cluster_topic else 0))
+        put(broker, 1, PermName.PERM_INHERIT | (broker_perm if broker_topic else 0))
+        put(OFFSET_MOVED_EVENT, 1)
+        put(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS)
+        if trace_topic:
+            put(trace_topic, 1)
+        put(f"{cluster}_REPLY_TOPIC", 1)
+        put(f"rmq_sys_REVIVE_LOG_{cluster}", 8)
+        put(f"rmq_sys_SYNC_BROKER_MEMBER_{broker}", 1, PermName.PERM_INHERIT)
+        put(TRANS_HALF_TOPIC, 1)
+        put(TRANS_OP_HALF_TOPIC, 1)
+        put(TRANS_CHECK_MAX_TIME_TOPIC, 1)
+
+    # --- persistence ---
+
+    def load(self) -> None:
+        wrapper = load_json(self.path, TopicConfigSerializeWrapper, TopicConfigSerializeWrapper)
+        self.table.update(wrapper.topicConfigTable)
+        self.data_version = wrapper.dataVersion
+
+    def encode(self) -> bytes:
+        return TopicConfigSerializeWrapper(
+            topicConfigTable=self.table, dataVersion=self.data_version
+        ).encode()
+
+    def persist(self) -> None:
+        atomic_write(self.path, self.encode())
+
+    def _changed(self) -> None:
+        self.data_version = self.data_version.next_version(self.now_ms())
+        self.on_change()
+
+    # --- queries and updates ---
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def wrapper(self) -> TopicConfigSerializeWrapper:
+        return TopicConfigSerializeWrapper(topicConfigTable=dict(self.table), dataVersion=self.data_version)
+
+    def update(self, config: TopicConfig) -> None:
+        old = self.table.get(config.topicName)
+        self.table[config.topicName] = config
+        if old != config:
+            log.info("topic config %s: %s -> %s", config.topicName, old, config)
+            self._changed()
+
+    def delete(self, topic: str) -> TopicConfig | None:
+        old = self.table.pop(topic, None)
+        if old is not None:
+            log.info("deleted topic config %s", old)
+            self._changed()
+        return old
+
+    def create_in_send(
+        self, topic: str, default_topic: str, client_queue_nums: int, topic_sys_flag: int = 0
+    ) -> TopicConfig | None:
+        """Auto-create ``topic`` from the template ``default_topic`` (upstream ``createTopicInSendMessageMethod``).
+
+        Returns the new config, or None when the template does not exist or may not be inherited.
+        """
+        existing = self.table.get(topic)
+        if existing is not None:
+            return existing
+        template = self.table.get(default_topic)
+        if template is None:
+            return None
+        perm = template.perm
+        if default_topic == AUTO_CREATE_TOPIC_KEY_TOPIC and not self.auto_create_topic_enable:
+            perm = PermName.PERM_READ | PermName.PERM_WRITE
+        if not PermName.is_inherited(perm):
+            log.warning(
+                "create topic %s refused: template %s has perm %d without INHERIT", topic, default_topic, perm
+            )
+            return None
+        queues = max(1, min(client_queue_nums, template.writeQueueNums))
+        config = TopicConfig(
+            topicName=topic,
+            readQueueNums=queues,
+            writeQueueNums=queues,
+            perm=perm & ~PermName.PERM_INHERIT,
+            topicFilterType=template.topicFilterType,
+            topicSysFlag=topic_sys_flag,
+        )
+        self.update(config)
+        return config
+
+    def create_system_like(
+        self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int = 0
+    ) -> TopicConfig:
+        """Create (or return) a retry/DLQ topic (upstream ``createTopicInSendMessageBackMethod``)."""
+        existing = self.table.get(topic)
+        if existing is not None:
+            return existing
+        config = TopicConfig(
+            topicName=topic,
+            readQueueNums=queue_nums,
+            writeQueueNums=queue_nums,
+            perm=perm,
+            topicSysFlag=topic_sys_flag,
+        )
+        self.update(config)
+        return config
