@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import calendar
 import itertools
+import operator
 import os
 import random
 import socket
 import struct
+import sys
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -250,16 +252,25 @@ def properties_to_string(d: Mapping[str, str | None]) -> str:
 # --- tags hash code -------------------------------------------------------------------------------
 
 
+_HASH_CHUNK = 256
+_POW31 = [pow(31, i, 1 << 32) for i in range(_HASH_CHUNK + 1)]
+_POW31_DESC = _POW31[_HASH_CHUNK - 1 :: -1]  # 31^255 .. 31^0
+_UTF16_NATIVE = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
+
+
 def java_string_hash(s: str) -> int:
     """Java ``String.hashCode()``: over UTF-16 code units, as a signed 32-bit int ("" → 0)."""
-    h = 0
     if s.isascii():
-        for c in s.encode("ascii"):
-            h = (31 * h + c) & 0xFFFFFFFF
+        data: bytes | memoryview = s.encode("ascii")
     else:
-        units = s.encode("utf-16-be", "surrogatepass")
-        for i in range(0, len(units), 2):
-            h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
+        data = memoryview(s.encode(_UTF16_NATIVE, "surrogatepass")).cast("H")
+    h = 0
+    n = len(data)
+    # sum(unit * 31^k) per chunk runs in C; chunks are folded Horner-style.
+    for start in range(0, n, _HASH_CHUNK):
+        chunk = data[start : start + _HASH_CHUNK]
+        k = len(chunk)
+        h = (h * _POW31[k] + sum(map(operator.mul, chunk, _POW31_DESC[_HASH_CHUNK - k :]))) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
 
 

@@ -356,3 +356,37 @@ def test_random_operations_match_model(
             assert q(svc, key) == expect, (key, model)
         assert svc.max_indexed_phy_offset == (model[-1][0] if model else -1)
     svc.close()
+
+
+def test_flush_from_another_thread_while_files_change(tmp_path: Path) -> None:
+    import threading
+
+    svc = service(tmp_path, slots=3, entries=4)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def flusher() -> None:
+        try:
+            while not stop.is_set():
+                svc.flush()
+        except BaseException as exc:  # report to the main thread
+            errors.append(exc)
+
+    t = threading.Thread(target=flusher)
+    t.start()
+    try:
+        off = 0
+        for round_ in range(200):
+            for _ in range(5):
+                svc.put(req(off, keys="k"))
+                off += 10
+            if round_ % 3 == 0:
+                svc.truncate_after(off - 25)
+                off -= 20
+            if round_ % 7 == 0:
+                svc.delete_files_before(off - 30)
+    finally:
+        stop.set()
+        t.join()
+    assert errors == []
+    assert q(svc, "k", n=3) == [off - 10, off - 20, off - 30]
