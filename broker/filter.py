@@ -1,0 +1,67 @@
+"""Tag subscriptions and filtering (upstream ``FilterAPI``, ``ExpressionMessageFilter`` for TAG).
+
+The broker filters twice: cheaply on the tag hash stored in the consume-queue unit, then on the
+exact tag string in the message properties (hash collisions). Clients filter again by tag.
+"""
+
+from __future__ import annotations
+
+from remoting.protocol.broker import SubscriptionData
+from store.message import PROPERTY_TAGS, tags_hash_code
+
+SUB_ALL = "*"
+
+
+def build_subscription(
+    topic: str, sub_string: str | None, sub_version: int = 0, expression_type: str | None = None
+) -> SubscriptionData:
+    """Parse a TAG expression (``*`` or ``TagA || TagB``) into a SubscriptionData with tags and codes."""
+    expr = (sub_string or "").strip()
+    etype = (expression_type or "TAG").upper()
+    if not expr or expr == SUB_ALL:
+        return SubscriptionData(topic=topic, subString=SUB_ALL, subVersion=sub_version, expressionType=etype)
+    tags: list[str] = []
+    if etype == "TAG":
+        for tok in expr.split("||"):
+            t = tok.strip()
+            if t and t not in tags:
+                tags.append(t)
+    return SubscriptionData(
+        topic=topic,
+        subString=expr,
+        tagsSet=tags,
+        codeSet=[tags_hash_code(t) for t in tags],
+        subVersion=sub_version,
+        expressionType=etype,
+    )
+
+
+class TagFilter:
+    """Matches consume-queue units by tag hash and messages by exact tag (None subscription = all)."""
+
+    __slots__ = ("codes", "match_all", "tags")
+
+    def __init__(self, subscription: SubscriptionData | None) -> None:
+        if (
+            subscription is None
+            or subscription.subString in ("", SUB_ALL)
+            or subscription.expressionType.upper() != "TAG"
+        ):
+            self.match_all = True
+            self.codes: frozenset[int] = frozenset()
+            self.tags: frozenset[str] = frozenset()
+        else:
+            self.match_all = False
+            self.tags = frozenset(subscription.tagsSet)
+            # Recompute the codes: the C++ client sends zeros in codeSet.
+            self.codes = frozenset(tags_hash_code(t) for t in subscription.tagsSet)
+
+    def is_matched_by_consume_queue(self, tags_code: int | None) -> bool:
+        if self.match_all or tags_code is None:
+            return True
+        return tags_code in self.codes
+
+    def is_matched_by_commit_log(self, properties: dict[str, str] | None) -> bool:
+        if self.match_all or properties is None:
+            return True
+        return properties.get(PROPERTY_TAGS) in self.tags

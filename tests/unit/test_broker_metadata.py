@@ -1,0 +1,167 @@
+"""Broker metadata managers: topic table and auto-create, groups, offsets, client tables, locks, tag filter."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import pytest
+
+from broker.clients import ClientChannel, ConsumerManager
+from broker.filter import TagFilter, build_subscription
+from broker.groups import SubscriptionGroupManager
+from broker.locks import RebalanceLockManager
+from broker.offsets import ConsumerOffsetManager
+from broker.topics import TopicConfigManager, validate_group, validate_topic
+from remoting.protocol.broker import ConsumerData, HeartbeatData
+from remoting.protocol.common import MessageQueue, PermName
+
+
+def _topics(tmp_path: object, auto: bool = True) -> TopicConfigManager:
+    return TopicConfigManager(
+        config_dir=str(tmp_path),
+        cluster_name="DefaultCluster",
+        broker_name="broker-a",
+        auto_create_topic_enable=auto,
+        default_topic_queue_nums=8,
+        now_ms=lambda: 1000,
+    )
+
+
+def test_auto_create_from_tbw102_takes_min_queue_count_and_drops_inherit(tmp_path: object) -> None:
+    topics = _topics(tmp_path)
+    created = topics.create_in_send("NewTopic", "TBW102", 4)
+    assert created is not None
+    assert (created.readQueueNums, created.writeQueueNums) == (4, 4)
+    assert created.perm == PermName.PERM_READ | PermName.PERM_WRITE
+    assert topics.create_in_send("Big", "TBW102", 100).writeQueueNums == 8  # type: ignore[union-attr]
+
+
+def test_auto_create_refused_without_template_or_when_disabled(tmp_path: object) -> None:
+    assert _topics(tmp_path, auto=False).create_in_send("X", "TBW102", 4) is None
+    assert _topics(tmp_path).create_in_send("X", "NoSuchTemplate", 4) is None
+
+
+def test_topic_table_persists_with_data_version(tmp_path: object) -> None:
+    topics = _topics(tmp_path)
+    before = topics.data_version
+    topics.create_in_send("Persisted", "TBW102", 4)
+    assert topics.data_version.counter == before.counter + 1
+    topics.persist()
+    with open(os.path.join(str(tmp_path), "topics.json")) as f:
+        raw = json.load(f)
+    assert raw["topicConfigTable"]["Persisted"]["writeQueueNums"] == 4
+    again = _topics(tmp_path)
+    again.load()
+    assert again.get("Persisted") == topics.get("Persisted")
+    assert again.data_version == topics.data_version
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [
+        ("TopicTest", True),
+        ("a|b%c_d-e", True),
+        ("", False),
+        ("bad topic", False),
+        ("x" * 128, False),
+        ("%RETRY%" + "g" * 200, True),
+    ],
+)
+def test_topic_name_validation(name: str, ok: bool) -> None:
+    assert (validate_topic(name) is None) is ok
+
+
+def test_group_name_validation() -> None:
+    assert validate_group("CG_1") is None
+    assert "illegal" in (validate_group("bad group") or "")
+    assert "longer" in (validate_group("g" * 121) or "")
+
+
+def test_groups_auto_create_and_persist(tmp_path: object) -> None:
+    groups = SubscriptionGroupManager(config_dir=str(tmp_path), auto_create=True, now_ms=lambda: 5)
+    assert groups.find("CG_A") is not None
+    groups.persist()
+    again = SubscriptionGroupManager(config_dir=str(tmp_path), auto_create=False, now_ms=lambda: 5)
+    again.load()
+    assert again.find("CG_A") is not None
+    assert again.find("CG_B") is None
+
+
+def test_consumer_offsets_round_trip_fastjson_file_and_version_step(tmp_path: object) -> None:
+    offsets = ConsumerOffsetManager(config_dir=str(tmp_path), now_ms=lambda: 7, version_step=2)
+    assert offsets.query("g", "T", 0) == -1
+    offsets.commit("g", "T", 0, 10)
+    assert offsets.data_version.counter == 0
+    offsets.commit("g", "T", 1, 11)
+    assert offsets.data_version.counter == 1
+    offsets.persist()
+    with open(os.path.join(str(tmp_path), "consumerOffset.json")) as f:
+        text = f.read()
+    assert '"T@g":{0:10,1:11}' in text  # fastjson style, as upstream writes it
+    again = ConsumerOffsetManager(config_dir=str(tmp_path), now_ms=lambda: 7)
+    again.load()
+    assert again.query("g", "T", 1) == 11
+    assert again.groups_of_topic("T") == {"g"}
+
+
+def test_config_file_falls_back_to_backup_when_main_is_corrupt(tmp_path: object) -> None:
+    offsets = ConsumerOffsetManager(config_dir=str(tmp_path), now_ms=lambda: 7)
+    offsets.commit("g", "T", 0, 1)
+    offsets.persist()
+    offsets.commit("g", "T", 0, 2)
+    offsets.persist()  # previous content now in .bak
+    with open(os.path.join(str(tmp_path), "consumerOffset.json"), "wb") as f:
+        f.write(b"{not json")
+    again = ConsumerOffsetManager(config_dir=str(tmp_path), now_ms=lambda: 7)
+    again.load()
+    assert again.query("g", "T", 0) == 1
+
+
+@dataclass
+class _Conn:
+    id: int
+
+
+def test_consumer_membership_changes_on_join_leave_and_close() -> None:
+    mgr = ConsumerManager()
+    hb = HeartbeatData.decode(
+        b'{"clientID":"c1","consumerDataSet":[{"groupName":"G","consumeType":1,"messageModel":1,'
+        b'"consumeFromWhere":0,"subscriptionDataSet":[{"topic":"T","subString":"*","subVersion":"1"}]}]}\n'
+    )
+    data: ConsumerData = hb.consumerDataSet[0]
+    assert mgr.register(data, ClientChannel("c1", _Conn(1), "CPP", 63, 0), 0) is True
+    assert mgr.register(data, ClientChannel("c1", _Conn(1), "CPP", 63, 10), 10) is False
+    assert mgr.register(data, ClientChannel("c2", _Conn(2), "CPP", 63, 10), 10) is True
+    assert mgr.get("G").client_ids() == ["c1", "c2"]  # type: ignore[union-attr]
+    assert mgr.connection_closed(1) == ["G"]
+    assert mgr.get("G").client_ids() == ["c2"]  # type: ignore[union-attr]
+    assert mgr.expire(200_000, 120_000) == ["G"]
+    assert mgr.get("G") is None
+
+
+def test_rebalance_lock_is_exclusive_until_expiry() -> None:
+    locks = RebalanceLockManager(max_live_ms=60_000)
+    mq = MessageQueue(topic="T", brokerName="b", queueId=0)
+    assert locks.try_lock_batch("G", [mq], "c1", 0) == [mq]
+    assert locks.try_lock_batch("G", [mq], "c2", 30_000) == []
+    assert locks.try_lock_batch("G", [mq], "c1", 30_000) == [mq]  # renewal
+    assert locks.try_lock_batch("G", [mq], "c2", 95_000) == [mq]  # c1's lock expired
+    locks.unlock_batch("G", [mq], "c1")  # not the holder: no effect
+    assert locks.is_locked("G", mq, "c2", 95_000)
+
+
+def test_tag_filter_matches_hash_then_exact_tag() -> None:
+    sub = build_subscription("T", "TagA || TagB")
+    f = TagFilter(sub)
+    from store.message import tags_hash_code
+
+    assert f.is_matched_by_consume_queue(tags_hash_code("TagA"))
+    assert not f.is_matched_by_consume_queue(tags_hash_code("TagC"))
+    assert f.is_matched_by_commit_log({"TAGS": "TagB"})
+    assert not f.is_matched_by_commit_log({"TAGS": "TagC"})
+    assert not f.is_matched_by_commit_log({})
+    everything = TagFilter(build_subscription("T", "*"))
+    assert everything.is_matched_by_consume_queue(12345)
+    assert everything.is_matched_by_commit_log({})
