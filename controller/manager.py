@@ -1,0 +1,551 @@
+"""The controller request processor and its leader-only decisions (upstream ``ControllerManager``,
+``ControllerRequestProcessor``, the ``DLedgerController`` event scheduler).
+
+:class:`ControllerManager` turns a request command into a response:
+
+* BROKER_HEARTBEAT, CONTROLLER_GET_METADATA_INFO, GET/UPDATE_CONTROLLER_CONFIG are answered by
+  any peer from local state;
+* every other controller request is leader-only: a follower answers CONTROLLER_NOT_LEADER
+  (upstream remark, plus ``controllerLeaderId`` / ``controllerLeaderAddress`` extFields when the
+  leader is known — an addition; upstream brokers ask GET_METADATA_INFO instead). On the leader
+  the request runs under one lock (upstream's single event thread): a read barrier brings the
+  state up to the commit index, the state machine computes a
+  :class:`~controller.replicas.ControllerResult`, its events (if any) are proposed as one Raft
+  entry, and the response goes out only once that entry is committed and applied.
+
+The Raft side is any object with the :class:`RaftHandle` shape (the trio driver in
+``controller/raft``). Time comes from an injectable ``clock_ms``. Outgoing notifications go to an
+injectable ``notify(address, command)`` callback; the trio layer (:mod:`controller.service`) sends
+them oneway. Periodic work (heartbeat scan, inactive-master scan) is exposed as methods that the
+trio layer calls on its schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import msgspec
+import trio
+
+from controller.config import ControllerConfig
+from controller.elect_policy import DefaultElectPolicy
+from controller.events import encode_events
+from controller.heartbeat import BrokerHeartbeatManager, BrokerLiveInfo
+from controller.raft.errors import LeadershipLostError, NotLeaderError, ProposalDroppedError, RaftTimeoutError
+from controller.replicas import ControllerResult, ReplicasInfoManager
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand, request
+from remoting.fastjson import FastjsonError
+from remoting.headers import HeaderError, decode_header, encode_header
+from remoting.protocol.controller import (
+    AlterSyncStateSetRequestHeader,
+    ApplyBrokerIdRequestHeader,
+    BrokerHeartbeatRequestHeader,
+    CleanControllerBrokerDataRequestHeader,
+    ElectMasterRequestHeader,
+    ElectMasterResponseBody,
+    ElectMasterResponseHeader,
+    GetMetaDataResponseHeader,
+    GetNextBrokerIdRequestHeader,
+    GetReplicaInfoRequestHeader,
+    NotifyBrokerRoleChangedRequestHeader,
+    RegisterBrokerToControllerRequestHeader,
+    SyncStateSet,
+    decode_broker_names,
+)
+
+log = logging.getLogger("controller")
+
+#: Upstream ``ControllerRequestProcessor.WAIT_TIMEOUT_OUT``: how long a request may take in total.
+REQUEST_TIMEOUT = 5.0
+#: Upstream ``ControllerManager.triggerElectMaster``: each controller-triggered attempt waits this long.
+ELECT_ATTEMPT_TIMEOUT = 3.0
+NOT_LEADER_REMARK = "The controller is not in leader state"
+#: Upstream ``RemotingCommand.createResponseCommand(null)``: what an empty GET_SYNC_STATE_DATA gets.
+NO_RESPONSE_CODE_REMARK = "not set any response code"
+#: Keys UPDATE_CONTROLLER_CONFIG may never change (upstream ``initConfigBlackList``).
+ALWAYS_BLACKLISTED = ("configBlackList", "configStorePath", "rocketmqHome")
+
+LEADER_ONLY_CODES = frozenset(
+    {
+        RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+        RequestCode.CONTROLLER_ELECT_MASTER,
+        RequestCode.CONTROLLER_REGISTER_BROKER,
+        RequestCode.CONTROLLER_GET_REPLICA_INFO,
+        RequestCode.CONTROLLER_GET_SYNC_STATE_DATA,
+        RequestCode.CLEAN_BROKER_DATA,
+        RequestCode.CONTROLLER_GET_NEXT_BROKER_ID,
+        RequestCode.CONTROLLER_APPLY_BROKER_ID,
+    }
+)
+#: Every request code the controller serves.
+CONTROLLER_CODES = frozenset(
+    LEADER_ONLY_CODES
+    | {
+        RequestCode.BROKER_HEARTBEAT,
+        RequestCode.CONTROLLER_GET_METADATA_INFO,
+        RequestCode.UPDATE_CONTROLLER_CONFIG,
+        RequestCode.GET_CONTROLLER_CONFIG,
+    }
+)
+
+
+class RaftHandle(Protocol):
+    """What the manager needs from the Raft driver."""
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def leader_id(self) -> str | None: ...
+
+    @property
+    def leader_address(self) -> str | None: ...
+
+    async def propose(self, data: bytes, timeout: float) -> Any: ...
+
+    async def linearizable_read(self, timeout: float) -> Any: ...
+
+
+class _NotLeader(Exception):
+    """Internal: the request reached a peer that is not (or stopped being) the leader."""
+
+
+Notify = Callable[[str, RemotingCommand], None]
+
+
+def role_change_notifications(
+    header: ElectMasterResponseHeader,
+    body: ElectMasterResponseBody,
+    is_alive: Callable[[str, str, int], bool],
+) -> list[tuple[str, RemotingCommand]]:
+    """The NOTIFY_BROKER_ROLE_CHANGED requests a successful election sends (upstream
+    ``notifyBrokerRoleChanged``): one per member of the response's member group that is alive,
+    header ``{masterAddress, masterEpoch, syncStateSetEpoch, masterBrokerId}``, body the new
+    SyncStateSet. Nothing without a member group or a master id."""
+    group = body.brokerMemberGroup
+    if group is None or header.masterBrokerId is None:
+        return []
+    ext = encode_header(
+        NotifyBrokerRoleChangedRequestHeader(
+            masterAddress=header.masterAddress,
+            masterEpoch=header.masterEpoch,
+            syncStateSetEpoch=header.syncStateSetEpoch,
+            masterBrokerId=header.masterBrokerId,
+        )
+    )
+    payload = SyncStateSet(
+        syncStateSet=body.syncStateSet, syncStateSetEpoch=header.syncStateSetEpoch or 0
+    ).encode()
+    out: list[tuple[str, RemotingCommand]] = []
+    for broker_id, address in sorted(group.brokerAddrs.items()):
+        if address and is_alive(group.cluster or "", group.brokerName or "", broker_id):
+            out.append((address, request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, dict(ext), payload)))
+    return out
+
+
+class ControllerManager:
+    """Serves the controller API on one peer; see the module docstring."""
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        raft: RaftHandle,
+        *,
+        replicas: ReplicasInfoManager | None = None,
+        heartbeats: BrokerHeartbeatManager | None = None,
+        clock_ms: Callable[[], float] | None = None,
+        notify: Notify | None = None,
+    ) -> None:
+        self.config = config
+        self.raft = raft
+        self.replicas = replicas if replicas is not None else ReplicasInfoManager()
+        self.heartbeats = heartbeats if heartbeats is not None else BrokerHeartbeatManager()
+        self.clock_ms: Callable[[], float] = clock_ms or (lambda: trio.current_time() * 1000.0)
+        self.notify = notify
+        self._lock = trio.Lock()
+        self._handlers: dict[int, Callable[[Any, RemotingCommand], Any]] = {
+            RequestCode.BROKER_HEARTBEAT: self._heartbeat,
+            RequestCode.CONTROLLER_GET_METADATA_INFO: self._metadata,
+            RequestCode.GET_CONTROLLER_CONFIG: self._get_config,
+            RequestCode.UPDATE_CONTROLLER_CONFIG: self._update_config,
+            RequestCode.CONTROLLER_GET_NEXT_BROKER_ID: self._get_next_broker_id,
+            RequestCode.CONTROLLER_APPLY_BROKER_ID: self._apply_broker_id,
+            RequestCode.CONTROLLER_REGISTER_BROKER: self._register_broker,
+            RequestCode.CONTROLLER_GET_REPLICA_INFO: self._get_replica_info,
+            RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: self._get_sync_state_data,
+            RequestCode.CONTROLLER_ELECT_MASTER: self._elect_master,
+            RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: self._alter_sync_state_set,
+            RequestCode.CLEAN_BROKER_DATA: self._clean_broker_data,
+        }
+
+    # -- liveness view ---------------------------------------------------------------------
+
+    def is_alive(self, cluster: str, broker_name: str, broker_id: int) -> bool:
+        """Upstream ``BrokerValidPredicate``: alive per this peer's heartbeat table, now."""
+        return self.heartbeats.is_alive(cluster, broker_name, broker_id, self.clock_ms())
+
+    def elect_policy(self) -> DefaultElectPolicy:
+        return DefaultElectPolicy(self.is_alive, self.heartbeats.live_info)
+
+    # -- dispatch --------------------------------------------------------------------------
+
+    async def handle(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """Answer one controller request (``ctx`` is the remoting RequestContext, or None).
+
+        Matches the remoting ``Handler`` signature; the server drops the answer to a oneway request.
+        """
+        handler = self._handlers.get(cmd.code)
+        if handler is None:
+            return cmd.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+            )
+        try:
+            if cmd.code in LEADER_ONLY_CODES and not self.raft.is_leader:
+                raise _NotLeader
+            return await handler(ctx, cmd)
+        except HeaderError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        except _NotLeader:
+            return self._not_leader(cmd)
+        except (RaftTimeoutError, trio.TooSlowError):
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, "controller request timed out waiting for the raft log"
+            )
+
+    def codes(self) -> frozenset[int]:
+        """The request codes :meth:`handle` serves (register each with the remoting server)."""
+        return frozenset(self._handlers)
+
+    def _not_leader(self, cmd: RemotingCommand) -> RemotingCommand:
+        response = cmd.response(ResponseCode.CONTROLLER_NOT_LEADER, NOT_LEADER_REMARK)
+        leader_id = self.raft.leader_id
+        address = self._leader_address()
+        ext = {}
+        if leader_id is not None:
+            ext["controllerLeaderId"] = leader_id
+        if address is not None:
+            ext["controllerLeaderAddress"] = address
+        response.ext_fields = ext or None
+        return response
+
+    def _leader_address(self) -> str | None:
+        address = self.raft.leader_address
+        if address is None and self.raft.leader_id is not None:
+            address = self._peers().get(self.raft.leader_id)
+        return address
+
+    def _peers(self) -> dict[str, str]:
+        try:
+            return self.config.peers
+        except ValueError:
+            return {}
+
+    @staticmethod
+    def _reply(cmd: RemotingCommand, result: ControllerResult) -> RemotingCommand:
+        response = cmd.response(result.code, result.remark)
+        if result.header is not None:
+            response.ext_fields = encode_header(result.header) or None
+        response.body = result.body
+        return response
+
+    # -- the leader's serialized read / write path -----------------------------------------
+
+    async def run_read(self, compute: Callable[[], ControllerResult]) -> ControllerResult:
+        """Compute a read on the leader after a linearizable read barrier."""
+        return await self._run(compute)
+
+    async def run_write(self, compute: Callable[[], ControllerResult]) -> ControllerResult:
+        """Compute a result and commit its events; the result is valid once this returns."""
+        return await self._run(compute)
+
+    async def _run(self, compute: Callable[[], ControllerResult]) -> ControllerResult:
+        with trio.fail_after(REQUEST_TIMEOUT):
+            async with self._lock:
+                try:
+                    await self.raft.linearizable_read(REQUEST_TIMEOUT)
+                    result = compute()
+                    if result.events:
+                        await self.raft.propose(encode_events(result.events), REQUEST_TIMEOUT)
+                except (NotLeaderError, LeadershipLostError, ProposalDroppedError) as exc:
+                    log.info("controller request failed on a non-leader: %s", exc)
+                    raise _NotLeader from exc
+                return result
+
+    # -- any-peer requests -----------------------------------------------------------------
+
+    async def _heartbeat(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(cmd, BrokerHeartbeatRequestHeader)
+        if h.brokerId is None:
+            return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST, "Heart beat with empty brokerId")
+        conn = getattr(ctx, "connection", None)
+        self.heartbeats.on_heartbeat(
+            clusterName=h.clusterName,
+            brokerName=h.brokerName,
+            brokerAddr=h.brokerAddr,
+            brokerId=h.brokerId,
+            now_ms=self.clock_ms(),
+            heartbeatTimeoutMillis=h.heartbeatTimeoutMills,
+            epoch=h.epoch,
+            maxOffset=h.maxOffset,
+            confirmOffset=h.confirmOffset,
+            electionPriority=h.electionPriority,
+            conn_id=getattr(conn, "id", None),
+        )
+        return cmd.response(ResponseCode.SUCCESS, "Heart beat success")
+
+    async def _metadata(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
+        peers = "".join(f"{peer_id}:{address};" for peer_id, address in self._peers().items())
+        header = GetMetaDataResponseHeader(
+            group=self.config.controllerDLegerGroup,
+            controllerLeaderId=self.raft.leader_id,
+            controllerLeaderAddress=self._leader_address(),
+            isLeader=self.raft.is_leader,
+            peers=peers,
+        )
+        response = cmd.response(ResponseCode.SUCCESS)
+        response.ext_fields = encode_header(header)
+        return response
+
+    async def _get_config(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
+        response = cmd.response(ResponseCode.SUCCESS)
+        response.body = config_to_properties(self.config).encode()
+        return response
+
+    async def _update_config(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
+        if not cmd.body:
+            return cmd.response(ResponseCode.SUCCESS)
+        try:
+            props = parse_properties_text(cmd.body_bytes.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"UnsupportedEncodingException {exc}")
+        blacklist = set(ALWAYS_BLACKLISTED) | {k for k in self.config.configBlackList.split(";") if k}
+        if blacklist & props.keys():
+            return cmd.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+        error = update_config(self.config, props)
+        if error is not None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, error)
+        log.info("controller config updated: %s", sorted(props))
+        return cmd.response(ResponseCode.SUCCESS)
+
+    # -- leader-only requests --------------------------------------------------------------
+
+    async def _get_next_broker_id(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(cmd, GetNextBrokerIdRequestHeader)
+        return self._reply(cmd, await self.run_read(lambda: self.replicas.handle_get_next_broker_id(h)))
+
+    async def _apply_broker_id(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(cmd, ApplyBrokerIdRequestHeader)
+        return self._reply(cmd, await self.run_write(lambda: self.replicas.handle_apply_broker_id(h)))
+
+    async def _register_broker(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(cmd, RegisterBrokerToControllerRequestHeader)
+        result = await self.run_write(lambda: self.replicas.handle_register_broker(h, self.is_alive))
+        return self._reply(cmd, result)
+
+    async def _get_replica_info(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(cmd, GetReplicaInfoRequestHeader)
+        return self._reply(cmd, await self.run_read(lambda: self.replicas.handle_get_replica_info(h)))
+
+    async def _get_sync_state_data(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
+        if not cmd.body:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, NO_RESPONSE_CODE_REMARK)
+        try:
+            names = decode_broker_names(cmd.body_bytes)
+        except (FastjsonError, msgspec.ValidationError) as exc:
+            return cmd.response(
+                ResponseCode.CONTROLLER_INVALID_REQUEST, f"body is not a JSON array of broker names: {exc}"
+            )
+        if not names:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, NO_RESPONSE_CODE_REMARK)
+        result = await self.run_read(lambda: self.replicas.handle_get_sync_state_data(names, self.is_alive))
+        return self._reply(cmd, result)
+
+    async def _elect_master(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(cmd, ElectMasterRequestHeader)
+        result = await self.elect_master(h)
+        return self._reply(cmd, result)
+
+    async def _alter_sync_state_set(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(cmd, AlterSyncStateSetRequestHeader)
+        try:
+            proposed = SyncStateSet.decode(cmd.body_bytes)
+        except (FastjsonError, msgspec.ValidationError) as exc:
+            return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST, f"body is not a SyncStateSet: {exc}")
+        result = await self.run_write(
+            lambda: self.replicas.handle_alter_sync_state_set(h, proposed, self.is_alive)
+        )
+        return self._reply(cmd, result)
+
+    async def _clean_broker_data(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(cmd, CleanControllerBrokerDataRequestHeader)
+        result = await self.run_write(lambda: self.replicas.handle_clean_broker_data(h, self.is_alive))
+        return self._reply(cmd, result)
+
+    # -- elections and notifications -------------------------------------------------------
+
+    async def elect_master(self, header: ElectMasterRequestHeader) -> ControllerResult:
+        """Run an election through the log; on SUCCESS notify the group (``notifyBrokerRoleChanged``).
+
+        Raises ``_NotLeader``-mapped errors like any leader-only request when not leading.
+        """
+
+        def compute() -> ControllerResult:
+            self.replicas.enable_elect_unclean_master = self.config.enableElectUncleanMaster
+            return self.replicas.handle_elect_master(header, self.elect_policy())
+
+        result = await self.run_write(compute)
+        if result.code == ResponseCode.SUCCESS:
+            log.info("Elect a new master in broker-set %s done: %s", header.brokerName, result.header)
+            if self.config.notifyBrokerRoleChanged:
+                self._notify_role_changed(result)
+        return result
+
+    def _notify_role_changed(self, result: ControllerResult) -> None:
+        if not isinstance(result.header, ElectMasterResponseHeader) or not result.body:
+            return
+        body = ElectMasterResponseBody.decode(result.body)
+        for address, notification in role_change_notifications(result.header, body, self.is_alive):
+            if self.notify is None:
+                log.info("would notify %s of the new role (no notifier wired)", address)
+            else:
+                self.notify(address, notification)
+
+    async def trigger_elect_master(self, broker_name: str) -> bool:
+        """Controller-triggered election, up to ``electMasterMaxRetryCount`` attempts of ≤ 3 s each,
+        until one returns SUCCESS (upstream ``triggerElectMaster``). Returns whether one did."""
+        header = ElectMasterRequestHeader.of_controller_trigger(broker_name)
+        for attempt in range(max(1, self.config.electMasterMaxRetryCount)):
+            try:
+                with trio.fail_after(ELECT_ATTEMPT_TIMEOUT):
+                    result = await self.elect_master(header)
+            except _NotLeader:
+                log.info("stop electing for %s: this controller is not the leader", broker_name)
+                return False
+            except (trio.TooSlowError, RaftTimeoutError):
+                log.warning("elect-master for %s timed out (attempt %d)", broker_name, attempt + 1)
+                continue
+            if result.code == ResponseCode.SUCCESS:
+                return True
+            log.warning(
+                "Failed to trigger elect-master in broker-set %s (attempt %d): %s %s",
+                broker_name,
+                attempt + 1,
+                ResponseCode(result.code).name,
+                result.remark,
+            )
+        return False
+
+    # -- leader-only scheduling ------------------------------------------------------------
+
+    def scan_not_active_brokers(self) -> list[BrokerLiveInfo]:
+        """Expire heartbeats (every peer, every ``scanNotActiveBrokerInterval``); returns the removed
+        entries, each of which the caller passes to :meth:`on_broker_inactive`."""
+        return self.heartbeats.scan_inactive(self.clock_ms())
+
+    def on_connection_closed(self, conn_id: object) -> list[BrokerLiveInfo]:
+        """A broker connection closed: drop its entries; returns them (for :meth:`on_broker_inactive`)."""
+        return self.heartbeats.on_connection_closed(conn_id)
+
+    def is_master_of(self, broker_name: str, broker_id: int) -> bool:
+        """Whether ``broker_id`` is the recorded master of ``broker_name`` (pure, local state)."""
+        info = self.replicas.sync_state_info(broker_name)
+        return info is not None and info.masterBrokerId == broker_id and self.replicas.contains(broker_name)
+
+    def broker_sets_needing_election(self) -> list[str]:
+        """Sets whose master is dead while a replica lives (upstream ``scanNeedReelectBrokerSets``)."""
+        return self.replicas.scan_need_reelect_broker_sets(self.is_alive)
+
+    async def on_broker_inactive(self, cluster: str | None, broker_name: str, broker_id: int | None) -> bool:
+        """Leader only: if the inactive broker is its set's master (or ``broker_id`` is None, meaning
+        "elect for this set"), trigger an election. Returns whether an election succeeded."""
+        if not self.raft.is_leader:
+            log.info(
+                "broker %s/%s id %s inactive (not leader, nothing to do)", cluster, broker_name, broker_id
+            )
+            return False
+        if broker_id is not None:
+            try:
+                await self.run_read(ControllerResult)
+            except (_NotLeader, trio.TooSlowError, RaftTimeoutError):
+                return False
+            if not self.is_master_of(broker_name, broker_id):
+                log.info(
+                    "The broker with brokerId: %s in broker-set: %s has been inactive", broker_id, broker_name
+                )
+                return False
+        return await self.trigger_elect_master(broker_name)
+
+    async def scan_inactive_masters(self) -> list[str]:
+        """Leader only, every ``scanInactiveMasterInterval``: elect for every set whose master died
+        while a replica lives. Returns the sets an election was attempted for."""
+        if not self.raft.is_leader:
+            return []
+        names = self.broker_sets_needing_election()
+        for name in names:
+            await self.trigger_elect_master(name)
+        return names
+
+
+# ---------------------------------------------------------------------------------------------
+# GET / UPDATE_CONTROLLER_CONFIG helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def config_to_properties(config: msgspec.Struct) -> str:
+    """``key=value`` lines of every non-null field (upstream ``getAllConfigsFormatString``)."""
+    lines = []
+    for name in config.__struct_fields__:
+        value = getattr(config, name)
+        if value is None:
+            continue
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        lines.append(f"{name}={text}\n")
+    return "".join(lines)
+
+
+def parse_properties_text(text: str) -> dict[str, str]:
+    """The simple ``key=value`` / ``key: value`` lines an admin tool sends (comments and blanks skipped)."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut < 0:
+            out[line] = ""
+        else:
+            out[line[:cut].strip()] = line[cut + 1 :].strip()
+    return out
+
+
+def update_config(config: msgspec.Struct, props: dict[str, str]) -> str | None:
+    """Set known fields from strings, typed like their current value (unknown keys ignored, as
+    upstream). All or nothing: returns an error message and changes nothing on a bad value.
+
+    In memory only: upstream also rewrites the file at ``configStorePath``.
+    """
+    changes: dict[str, object] = {}
+    fields = set(config.__struct_fields__)
+    for key, text in props.items():
+        if key not in fields:
+            continue
+        current = getattr(config, key)
+        try:
+            if isinstance(current, bool):
+                if text.lower() not in ("true", "false"):
+                    raise ValueError(text)
+                changes[key] = text.lower() == "true"
+            elif isinstance(current, int):
+                changes[key] = int(text)
+            elif isinstance(current, float):
+                changes[key] = float(text)
+            else:
+                changes[key] = text
+        except ValueError:
+            return f"bad value for {key}: {text!r}"
+    for key, value in changes.items():
+        setattr(config, key, value)
+    return None

@@ -1,0 +1,458 @@
+"""ControllerManager: requests end to end over a fake Raft (commit = apply), leader-only rules,
+inactive-broker elections and role-change notifications."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.config import ControllerConfig
+from controller.manager import ControllerManager, config_to_properties, parse_properties_text
+from controller.raft.errors import NotLeaderError, RaftTimeoutError
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand, request
+from remoting.headers import decode_header
+from remoting.protocol.controller import (
+    BrokerReplicasInfo,
+    ElectMasterResponseBody,
+    GetMetaDataResponseHeader,
+    RegisterBrokerToControllerResponseHeader,
+    SyncStateSet,
+)
+
+C, B = "DefaultCluster", "broker-a"
+PEERS = "n0-127.0.0.1:9878;n1-127.0.0.1:9868;n2-127.0.0.1:9858"
+
+
+def addr(broker_id: int) -> str:
+    return f"127.0.0.{broker_id}:10911"
+
+
+class FakeRaft:
+    """Commits a proposal by applying it at once; can be told to lose leadership or time out."""
+
+    def __init__(self, sm: Any) -> None:
+        self.sm = sm
+        self.is_leader = True
+        self.leader_id: str | None = "n0"
+        self.leader_address: str | None = "127.0.0.1:9878"
+        self.index = 0
+        self.proposals: list[bytes] = []
+        self.reads = 0
+        self.fail_propose: BaseException | None = None
+
+    async def propose(self, data: bytes, timeout: float) -> Any:
+        if self.fail_propose is not None:
+            raise self.fail_propose
+        if not self.is_leader:
+            raise NotLeaderError(self.leader_id, self.leader_address)
+        self.index += 1
+        self.proposals.append(data)
+        return self.sm.apply(self.index, data)
+
+    async def linearizable_read(self, timeout: float) -> None:
+        if not self.is_leader:
+            raise NotLeaderError(self.leader_id, self.leader_address)
+        self.reads += 1
+
+
+class Conn:
+    def __init__(self, conn_id: int) -> None:
+        self.id = conn_id
+
+
+class Ctx:
+    def __init__(self, conn_id: int) -> None:
+        self.connection = Conn(conn_id)
+
+
+class Env:
+    def __init__(self, **config: Any) -> None:
+        self.now = 1_000_000.0
+        self.config = ControllerConfig(
+            controllerDLegerGroup="group1", controllerDLegerPeers=PEERS, controllerDLegerSelfId="n0", **config
+        )
+        self.sent: list[tuple[str, RemotingCommand]] = []
+        self.manager = ControllerManager(
+            self.config,
+            None,
+            clock_ms=lambda: self.now,
+            notify=lambda a, c: self.sent.append((a, c)),  # type: ignore[arg-type]
+        )
+        self.raft = FakeRaft(self.manager.replicas)
+        self.manager.raft = self.raft
+
+    async def call(
+        self, code: int, ext: dict[str, object] | None = None, body: bytes | None = None, conn: int = 1
+    ) -> RemotingCommand:
+        return await self.manager.handle(Ctx(conn), request(code, ext, body))
+
+    async def heartbeat(
+        self, broker_id: int, *, epoch: int = 0, max_offset: int = 0, conn: int | None = None
+    ) -> RemotingCommand:
+        return await self.call(
+            RequestCode.BROKER_HEARTBEAT,
+            {
+                "clusterName": C,
+                "brokerName": B,
+                "brokerAddr": addr(broker_id),
+                "brokerId": broker_id,
+                "epoch": epoch,
+                "maxOffset": max_offset,
+                "confirmOffset": max_offset,
+                "heartbeatTimeoutMills": 10_000,
+                "electionPriority": 0,
+            },
+            conn=broker_id if conn is None else conn,
+        )
+
+    async def register(self, broker_id: int) -> RemotingCommand:
+        """The broker-side persistent-id flow: next id → apply → register; returns the register reply."""
+        r = await self.call(RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": C, "brokerName": B})
+        assert r.code == ResponseCode.SUCCESS
+        assert r.ext_fields["nextBrokerId"] == str(broker_id)
+        check = f"{addr(broker_id)};{broker_id}"
+        r = await self.call(
+            RequestCode.CONTROLLER_APPLY_BROKER_ID,
+            {"clusterName": C, "brokerName": B, "appliedBrokerId": broker_id, "registerCheckCode": check},
+        )
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        return await self.call(
+            RequestCode.CONTROLLER_REGISTER_BROKER,
+            {
+                "clusterName": C,
+                "brokerName": B,
+                "brokerId": broker_id,
+                "brokerAddress": addr(broker_id),
+                "invokeTime": 1,
+            },
+        )
+
+    async def elect(self, broker_id: int, designate: bool = False) -> RemotingCommand:
+        return await self.call(
+            RequestCode.CONTROLLER_ELECT_MASTER,
+            {"clusterName": C, "brokerName": B, "brokerId": broker_id, "designateElect": designate},
+        )
+
+    async def group(self, ids: list[int], in_sync: set[int]) -> None:
+        for bid in ids:
+            await self.register(bid)
+            await self.heartbeat(bid)
+        assert (await self.elect(ids[0])).code == ResponseCode.SUCCESS
+        self.sent.clear()
+        if in_sync != {ids[0]}:
+            r = await self.call(
+                RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+                {"brokerName": B, "masterBrokerId": ids[0], "masterEpoch": 1, "invokeTime": 1},
+                SyncStateSet(syncStateSet=frozenset(in_sync), syncStateSetEpoch=1).encode(),
+            )
+            assert r.code == ResponseCode.SUCCESS, r.remark
+
+    def expire(self, *alive: int) -> list:
+        """Advance past the heartbeat timeout keeping ``alive`` fresh; returns the scan's removals."""
+        self.now += 10_001
+        for info in self.manager.heartbeats.entries():
+            if info.brokerId in alive:
+                info.lastUpdateTimestamp = self.now
+        return self.manager.scan_not_active_brokers()
+
+
+async def test_registration_flow_and_first_election_over_commands() -> None:
+    env = Env()
+    r = await env.register(1)
+    assert r.code == ResponseCode.SUCCESS
+    h = decode_header(r, RegisterBrokerToControllerResponseHeader)
+    assert (h.clusterName, h.brokerName, h.masterBrokerId) == (C, B, None)
+    assert SyncStateSet.decode(r.body) == SyncStateSet()
+    assert (await env.heartbeat(1)).remark == "Heart beat success"
+    r = await env.elect(1)
+    assert r.code == ResponseCode.SUCCESS
+    assert r.ext_fields == {
+        "masterBrokerId": "1",
+        "masterAddress": addr(1),
+        "masterEpoch": "1",
+        "syncStateSetEpoch": "1",
+    }
+    assert ElectMasterResponseBody.decode(r.body).syncStateSet == {1}
+    r = await env.call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": B})
+    assert r.ext_fields == {"masterBrokerId": "1", "masterAddress": addr(1), "masterEpoch": "1"}
+    r = await env.register(2)
+    h = decode_header(r, RegisterBrokerToControllerResponseHeader)
+    assert (h.masterBrokerId, h.masterAddress, h.masterEpoch, h.syncStateSetEpoch) == (1, addr(1), 1, 1)
+    assert len(env.raft.proposals) == 3, "apply 1, elect, apply 2 (registers committed nothing)"
+
+
+async def test_follower_answers_leader_only_requests_with_not_leader_and_the_leader_address() -> None:
+    env = Env()
+    env.raft.is_leader = False
+    env.raft.leader_id, env.raft.leader_address = "n1", None
+    for code in (
+        RequestCode.CONTROLLER_GET_NEXT_BROKER_ID,
+        RequestCode.CONTROLLER_APPLY_BROKER_ID,
+        RequestCode.CONTROLLER_REGISTER_BROKER,
+        RequestCode.CONTROLLER_GET_REPLICA_INFO,
+        RequestCode.CONTROLLER_GET_SYNC_STATE_DATA,
+        RequestCode.CONTROLLER_ELECT_MASTER,
+        RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+        RequestCode.CLEAN_BROKER_DATA,
+    ):
+        r = await env.call(code, {"brokerName": B, "clusterName": C})
+        assert r.code == ResponseCode.CONTROLLER_NOT_LEADER, code
+        assert r.remark == "The controller is not in leader state"
+        assert r.ext_fields == {"controllerLeaderId": "n1", "controllerLeaderAddress": "127.0.0.1:9868"}
+    assert env.raft.proposals == []
+    # any-peer requests still work
+    assert (await env.heartbeat(1)).code == ResponseCode.SUCCESS
+    r = await env.call(RequestCode.CONTROLLER_GET_METADATA_INFO)
+    meta = decode_header(r, GetMetaDataResponseHeader)
+    assert (meta.isLeader, meta.controllerLeaderId, meta.controllerLeaderAddress) == (
+        False,
+        "n1",
+        "127.0.0.1:9868",
+    )
+    assert (await env.call(RequestCode.GET_CONTROLLER_CONFIG)).code == ResponseCode.SUCCESS
+
+
+async def test_unknown_leader_gives_not_leader_without_address() -> None:
+    env = Env()
+    env.raft.is_leader = False
+    env.raft.leader_id = env.raft.leader_address = None
+    r = await env.call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": B})
+    assert r.code == ResponseCode.CONTROLLER_NOT_LEADER
+    assert r.ext_fields is None
+
+
+async def test_leadership_lost_during_commit_answers_not_leader() -> None:
+    env = Env()
+    await env.register(1)
+    env.raft.fail_propose = NotLeaderError("n2", "127.0.0.1:9858")
+    r = await env.call(
+        RequestCode.CONTROLLER_APPLY_BROKER_ID,
+        {"clusterName": C, "brokerName": B, "appliedBrokerId": 2, "registerCheckCode": "x:1;1"},
+    )
+    assert r.code == ResponseCode.CONTROLLER_NOT_LEADER
+    assert env.manager.replicas.replica_info(B).all_brokers() == {1}, "nothing applied"
+
+
+async def test_raft_timeout_is_a_system_error() -> None:
+    env = Env()
+    env.raft.fail_propose = RaftTimeoutError("slow")
+    r = await env.call(
+        RequestCode.CONTROLLER_APPLY_BROKER_ID,
+        {"clusterName": C, "brokerName": B, "appliedBrokerId": 1, "registerCheckCode": "x:1;1"},
+    )
+    assert r.code == ResponseCode.SYSTEM_ERROR
+    assert "timed out" in r.remark
+
+
+async def test_reads_go_through_a_read_barrier() -> None:
+    env = Env()
+    before = env.raft.reads
+    await env.call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": B})
+    assert env.raft.reads == before + 1
+
+
+async def test_heartbeat_without_broker_id_is_invalid() -> None:
+    env = Env()
+    r = await env.call(
+        RequestCode.BROKER_HEARTBEAT, {"clusterName": C, "brokerName": B, "brokerAddr": addr(1)}
+    )
+    assert r.code == ResponseCode.CONTROLLER_INVALID_REQUEST
+    assert r.remark == "Heart beat with empty brokerId"
+    assert len(env.manager.heartbeats) == 0
+
+
+async def test_bad_header_and_unknown_code() -> None:
+    env = Env()
+    r = await env.call(RequestCode.CLEAN_BROKER_DATA, {"clusterName": C})  # brokerName is required
+    assert r.code == ResponseCode.SYSTEM_ERROR
+    assert "brokerName" in r.remark
+    r = await env.call(RequestCode.SEND_MESSAGE)
+    assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+
+
+async def test_metadata_names_group_leader_and_peers() -> None:
+    env = Env()
+    r = await env.call(RequestCode.CONTROLLER_GET_METADATA_INFO)
+    assert r.code == ResponseCode.SUCCESS
+    assert r.ext_fields == {
+        "group": "group1",
+        "controllerLeaderId": "n0",
+        "controllerLeaderAddress": "127.0.0.1:9878",
+        "isLeader": "true",
+        "peers": "n0:127.0.0.1:9878;n1:127.0.0.1:9868;n2:127.0.0.1:9858;",
+    }
+
+
+async def test_alter_sync_state_set_over_commands_and_bad_body() -> None:
+    env = Env()
+    await env.group([1, 2], in_sync={1})
+    r = await env.call(
+        RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+        {"brokerName": B, "masterBrokerId": 1, "masterEpoch": 1},
+        SyncStateSet(syncStateSet=frozenset({1, 2}), syncStateSetEpoch=1).encode(),
+    )
+    assert r.code == ResponseCode.SUCCESS
+    assert r.ext_fields == {"newSyncStateSetEpoch": "2"}
+    assert SyncStateSet.decode(r.body) == SyncStateSet(syncStateSet=frozenset({1, 2}), syncStateSetEpoch=2)
+    r = await env.call(
+        RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+        {"brokerName": B, "masterBrokerId": 1, "masterEpoch": 1},
+        b"[1,2]",
+    )
+    assert r.code == ResponseCode.CONTROLLER_INVALID_REQUEST
+    r = await env.call(
+        RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+        {"brokerName": B, "masterBrokerId": 2, "masterEpoch": 1},
+        SyncStateSet(syncStateSet=frozenset({1}), syncStateSetEpoch=2).encode(),
+    )
+    assert r.code == ResponseCode.CONTROLLER_INVALID_MASTER
+
+
+async def test_get_sync_state_data_over_commands() -> None:
+    env = Env()
+    await env.group([1, 2], in_sync={1, 2})
+    r = await env.call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, None, b'["broker-a","nope"]')
+    info = BrokerReplicasInfo.decode(r.body)
+    assert list(info.replicasInfoTable) == [B]
+    assert [x.brokerId for x in info.replicasInfoTable[B].inSyncReplicas] == [1, 2]
+    r = await env.call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA)
+    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "not set any response code")
+    r = await env.call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, None, b'{"a":1}')
+    assert r.code == ResponseCode.CONTROLLER_INVALID_REQUEST
+
+
+async def test_inactive_master_triggers_election_and_notifies_live_members() -> None:
+    env = Env()
+    for bid in (1, 2, 3):
+        await env.register(bid)
+        await env.heartbeat(bid, epoch=1, max_offset=100 * bid)
+    assert (await env.elect(1)).code == ResponseCode.SUCCESS
+    r = await env.call(
+        RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+        {"brokerName": B, "masterBrokerId": 1, "masterEpoch": 1},
+        SyncStateSet(syncStateSet=frozenset({1, 2, 3}), syncStateSetEpoch=1).encode(),
+    )
+    assert r.code == ResponseCode.SUCCESS
+    env.sent.clear()
+    expired = env.expire(2, 3)
+    assert [e.brokerId for e in expired] == [1]
+    assert await env.manager.on_broker_inactive(C, B, 1)
+    info = env.manager.replicas.sync_state_info(B)
+    assert (info.masterBrokerId, info.masterEpoch, info.syncStateSet) == (3, 2, {3})
+    assert sorted(a for a, _ in env.sent) == [addr(2), addr(3)], "dead broker 1 is not notified"
+    cmd = env.sent[0][1]
+    assert cmd.code == RequestCode.NOTIFY_BROKER_ROLE_CHANGED
+    assert cmd.ext_fields == {
+        "masterAddress": addr(3),
+        "masterEpoch": "2",
+        "syncStateSetEpoch": "3",
+        "masterBrokerId": "3",
+    }
+    assert SyncStateSet.decode(cmd.body) == SyncStateSet(syncStateSet=frozenset({3}), syncStateSetEpoch=3)
+
+
+async def test_inactive_slave_or_follower_triggers_nothing() -> None:
+    env = Env()
+    await env.group([1, 2], in_sync={1, 2})
+    env.expire(1)
+    proposals = len(env.raft.proposals)
+    assert not await env.manager.on_broker_inactive(C, B, 2)
+    env.raft.is_leader = False
+    env.expire()
+    assert not await env.manager.on_broker_inactive(C, B, 1)
+    assert len(env.raft.proposals) == proposals
+    assert env.sent == []
+
+
+async def test_connection_close_removes_heartbeats_of_that_connection() -> None:
+    env = Env()
+    await env.heartbeat(1, conn=7)
+    await env.heartbeat(2, conn=8)
+    gone = env.manager.on_connection_closed(7)
+    assert [g.brokerId for g in gone] == [1]
+    assert not env.manager.is_alive(C, B, 1)
+    assert env.manager.is_alive(C, B, 2)
+
+
+async def test_scan_inactive_masters_elects_where_a_replica_lives() -> None:
+    env = Env()
+    await env.group([1, 2], in_sync={1, 2})
+    assert await env.manager.scan_inactive_masters() == []
+    env.now += 10_001
+    await env.heartbeat(2)  # 1 silently stops heartbeating; no scan has removed it yet
+    assert await env.manager.scan_inactive_masters() == [B]
+    assert env.manager.replicas.sync_state_info(B).masterBrokerId == 2
+    env.raft.is_leader = False
+    env.now += 10_001
+    await env.heartbeat(1)
+    assert await env.manager.scan_inactive_masters() == []
+
+
+async def test_controller_triggered_election_retries_and_records_no_master() -> None:
+    env = Env()
+    await env.group([1, 2], in_sync={1})
+    env.expire(2)
+    assert not await env.manager.trigger_elect_master(B)
+    info = env.manager.replicas.sync_state_info(B)
+    # electMasterMaxRetryCount = 3 attempts, each commits a "no master" event (upstream behaviour)
+    assert (info.masterBrokerId, info.masterEpoch, info.syncStateSet) == (None, 4, {1})
+    assert env.sent == []
+
+
+async def test_admin_designated_election_notifies_and_master_still_exist_does_not() -> None:
+    env = Env()
+    await env.group([1, 2], in_sync={1, 2})
+    r = await env.elect(1)
+    assert r.code == ResponseCode.CONTROLLER_MASTER_STILL_EXIST
+    assert env.sent == []
+    r = await env.elect(2, designate=True)
+    assert r.code == ResponseCode.SUCCESS
+    assert sorted(a for a, _ in env.sent) == [addr(1), addr(2)]
+
+
+async def test_notifications_off_when_configured() -> None:
+    env = Env(notifyBrokerRoleChanged=False)
+    await env.group([1, 2], in_sync={1, 2})
+    assert (await env.elect(2, designate=True)).code == ResponseCode.SUCCESS
+    assert env.sent == []
+
+
+async def test_controller_config_get_and_update() -> None:
+    env = Env()
+    r = await env.call(RequestCode.GET_CONTROLLER_CONFIG)
+    props = parse_properties_text(r.body.decode())
+    assert props["controllerDLegerGroup"] == "group1"
+    assert props["enableElectUncleanMaster"] == "false"
+    r = await env.call(RequestCode.UPDATE_CONTROLLER_CONFIG, None, b"configStorePath=/tmp/x\n")
+    assert (r.code, r.remark) == (ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+    r = await env.call(RequestCode.UPDATE_CONTROLLER_CONFIG, None, b"scanInactiveMasterInterval=abc\n")
+    assert r.code == ResponseCode.SYSTEM_ERROR
+    r = await env.call(
+        RequestCode.UPDATE_CONTROLLER_CONFIG, None, b"# c\nenableElectUncleanMaster = true\nnoSuchKey=1\n"
+    )
+    assert r.code == ResponseCode.SUCCESS
+    assert env.config.enableElectUncleanMaster is True
+    # and it takes effect: a live out-of-sync replica can now be elected
+    await env.group([1, 2], in_sync={1})
+    env.expire(2)
+    assert await env.manager.trigger_elect_master(B)
+    assert env.manager.replicas.sync_state_info(B).masterBrokerId == 2
+
+
+def test_config_properties_round_trip() -> None:
+    cfg = ControllerConfig(
+        controllerDLegerGroup="g", controllerDLegerPeers=PEERS, controllerDLegerSelfId="n1"
+    )
+    props = parse_properties_text(config_to_properties(cfg))
+    assert props["controllerDLegerPeers"] == PEERS
+    assert props["notifyBrokerRoleChanged"] == "true"
+    assert props["scanNotActiveBrokerInterval"] == "5000"
+
+
+@pytest.mark.parametrize("code", [RequestCode.BROKER_HEARTBEAT, RequestCode.CONTROLLER_GET_METADATA_INFO])
+async def test_codes_lists_every_served_code(code: int) -> None:
+    env = Env()
+    assert code in env.manager.codes()
+    assert len(env.manager.codes()) == 12
