@@ -1,0 +1,111 @@
+"""The name server component (upstream ``NamesrvController``).
+
+Owns the route tables (:class:`~namesrv.routeinfo.RouteInfoManager`), the KV store
+(:class:`~namesrv.kvconfig.KVConfigManager`) and the processor table to mount on a listener::
+
+    namesrv = NamesrvController(config)
+    await nursery.start(namesrv.run)          # loads kvConfig.json, then scans liveness
+    await server.add_listener(host, config.listenPort, namesrv.processor_table, name="namesrv")
+
+``run`` must have started before requests are served (it loads the KV file). A closed
+connection removes the brokers registered over it at once; every
+``scanNotActiveBrokerInterval`` ms brokers silent for longer than their heartbeat timeout are
+removed. When ``notifyMinBrokerIdChanged`` is on, NOTIFY_MIN_BROKER_ID_CHANGE is sent oneway
+to the affected brokers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+import trio
+
+from namesrv.kvconfig import KVConfigManager
+from namesrv.processor import NamesrvProcessor
+from namesrv.routeinfo import MinBrokerIdChange, RemovalResult, RouteInfoManager
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode
+from remoting.command import request
+from remoting.connection import Connection, ProcessorTable
+from remoting.errors import RemotingError
+from remoting.headers import encode_header
+
+if TYPE_CHECKING:
+    from namesrv.config import NamesrvConfig
+
+log = logging.getLogger("namesrv")
+
+#: Oneway send timeout for min-broker-id notifications (upstream 300 ms).
+NOTIFY_TIMEOUT = 0.3
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class NamesrvController:
+    """One name server: tables, processor table, liveness scan (see the module docstring)."""
+
+    def __init__(self, config: NamesrvConfig, *, now_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self.config = config
+        self.now_ms = now_ms
+        self.started_at_ms = now_ms()
+        self.routes = RouteInfoManager(config)
+        self.kv = KVConfigManager(config.kvConfigPath)
+        self.processor_table = ProcessorTable(on_close=self._on_close)
+        NamesrvProcessor(self).register_into(self.processor_table)
+        self._nursery: trio.Nursery | None = None
+        self._client: RemotingClient | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Load the KV file, then scan broker liveness until cancelled."""
+        await self.kv.load()
+        self.started_at_ms = self.now_ms()
+        try:
+            async with RemotingClient(name="namesrv.client") as client, trio.open_nursery() as nursery:
+                self._client = client
+                self._nursery = nursery
+                task_status.started()
+                log.info("name server started (scan every %d ms)", self.config.scanNotActiveBrokerInterval)
+                while True:
+                    await trio.sleep(self.config.scanNotActiveBrokerInterval / 1000)
+                    self.scan_not_active_brokers()
+        finally:
+            self._nursery = None
+            self._client = None
+
+    def scan_not_active_brokers(self) -> RemovalResult:
+        result = self.routes.scan_not_active_brokers(self.now_ms())
+        self.send_notifications(result.notifications)
+        return result
+
+    def _on_close(self, conn: Connection) -> None:
+        result = self.routes.on_connection_closed(conn.id)
+        self.send_notifications(result.notifications)
+
+    def send_notifications(self, changes: Iterable[MinBrokerIdChange]) -> None:
+        """Send NOTIFY_MIN_BROKER_ID_CHANGE oneway to every target, in the background."""
+        for change in changes:
+            if self._nursery is None or self._client is None:
+                log.warning("not running: dropping min broker id notification %s", change)
+                continue
+            log.info(
+                "min broker id of %s changed to %d (%s), notifying %s",
+                change.brokerName,
+                change.minBrokerId,
+                change.minBrokerAddr,
+                list(change.targets),
+            )
+            for addr in change.targets:
+                self._nursery.start_soon(self._notify, addr, change)
+
+    async def _notify(self, addr: str, change: MinBrokerIdChange) -> None:
+        assert self._client is not None
+        cmd = request(RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE, dict(encode_header(change.header())))
+        try:
+            await self._client.invoke_oneway(addr, cmd, NOTIFY_TIMEOUT)
+        except RemotingError as e:
+            log.warning("min broker id notification to %s failed: %s", addr, e)
