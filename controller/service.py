@@ -1,0 +1,189 @@
+"""One controller peer in a trio process: the thin layer around :class:`~controller.manager.ControllerManager`.
+
+It wires the manager to the remoting server (handlers and the connection-closed callback), runs
+the periodic work on its schedule, and sends role-change notifications:
+
+* every peer scans its heartbeat table every ``scanNotActiveBrokerInterval`` (first scan after
+  at most 2 s) — expired brokers and brokers whose connection closed become "broker inactive"
+  events, which the leader turns into elections when the broker was its set's master;
+* the leader scans for sets whose master is dead but which still have a live replica every
+  ``scanInactiveMasterInterval`` (first scan one interval after start, so that brokers have
+  heartbeated to a freshly started peer before it judges their masters);
+* NOTIFY_BROKER_ROLE_CHANGED goes out oneway through :class:`RoleChangeNotifier` (upstream
+  ``NotifyService``: at most 3 sends at once, one pending notification per broker address, a
+  newer master epoch replaces or cancels an older one).
+
+The Raft driver is started by whoever owns it (``run_driver=True`` makes this service start it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import trio
+
+from controller.config import ControllerConfig
+from controller.heartbeat import BrokerIdentityInfo
+from controller.manager import ControllerManager, RaftHandle
+from controller.replicas import ReplicasInfoManager
+from remoting.command import RemotingCommand
+from remoting.connection import ProcessorTable
+from remoting.errors import RemotingError
+
+log = logging.getLogger("controller.service")
+
+#: Upstream ``DefaultBrokerHeartbeatManager.start``: first scan after 2 s.
+HEARTBEAT_SCAN_INITIAL_DELAY = 2.0
+#: Upstream ``NotifyService``: 3 threads, oneway with a 3 s timeout.
+NOTIFY_CONCURRENCY = 3
+NOTIFY_TIMEOUT = 3.0
+
+SendOneway = Callable[[str, RemotingCommand, float], Awaitable[None]]
+
+
+class Driver(RaftHandle, Protocol):
+    async def run(self, *, task_status: trio.TaskStatus[None] = ...) -> None: ...
+
+
+def _epoch_of(cmd: RemotingCommand) -> int:
+    try:
+        return int((cmd.ext_fields or {}).get("masterEpoch", "-1"))
+    except ValueError:
+        return -1
+
+
+class RoleChangeNotifier:
+    """Sends role-change notifications oneway, coalescing per broker address."""
+
+    def __init__(self, send_oneway: SendOneway, *, timeout: float = NOTIFY_TIMEOUT) -> None:
+        self._send = send_oneway
+        self._timeout = timeout
+        self._pending: dict[str, RemotingCommand] = {}
+        self._in_flight: dict[str, tuple[int, trio.CancelScope]] = {}
+        self._wakeup = trio.Event()
+        self._limiter = trio.CapacityLimiter(NOTIFY_CONCURRENCY)
+        #: (address, masterEpoch) of every notification sent (for tests and admin inspection)
+        self.sent: list[tuple[str, int]] = []
+
+    def submit(self, address: str, cmd: RemotingCommand) -> None:
+        """Queue ``cmd`` for ``address``; replaces a queued one, cancels an older one being sent."""
+        epoch = _epoch_of(cmd)
+        queued = self._pending.get(address)
+        if queued is not None and _epoch_of(queued) > epoch:
+            return
+        running = self._in_flight.get(address)
+        if running is not None and running[0] < epoch:
+            running[1].cancel()
+        self._pending[address] = cmd
+        self._wakeup.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            while True:
+                await self._wakeup.wait()
+                self._wakeup = trio.Event()
+                pending, self._pending = self._pending, {}
+                for address, cmd in pending.items():
+                    nursery.start_soon(self._deliver, address, cmd)
+
+    async def _deliver(self, address: str, cmd: RemotingCommand) -> None:
+        epoch = _epoch_of(cmd)
+        async with self._limiter:
+            with trio.CancelScope() as scope:
+                self._in_flight[address] = (epoch, scope)
+                try:
+                    log.info("notify broker %s that role changed (masterEpoch %d)", address, epoch)
+                    await self._send(address, cmd, self._timeout)
+                    self.sent.append((address, epoch))
+                except (RemotingError, OSError) as exc:
+                    # Brokers also poll their replica info, so a lost notification only delays them.
+                    log.warning("Failed to notify broker %s that role changed: %s", address, exc)
+                finally:
+                    if self._in_flight.get(address, (None, None))[1] is scope:
+                        del self._in_flight[address]
+
+
+class ControllerService:
+    """A controller peer: manager + schedules + notifier (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        driver: Driver,
+        *,
+        replicas: ReplicasInfoManager,
+        send_oneway: SendOneway,
+        clock_ms: Callable[[], float] | None = None,
+        run_driver: bool = False,
+    ) -> None:
+        self.config = config
+        self.driver = driver
+        self.run_driver = run_driver
+        self.notifier = RoleChangeNotifier(send_oneway)
+        self.manager = ControllerManager(
+            config, driver, replicas=replicas, clock_ms=clock_ms, notify=self.notifier.submit
+        )
+        self._inactive_send, self._inactive_recv = trio.open_memory_channel[BrokerIdentityInfo](1024)
+
+    # -- remoting wiring -------------------------------------------------------------------
+
+    def register(self, table: ProcessorTable) -> None:
+        """Register the controller's request codes on ``table`` (wire :meth:`connection_closed` too)."""
+        for code in self.manager.codes():
+            table.register(code, self.manager.handle)
+
+    def processor_table(self) -> ProcessorTable:
+        """A table serving only the controller API, with the connection-closed callback wired."""
+        table = ProcessorTable(on_close=self.connection_closed)
+        self.register(table)
+        return table
+
+    def connection_closed(self, conn: Any) -> None:
+        """Remoting ``on_close`` callback: brokers heard on ``conn`` become inactive."""
+        for info in self.manager.on_connection_closed(conn.id):
+            self._broker_inactive(info.identity)
+
+    def _broker_inactive(self, identity: BrokerIdentityInfo) -> None:
+        try:
+            self._inactive_send.send_nowait(identity)
+        except trio.WouldBlock:
+            log.warning(
+                "inactive-broker queue full, dropping %s (the inactive-master scan will catch it)", identity
+            )
+
+    # -- schedules -------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            if self.run_driver:
+                await nursery.start(self.driver.run)
+            await nursery.start(self.notifier.run)
+            nursery.start_soon(self._heartbeat_scan_loop)
+            nursery.start_soon(self._inactive_master_loop)
+            nursery.start_soon(self._inactive_worker)
+            task_status.started()
+
+    async def _heartbeat_scan_loop(self) -> None:
+        interval = self.config.scanNotActiveBrokerInterval / 1000.0
+        await trio.sleep(min(HEARTBEAT_SCAN_INITIAL_DELAY, interval))
+        while True:
+            for info in self.manager.scan_not_active_brokers():
+                self._broker_inactive(info.identity)
+            await trio.sleep(self.config.scanNotActiveBrokerInterval / 1000.0)
+
+    async def _inactive_master_loop(self) -> None:
+        while True:
+            await trio.sleep(self.config.scanInactiveMasterInterval / 1000.0)
+            if self.driver.is_leader:
+                names = await self.manager.scan_inactive_masters()
+                if names:
+                    log.info("re-elected masters for broker sets with a dead master: %s", names)
+
+    async def _inactive_worker(self) -> None:
+        async for identity in self._inactive_recv:
+            await self.manager.on_broker_inactive(
+                identity.clusterName, identity.brokerName, identity.brokerId
+            )
