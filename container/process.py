@@ -1,0 +1,243 @@
+"""The ``rmq-container`` process: runs what a :class:`~container.config.ProcessConfig` describes.
+
+Lifecycle (:class:`ContainerProcess`):
+
+1. Open the shared transport: one :class:`~remoting.server.RemotingServer` (every component gets its
+   own listener and processor table on it) and one :class:`~remoting.client.RemotingClient` for
+   outgoing requests.
+2. Run the component factories in order (name server, controller, brokers). A factory builds its
+   components from the config, binds their listeners through :meth:`ProcessContext.listen` and
+   returns them as :class:`HostedComponent` values with their banner lines. Nothing is served yet;
+   a bind failure is a :class:`StartupError` naming the component and address.
+3. Start every component (``await nursery.start(component.run)``), then start serving.
+4. Report the banner (``task_status.started(lines)``; each line is also logged).
+5. On :meth:`ContainerProcess.stop`: stop the transport first (no new requests), then cancel the
+   components, whose ``finally`` blocks flush and close their files.
+
+:func:`run_process` adds signal handling: the first SIGINT/SIGTERM stops gracefully, a second one
+cancels at once.
+
+Seam for later components: append a :data:`ComponentFactory` to :data:`DEFAULT_FACTORIES` (or pass
+``factories=``). A factory returns ``[]`` when the config does not describe its component.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+from container.config import ProcessConfig
+from container.logs import PROCESS_LOGGER, REMOTING_LOGGER
+from namesrv.controller import NamesrvController
+from remoting.client import RemotingClient
+from remoting.connection import ProcessorTable
+from remoting.server import Listener, RemotingServer
+
+log = logging.getLogger(PROCESS_LOGGER)
+
+
+class StartupError(Exception):
+    """A component could not start (typically: its port is taken); the message says which."""
+
+
+class Runnable(Protocol):
+    async def run(self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None: ...
+
+
+@dataclass
+class HostedComponent:
+    """A component the process runs: canonical name, the object with ``run``, banner lines."""
+
+    name: str
+    component: Runnable
+    banner: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ProcessContext:
+    """What factories get: the config, the shared transport, the host listeners bind."""
+
+    config: ProcessConfig
+    server: RemotingServer
+    client: RemotingClient
+    bind_host: str
+
+    async def listen(self, port: int, table: ProcessorTable, *, name: str) -> Listener:
+        """Bind ``bind_host:port`` (0 = ephemeral) for ``name``; raises :class:`StartupError`."""
+        try:
+            return await self.server.add_listener(self.bind_host, port, table, name=name)
+        except OSError as e:
+            raise StartupError(f"{name}: cannot listen on {self.bind_host}:{port}: {e.strerror or e}") from e
+
+
+ComponentFactory = Callable[[ProcessContext], Awaitable[list[HostedComponent]]]
+
+
+# --- factories ------------------------------------------------------------------------------------
+
+
+async def start_namesrv(ctx: ProcessContext) -> list[HostedComponent]:
+    """The name server, when the config has one."""
+    cfg = ctx.config.namesrv
+    if cfg is None:
+        return []
+    namesrv = NamesrvController(cfg)
+    listener = await ctx.listen(cfg.listenPort, namesrv.processor_table, name="namesrv")
+    return [HostedComponent("namesrv", namesrv, [f"namesrv {listener.address}"])]
+
+
+async def start_controller(ctx: ProcessContext) -> list[HostedComponent]:
+    """The controller peer (issue #3 fills this in; until then it is reported and skipped)."""
+    cfg = ctx.config.controller
+    if cfg is None:
+        return []
+    log.warning(
+        "controller %s (%s) is configured but this build has no controller yet: not started",
+        cfg.controllerDLegerSelfId,
+        cfg.self_address,
+    )
+    return []
+
+
+async def start_brokers(ctx: ProcessContext) -> list[HostedComponent]:
+    """The hosted brokers (the broker issue fills this in; until then they are reported and skipped).
+
+    The broker factory should, per :class:`~container.config.BrokerSpec`: build the broker with
+    ``spec.broker``/``spec.store`` and the logger ``container.logs.broker_logger_name(spec.broker)``,
+    bind its main port with ``ctx.listen(spec.broker.listenPort, table, name=display_name)``, and
+    return the banner line ``broker <display> <brokerIP1>:<port> (<role>) ha <brokerIP2>:<haPort>
+    store <storePathRootDir>``.
+    """
+    for spec in ctx.config.brokers:
+        log.warning(
+            "broker %s is configured but this build has no broker yet: not started",
+            spec.broker.broker_display_name,
+        )
+    return []
+
+
+DEFAULT_FACTORIES: tuple[ComponentFactory, ...] = (start_namesrv, start_controller, start_brokers)
+
+
+# --- the process ----------------------------------------------------------------------------------
+
+
+def _bind_host(config: ProcessConfig) -> str:
+    return config.nettyServer.bindAddress or "0.0.0.0"
+
+
+class ContainerProcess:
+    """Runs the components of one config in one nursery (see the module docstring)."""
+
+    def __init__(self, config: ProcessConfig, factories: Sequence[ComponentFactory] | None = None) -> None:
+        self.config = config
+        self.factories = tuple(DEFAULT_FACTORIES if factories is None else factories)
+        self.components: list[HostedComponent] = []
+        self.server: RemotingServer | None = None
+        self._stop = trio.Event()
+        self._cancel_all: trio.CancelScope | None = None
+
+    def stop(self) -> None:
+        """Ask for a graceful stop (idempotent; also fine before ``run`` started)."""
+        self._stop.set()
+
+    def cancel(self) -> None:
+        """Stop at once: cancel everything (components still run their ``finally`` blocks)."""
+        self._stop.set()
+        if self._cancel_all is not None:
+            self._cancel_all.cancel()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def banner(self) -> list[str]:
+        lines = [f"rmq-container started (pid {os.getpid()}, config {self.config.source})"]
+        for hosted in self.components:
+            lines.extend(hosted.banner)
+        if self.config.dataDir:
+            lines.append(f"data {self.config.dataDir}")
+        return lines
+
+    async def run(self, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start everything, report the banner lines, serve until :meth:`stop`, then shut down."""
+        cfg = self.config
+        server = RemotingServer(
+            name=REMOTING_LOGGER,
+            max_in_flight_per_connection=max(1, cfg.nettyServer.serverAsyncSemaphoreValue),
+        )
+        self.server = server
+        with trio.CancelScope() as cancel_all:
+            self._cancel_all = cancel_all
+            async with RemotingClient(
+                connect_timeout=cfg.nettyClient.connectTimeoutMillis / 1000,
+                name=f"{REMOTING_LOGGER}.client",
+            ) as client:
+                ctx = ProcessContext(cfg, server, client, _bind_host(cfg))
+                try:
+                    for factory in self.factories:
+                        self.components.extend(await factory(ctx))
+                except BaseException:
+                    with trio.CancelScope(shield=True):
+                        for listener in list(server.listeners):
+                            await server.remove_listener(listener)
+                    raise
+                async with trio.open_nursery() as components:
+                    for hosted in self.components:
+                        log.debug("starting %s", hosted.name)
+                        await components.start(hosted.component.run)
+                    async with trio.open_nursery() as transport:
+                        await transport.start(server.run)
+                        lines = self.banner()
+                        for line in lines:
+                            log.info("%s", line)
+                        task_status.started(lines)
+                        await self._stop.wait()
+                        log.info("stopping: transport first")
+                        transport.cancel_scope.cancel()
+                    log.info("stopping: %d component(s)", len(self.components))
+                    components.cancel_scope.cancel()
+        log.info("rmq-container stopped")
+
+
+async def run_process(
+    config: ProcessConfig,
+    *,
+    factories: Sequence[ComponentFactory] | None = None,
+    on_started: Callable[[list[str]], None] | None = None,
+) -> int:
+    """Run ``config`` until SIGINT/SIGTERM; return the exit code (0 after a graceful stop).
+
+    ``on_started`` gets the banner lines once everything listens (the CLI prints them).
+    """
+    process = ContainerProcess(config, factories)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch_signals() -> None:
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if not process.stopping:
+                        log.info("%s received: stopping (send it again to stop at once)", name)
+                        process.stop()
+                    else:
+                        log.warning("%s received again: cancelling everything", name)
+                        process.cancel()
+
+            async def run_then_stop_watching(*, task_status: trio.TaskStatus[list[str]]) -> None:
+                try:
+                    await process.run(task_status=task_status)
+                finally:
+                    nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch_signals)
+            lines = await nursery.start(run_then_stop_watching)
+            if on_started is not None:
+                on_started(lines)
+    return 0
