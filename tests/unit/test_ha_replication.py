@@ -102,7 +102,7 @@ def test_batches_respect_batch_size_file_ends_and_epoch_boundaries() -> None:
         assert batch.offset // 1024 == (end - 1) // 1024, "batch crosses a file end"
         entry = next(e for e in epochs if e.epoch == batch.epoch)
         assert entry.start_offset == batch.epochStartOffset
-        assert entry.start_offset <= batch.offset and end <= entry.end_offset, (
+        assert entry.start_offset <= batch.offset <= end <= entry.end_offset, (
             "batch crosses an epoch boundary"
         )
     assert {b.epoch for b in seen} == {1, 2, 5}
@@ -151,7 +151,9 @@ def test_master_heartbeats_when_idle_and_slave_reports_periodically() -> None:
     assert client.next_deadline() == pytest.approx(5.0)
     lb.tick(5.0)
     heartbeats = [h for h in seen if isinstance(h, MasterTransfer) and not h.body]
-    assert heartbeats and heartbeats[-1].offset == master.max_offset and heartbeats[-1].epoch == 1
+    assert heartbeats
+    assert heartbeats[-1].offset == master.max_offset
+    assert heartbeats[-1].epoch == 1
     assert lb.closed is None
     # Master appends more: the next pump streams it.
     fill(master, 2)
@@ -197,7 +199,8 @@ def test_client_rejects_a_gap_or_overlap(offset: int, kind: str) -> None:
     fill(slave, 10)  # max 600
     client = _client_in_transfer(slave)
     (event,) = client.receive_data(MasterTransfer(offset, 1, 0, 0, b"x" * 60).encode(), 1.0)
-    assert isinstance(event, CloseConnection) and event.reason.startswith(kind)
+    assert isinstance(event, CloseConnection)
+    assert event.reason.startswith(kind)
     assert slave.max_offset == 600
     assert client.state == HAConnectionState.READY
 
@@ -225,7 +228,8 @@ def test_master_rejects_a_slave_that_is_ahead() -> None:
     conn.receive_data(SlaveHandshake(False, False, 2).encode(), 0.0)
     conn.poll_send(0.0)
     (event,) = conn.receive_data(SlaveAck(master.max_offset + 60).encode(), 0.0)
-    assert isinstance(event, CloseConnection) and conn.closed
+    assert isinstance(event, CloseConnection)
+    assert conn.closed
 
 
 def test_master_rejects_transfer_before_handshake() -> None:
@@ -254,7 +258,8 @@ def test_partial_message_tail_is_cut_before_reconnecting() -> None:
     slave.confirm_offset = 630
     client = HAClient(slave, CONFIG, broker_id=2)
     assert client.prepare_connect() == 600
-    assert slave.max_offset == 600 and slave.confirm_offset == 600
+    assert slave.max_offset == 600
+    assert slave.confirm_offset == 600
 
 
 # ---------------------------------------------------------------- master group state
@@ -340,7 +345,7 @@ def test_member_without_connection_keeps_confirm_offset() -> None:
 
 
 def test_gating_in_controller_mode() -> None:
-    log, group, config = make_group(sync_state_set=(1,), minInSyncReplicas=2)
+    log, group, _config = make_group(sync_state_set=(1,), minInSyncReplicas=2)
     assert group.check_before_put() is PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
     assert group.need_ack_nums() == -1
     assert group.is_acked(log.max_offset)  # a one-member set acks at once
@@ -432,7 +437,8 @@ def test_classic_slave_copies_from_the_last_file_and_follows() -> None:
     assert slave.max_offset == master.max_offset
     assert isinstance(events[-1], AckReceived)
     # heartbeat and report when idle
-    assert conn.poll_send(6.0) and client.tick(6.0) == []
+    assert conn.poll_send(6.0)
+    assert client.tick(6.0) == []
     assert client.data_to_send()
 
 
