@@ -24,11 +24,10 @@ class NettyServerConfig(msgspec.Struct, kw_only=True):
     serverWorkerThreads: int = 8
     serverCallbackExecutorThreads: int = 0
     serverSelectorThreads: int = 3
-    #: Honored as concurrency bounds for in-flight oneway / async requests per connection when the
-    #: remoting server supports them.
+    #: Ignored (upstream: bounds on oneway / async requests the server itself sends).
     serverOnewaySemaphoreValue: int = 256
     serverAsyncSemaphoreValue: int = 64
-    #: Honored when the remoting server supports idle close: seconds without reads or writes.
+    #: Ignored for now (upstream closes connections idle this long; the remoting server does not).
     serverChannelMaxIdleTimeSeconds: int = 120
     #: Ignored (0 = OS default, which is what we use).
     serverSocketSndBufSize: int = 0
@@ -51,12 +50,12 @@ class NettyClientConfig(msgspec.Struct, kw_only=True):
     clientCallbackExecutorThreads: int = msgspec.field(default_factory=lambda: os.cpu_count() or 1)
     clientOnewaySemaphoreValue: int = 65535
     clientAsyncSemaphoreValue: int = 65535
-    #: Honored: TCP connect timeout of outgoing connections.
+    #: Honored: TCP connect timeout of the process's shared remoting client.
     connectTimeoutMillis: int = 3000
     #: Ignored.
     channelNotActiveInterval: int = 1000 * 60
     scanAvailableNameSrv: bool = True
-    #: Honored when the remoting client supports idle close.
+    #: Ignored for now (the remoting client keeps idle connections).
     clientChannelMaxIdleTimeSeconds: int = 120
     #: Ignored (OS defaults / Netty internals).
     clientSocketSndBufSize: int = 0

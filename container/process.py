@@ -128,6 +128,12 @@ DEFAULT_FACTORIES: tuple[ComponentFactory, ...] = (start_namesrv, start_controll
 # --- the process ----------------------------------------------------------------------------------
 
 
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
 def _bind_host(config: ProcessConfig) -> str:
     return config.nettyServer.bindAddress or "0.0.0.0"
 
@@ -165,44 +171,49 @@ class ContainerProcess:
             lines.append(f"data {self.config.dataDir}")
         return lines
 
+    async def _serve(self, ctx: ProcessContext, task_status: trio.TaskStatus[list[str]]) -> None:
+        server = ctx.server
+        try:
+            for factory in self.factories:
+                self.components.extend(await factory(ctx))
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                for listener in list(server.listeners):
+                    await server.remove_listener(listener)
+            raise
+        async with trio.open_nursery() as components:
+            for hosted in self.components:
+                log.debug("starting %s", hosted.name)
+                await components.start(hosted.component.run)
+            async with trio.open_nursery() as transport:
+                await transport.start(server.run)
+                lines = self.banner()
+                for line in lines:
+                    log.info("%s", line)
+                task_status.started(lines)
+                await self._stop.wait()
+                log.info("stopping: transport first")
+                transport.cancel_scope.cancel()
+            log.info("stopping: %d component(s)", len(self.components))
+            components.cancel_scope.cancel()
+
     async def run(self, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, report the banner lines, serve until :meth:`stop`, then shut down."""
         cfg = self.config
-        server = RemotingServer(
-            name=REMOTING_LOGGER,
-            max_in_flight_per_connection=max(1, cfg.nettyServer.serverAsyncSemaphoreValue),
-        )
+        server = RemotingServer(name=REMOTING_LOGGER)
         self.server = server
         with trio.CancelScope() as cancel_all:
             self._cancel_all = cancel_all
-            async with RemotingClient(
-                connect_timeout=cfg.nettyClient.connectTimeoutMillis / 1000,
-                name=f"{REMOTING_LOGGER}.client",
-            ) as client:
-                ctx = ProcessContext(cfg, server, client, _bind_host(cfg))
-                try:
-                    for factory in self.factories:
-                        self.components.extend(await factory(ctx))
-                except BaseException:
-                    with trio.CancelScope(shield=True):
-                        for listener in list(server.listeners):
-                            await server.remove_listener(listener)
-                    raise
-                async with trio.open_nursery() as components:
-                    for hosted in self.components:
-                        log.debug("starting %s", hosted.name)
-                        await components.start(hosted.component.run)
-                    async with trio.open_nursery() as transport:
-                        await transport.start(server.run)
-                        lines = self.banner()
-                        for line in lines:
-                            log.info("%s", line)
-                        task_status.started(lines)
-                        await self._stop.wait()
-                        log.info("stopping: transport first")
-                        transport.cancel_scope.cancel()
-                    log.info("stopping: %d component(s)", len(self.components))
-                    components.cancel_scope.cancel()
+            try:
+                async with RemotingClient(
+                    connect_timeout=cfg.nettyClient.connectTimeoutMillis / 1000,
+                    name=f"{REMOTING_LOGGER}.client",
+                ) as client:
+                    await self._serve(ProcessContext(cfg, server, client, _bind_host(cfg)), task_status)
+            except* StartupError as group:
+                # Factories run one at a time, so there is exactly one; callers get it unwrapped.
+                err = _leaves(group)[0]
+                raise err from err.__cause__
         log.info("rmq-container stopped")
 
 

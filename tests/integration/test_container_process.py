@@ -1,0 +1,264 @@
+"""The rmq-container process: started as a subprocess from .properties and TOML files, queried over
+the wire, stopped with SIGTERM/SIGINT; plus in-process lifecycle checks of ContainerProcess."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from container.config import ProcessConfig, load_process_config
+from container.config_fields import PROJECT_ROOT
+from container.process import (
+    ContainerProcess,
+    HostedComponent,
+    ProcessContext,
+    StartupError,
+    run_process,
+)
+from namesrv.config import NamesrvConfig
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import request
+from remoting.connection import ProcessorTable
+
+BANNER_NAMESRV = re.compile(rb"^namesrv (127\.0\.0\.1:\d+)$", re.M)
+STOP_DEADLINE = 10.0
+
+
+class Proc:
+    """A running ``python -m container.cli`` with its output collected."""
+
+    def __init__(self, process: trio.Process) -> None:
+        self.process = process
+        self.stdout = b""
+        self.stderr = b""
+
+    async def read_until(self, pattern: re.Pattern[bytes], timeout: float = 15.0) -> re.Match[bytes]:
+        assert self.process.stdout is not None
+        with trio.move_on_after(timeout):
+            while not (m := pattern.search(self.stdout)):
+                chunk = await self.process.stdout.receive_some()
+                if not chunk:
+                    break
+                self.stdout += chunk
+            if m:
+                return m
+        self.process.kill()
+        raise AssertionError(
+            f"no {pattern.pattern!r} in stdout {self.stdout!r}; stderr {await self.drain_stderr()!r}"
+        )
+
+    async def drain_stderr(self) -> bytes:
+        assert self.process.stderr is not None
+        with trio.move_on_after(2):
+            while chunk := await self.process.stderr.receive_some():
+                self.stderr += chunk
+        return self.stderr
+
+    async def stop(self, sig: int) -> int:
+        self.process.send_signal(sig)
+        assert self.process.stdout is not None
+        with trio.fail_after(STOP_DEADLINE):
+            while chunk := await self.process.stdout.receive_some():
+                self.stdout += chunk
+            await self.drain_stderr()
+            return await self.process.wait()
+
+
+async def start(config: Path, *extra: str) -> Proc:
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "container.cli", "-c", str(config), *extra],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    return Proc(process)
+
+
+async def cluster_info(addr: str) -> dict[str, object]:
+    async with RemotingClient() as client:
+        response = await client.invoke(addr, request(RequestCode.GET_BROKER_CLUSTER_INFO), timeout=5.0)
+    assert response.code == ResponseCode.SUCCESS
+    return json.loads(response.body_bytes)
+
+
+async def put_kv(addr: str, namespace: str, key: str, value: str) -> None:
+    async with RemotingClient() as client:
+        cmd = request(RequestCode.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value})
+        response = await client.invoke(addr, cmd, timeout=5.0)
+    assert response.code == ResponseCode.SUCCESS
+
+
+async def test_namesrv_from_properties_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    conf = tmp_path / "namesrv.properties"
+    conf.write_text(
+        "# a name server on an ephemeral port\nlistenPort=0\nbindAddress=127.0.0.1\n"
+        f"kvConfigPath={tmp_path}/kv/kvConfig.json\nconfigStorePath={tmp_path}/kv/namesrv.properties\n"
+    )
+    proc = await start(conf)
+    addr = (await proc.read_until(BANNER_NAMESRV)).group(1).decode()
+    info = await cluster_info(addr)
+    assert info == {"brokerAddrTable": {}, "clusterAddrTable": {}}
+    await put_kv(addr, "ORDER_TOPIC_CONFIG", "T1", "broker-a:4")
+    assert await proc.stop(signal.SIGTERM) == 0
+    assert b"rmq-container stopped" in proc.stderr
+    assert json.loads((tmp_path / "kv" / "kvConfig.json").read_text())["configTable"] == {
+        "ORDER_TOPIC_CONFIG": {"T1": "broker-a:4"}
+    }
+
+
+async def test_process_from_toml_serves_and_stops_cleanly_on_sigint(tmp_path: Path) -> None:
+    conf = tmp_path / "process.toml"
+    conf.write_text(
+        "[nettyServer]\nbindAddress = '127.0.0.1'\n"
+        "[namesrv]\nlistenPort = 0\nkvConfigPath = '${rmq.data.dir}/namesrv/kvConfig.json'\n"
+    )
+    proc = await start(conf, "--data-dir", str(tmp_path / "data"))
+    addr = (await proc.read_until(BANNER_NAMESRV)).group(1).decode()
+    await proc.read_until(re.compile(rb"^data " + re.escape(str(tmp_path / "data").encode()) + rb"$", re.M))
+    assert await cluster_info(addr) == {"brokerAddrTable": {}, "clusterAddrTable": {}}
+    assert await proc.stop(signal.SIGINT) == 0
+    assert proc.stdout.startswith(b"rmq-container started (pid ")
+
+
+async def test_unknown_keys_exit_non_zero_listing_each(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=a\nbrokerNmae=b\nlistenProt=1\n")
+    proc = await start(conf)
+    with trio.fail_after(STOP_DEADLINE):
+        code = await proc.process.wait()
+    stderr = await proc.drain_stderr()
+    assert code == 2
+    assert f"{conf}:2: unknown key 'brokerNmae'".encode() in stderr
+    assert f"{conf}:3: unknown key 'listenProt'".encode() in stderr
+
+
+async def test_port_in_use_exits_1_naming_component_and_address(tmp_path: Path) -> None:
+    taken = trio.socket.socket()
+    await taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    conf = tmp_path / "p.toml"
+    conf.write_text(f"[nettyServer]\nbindAddress = '127.0.0.1'\n[namesrv]\nlistenPort = {port}\n")
+    try:
+        proc = await start(conf, "--data-dir", str(tmp_path))
+        with trio.fail_after(STOP_DEADLINE):
+            code = await proc.process.wait()
+    finally:
+        taken.close()
+    assert code == 1
+    assert f"namesrv: cannot listen on 127.0.0.1:{port}".encode() in await proc.drain_stderr()
+
+
+def test_print_config_output_loads_back(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "container.cli", "--print-config", "--data-dir", str(tmp_path)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        check=True,
+        timeout=30,
+    )
+    effective = tmp_path / "effective.toml"
+    effective.write_bytes(out.stdout)
+    cfg = load_process_config(effective)
+    assert cfg.namesrv is not None
+    assert [b.broker.brokerName for b in cfg.brokers] == ["broker-a", "broker-b"]
+    assert cfg.brokers[0].store.storePathRootDir == str(tmp_path / "broker-a")
+
+
+# --- in-process lifecycle --------------------------------------------------------------------------
+
+
+class Recorder:
+    """A component that records its life and, like a real one, cleans up in ``finally``."""
+
+    def __init__(self, name: str, events: list[str], ports: list[int]) -> None:
+        self.name = name
+        self.events = events
+        self.ports = ports
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.events.append(f"{self.name} started")
+        task_status.started()
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    stream = await trio.open_tcp_stream("127.0.0.1", self.ports[0])
+                except OSError:
+                    accepting = False
+                else:
+                    accepting = True
+                    await stream.aclose()
+            self.events.append(f"{self.name} stopped (port accepting: {accepting})")
+
+
+def _config() -> ProcessConfig:
+    cfg = ProcessConfig(source="test")
+    cfg.nettyServer.bindAddress = "127.0.0.1"
+    return cfg
+
+
+async def test_components_start_in_order_and_stop_after_the_transport() -> None:
+    events: list[str] = []
+    ports: list[int] = []
+
+    async def factory(ctx: ProcessContext) -> list[HostedComponent]:
+        listener = await ctx.listen(0, ProcessorTable(), name="fake")
+        ports.append(listener.port)
+        return [
+            HostedComponent(n, Recorder(n, events, ports), [f"{n} {listener.address}"]) for n in ("a", "b")
+        ]
+
+    process = ContainerProcess(_config(), [factory])
+    async with trio.open_nursery() as nursery:
+        banner = await nursery.start(process.run)
+        assert banner[1:] == [f"a 127.0.0.1:{ports[0]}", f"b 127.0.0.1:{ports[0]}"]
+        stream = await trio.open_tcp_stream("127.0.0.1", ports[0])  # served while running
+        await stream.aclose()
+        process.stop()
+    assert events[:2] == ["a started", "b started"]
+    # components stop after the transport: their port no longer accepts connections
+    assert sorted(events[2:]) == ["a stopped (port accepting: False)", "b stopped (port accepting: False)"]
+
+
+async def test_a_failing_factory_releases_ports_bound_by_earlier_ones() -> None:
+    ports: list[int] = []
+
+    async def first(ctx: ProcessContext) -> list[HostedComponent]:
+        ports.append((await ctx.listen(0, ProcessorTable(), name="first")).port)
+        return []
+
+    async def second(ctx: ProcessContext) -> list[HostedComponent]:
+        await ctx.listen(ports[0], ProcessorTable(), name="second")
+        return []
+
+    with pytest.raises(StartupError) as err:
+        await ContainerProcess(_config(), [first, second]).run()
+    assert str(err.value).startswith(f"second: cannot listen on 127.0.0.1:{ports[0]}")
+    # the first listener was closed: the port can be bound again
+    listeners = await trio.open_tcp_listeners(ports[0], host="127.0.0.1")
+    for lst in listeners:
+        await lst.aclose()
+
+
+async def test_run_process_stops_on_sigterm_with_exit_code_0(tmp_path: Path) -> None:
+    cfg = _config()
+    cfg.namesrv = NamesrvConfig(listenPort=0, kvConfigPath=str(tmp_path / "kv.json"))
+    started: list[list[str]] = []
+
+    def on_started(lines: list[str]) -> None:
+        started.append(lines)
+        signal.raise_signal(signal.SIGTERM)
+
+    with trio.fail_after(STOP_DEADLINE):
+        assert await run_process(cfg, on_started=on_started) == 0
+    assert any(line.startswith("namesrv 127.0.0.1:") for line in started[0])
