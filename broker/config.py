@@ -242,6 +242,8 @@ def _names(text: str) -> frozenset[str]:
 
 
 #: Upstream ``BrokerConfig`` keys that have no effect in rmq-container: accepted with a warning.
+#: Includes 4.x keys removed since (``commercial*``, ``filterServerNums``) and
+#: ``controllerDeployedStandAlone`` from upstream's controller deploy guide, so old files still load.
 IGNORED_BROKER_KEYS: frozenset[str] = _names(
     """
     brokerConfigPath recoverConcurrently messageStorePlugIn
@@ -277,5 +279,7 @@ IGNORED_BROKER_KEYS: frozenset[str] = _names(
     enableSplitMetadata splitMetadataSize enableFastChannelEventProcess printChannelGroups
     printChannelGroupsMinNum enableLmqStats configManagerVersion
     allowRecallWhenBrokerNotWriteable recallMessageEnable enableRegisterProducer enableCreateSysGroup
+    commercialEnable commercialTimerCount commercialTransCount commercialBigCount filterServerNums
+    controllerDeployedStandAlone
     """
 )

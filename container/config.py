@@ -173,7 +173,7 @@ IGNORED_STORE_KEYS: frozenset[str] = _names(
     timerProgressLogIntervalMs timerPutMessageThreadNum timerRollWindowSlot timerSkipUnknownError
     timerStopDequeue timerStopEnqueue timerWarmEnable topicQueueLockNum transientStorePoolSize
     travelCqFileNumWhenGetMessage useABSLock useReentrantLockWhenPutMessage wakeCommitWhenPutMessage
-    wakeFlushWhenPutMessage writeWithoutMmap
+    wakeFlushWhenPutMessage writeWithoutMmap haSlaveFallbehindMax maxDelayTime memTableFlushInterval
     """
 )
 

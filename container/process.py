@@ -5,7 +5,7 @@ Lifecycle (:class:`ContainerProcess`):
 1. Open the shared transport: one :class:`~remoting.server.RemotingServer` (every component gets its
    own listener and processor table on it) and one :class:`~remoting.client.RemotingClient` for
    outgoing requests.
-2. Run the component factories in order (name server, controller, brokers). A factory builds its
+2. Run the component factories in order (name server, controller, container admin port, brokers). A factory builds its
    components from the config, binds their listeners through :meth:`ProcessContext.listen` and
    returns them as :class:`HostedComponent` values with their banner lines. Nothing is served yet;
    a bind failure is a :class:`StartupError` naming the component and address.
@@ -105,6 +105,14 @@ async def start_controller(ctx: ProcessContext) -> list[HostedComponent]:
     return []
 
 
+async def start_container_admin(ctx: ProcessContext) -> list[HostedComponent]:
+    """The container's own port (ADD_BROKER/REMOVE_BROKER/...; a later issue fills this in)."""
+    cfg = ctx.config.container
+    if cfg is not None:
+        log.warning("container admin port %d is configured but not served yet: not opened", cfg.listenPort)
+    return []
+
+
 async def start_brokers(ctx: ProcessContext) -> list[HostedComponent]:
     """The hosted brokers (the broker issue fills this in; until then they are reported and skipped).
 
@@ -122,7 +130,12 @@ async def start_brokers(ctx: ProcessContext) -> list[HostedComponent]:
     return []
 
 
-DEFAULT_FACTORIES: tuple[ComponentFactory, ...] = (start_namesrv, start_controller, start_brokers)
+DEFAULT_FACTORIES: tuple[ComponentFactory, ...] = (
+    start_namesrv,
+    start_controller,
+    start_container_admin,
+    start_brokers,
+)
 
 
 # --- the process ----------------------------------------------------------------------------------
