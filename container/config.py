@@ -58,6 +58,7 @@ from container.config_fields import (
     expand_path,
     field_kinds,
 )
+from container.config_rules import finish
 from container.netty_config import NettyClientConfig, NettyServerConfig
 from container.properties import (
     PropertiesSyntaxError,
@@ -67,13 +68,11 @@ from container.properties import (
 )
 from container.toml_lines import TomlLines
 from controller.config import (
-    DLEDGER_CONTROLLER,
     IGNORED_CONTROLLER_KEYS,
     ControllerConfig,
-    ControllerPeersError,
 )
 from namesrv.config import IGNORED_NAMESRV_KEYS, NamesrvConfig
-from store.config import BrokerRole, MessageStoreConfig
+from store.config import MessageStoreConfig
 
 __all__ = [
     "KINDS",
@@ -600,163 +599,5 @@ def load_process_config(
         )
     if loader.data_dir_used:
         proc.dataDir = loader.data_dir
-    _finish(proc, brokers, loader.container_explicit, standalone=standalone, toml=kind == "toml")
+    finish(proc, brokers, loader.container_explicit, standalone=standalone, toml=kind == "toml")
     return proc
-
-
-# --- rules applied after loading ------------------------------------------------------------------
-
-
-def _specific(bind: str) -> bool:
-    return bind not in ("", "0.0.0.0", "::")
-
-
-def _finish(
-    proc: ProcessConfig,
-    drafts: list[tuple[BrokerSpec, set[str]]],
-    container_explicit: set[str],
-    *,
-    standalone: bool,
-    toml: bool,
-) -> None:
-    bind = proc.nettyServer.bindAddress
-    if proc.container is not None and _specific(bind) and "brokerContainerIP" not in container_explicit:
-        proc.container.brokerContainerIP = bind
-    if proc.namesrv is not None and proc.namesrv.enableControllerInNamesrv and proc.controller is None:
-        raise InvalidConfig(
-            f"{proc.source}: enableControllerInNamesrv=true needs the controller keys"
-            + (" in a [controller] table" if toml else "")
-        )
-    if proc.controller is not None:
-        _check_controller(proc.source, proc.controller)
-    if proc.nettyClient.useTLS:
-        raise InvalidConfig(f"{proc.source}: useTLS=true is not supported by rmq-container")
-
-    local_namesrv = None
-    if proc.namesrv is not None:
-        local_namesrv = f"{bind if _specific(bind) else '127.0.0.1'}:{proc.namesrv.listenPort}"
-    for spec, explicit in drafts:
-        b = spec.broker
-        if _specific(bind):
-            if "brokerIP1" not in explicit:
-                b.brokerIP1 = bind
-            if "brokerIP2" not in explicit:
-                b.brokerIP2 = bind
-        if proc.container is not None and proc.container.namesrvAddr:
-            if "namesrvAddr" in explicit and b.namesrvAddr != proc.container.namesrvAddr:
-                log.warning(
-                    "%s: namesrvAddr %s replaced by the container's %s",
-                    spec.source,
-                    b.namesrvAddr,
-                    proc.container.namesrvAddr,
-                )
-            b.namesrvAddr = proc.container.namesrvAddr
-        elif not b.namesrvAddr and local_namesrv is not None:
-            b.namesrvAddr = local_namesrv
-        _ha_port(spec, explicit, standalone=standalone)
-        _check_broker(spec, explicit)
-    proc.brokers = [spec for spec, _ in drafts]
-    _check_identities(proc)
-    _check_ports(proc)
-
-
-def _ha_port(spec: BrokerSpec, explicit: set[str], *, standalone: bool) -> None:
-    b, s = spec.broker, spec.store
-    derived = b.listenPort + 1 if b.listenPort > 0 else 0
-    if standalone:
-        if "haListenPort" not in explicit or s.haListenPort <= 0:
-            s.haListenPort = derived
-        return
-    if "haListenPort" in explicit and s.haListenPort != derived:
-        log.warning(
-            "%s: haListenPort %d replaced by listenPort+1 = %d (brokers in a container always use it)",
-            spec.source,
-            s.haListenPort,
-            derived,
-        )
-    s.haListenPort = derived
-
-
-def _check_broker(spec: BrokerSpec, explicit: set[str]) -> None:
-    b, s = spec.broker, spec.store
-    if s.enableDLegerCommitLog:
-        raise InvalidConfig(f"{spec.source}: enableDLegerCommitLog=true is not supported by rmq-container")
-    if s.duplicationEnable:
-        raise InvalidConfig(f"{spec.source}: a broker with duplicationEnable=true cannot run in a container")
-    if not (
-        s.totalReplicas >= s.inSyncReplicas >= s.minInSyncReplicas and s.totalReplicas >= s.minInSyncReplicas
-    ):
-        raise InvalidConfig(
-            f"{spec.source}: invalid replicas number: need totalReplicas ({s.totalReplicas}) >= "
-            f"inSyncReplicas ({s.inSyncReplicas}) >= minInSyncReplicas ({s.minInSyncReplicas})"
-        )
-    if b.enableControllerMode:
-        if not b.controller_addr_list:
-            raise InvalidConfig(f"{spec.source}: enableControllerMode=true needs controllerAddr")
-        return
-    if s.brokerRole == BrokerRole.SLAVE:
-        if b.brokerId <= 0:
-            raise InvalidConfig(f"{spec.source}: slave broker id must be > 0 (brokerId={b.brokerId})")
-    elif b.brokerId != 0:
-        if "brokerId" in explicit:
-            log.warning("%s: brokerId %d set to 0 for a %s", spec.source, b.brokerId, s.brokerRole.value)
-        b.brokerId = 0
-
-
-def _check_controller(source: str, c: ControllerConfig) -> None:
-    if c.controllerType != DLEDGER_CONTROLLER:
-        raise InvalidConfig(
-            f"{source}: controllerType={c.controllerType} is not supported (rmq-container's controller is "
-            f"configured with the {DLEDGER_CONTROLLER} keys)"
-        )
-    missing = [
-        k
-        for k in ("controllerDLegerGroup", "controllerDLegerPeers", "controllerDLegerSelfId")
-        if not getattr(c, k)
-    ]
-    if missing:
-        raise InvalidConfig(f"{source}: a controller needs {', '.join(missing)}")
-    try:
-        peers = c.peers
-    except ControllerPeersError as e:
-        raise InvalidConfig(f"{source}: controllerDLegerPeers: {e}") from None
-    if c.controllerDLegerSelfId not in peers:
-        raise InvalidConfig(
-            f"{source}: controllerDLegerSelfId {c.controllerDLegerSelfId!r} is not one of the peers "
-            f"({', '.join(peers)})"
-        )
-
-
-def _check_identities(proc: ProcessConfig) -> None:
-    seen: dict[tuple[str, str, int], str] = {}
-    for spec in proc.brokers:
-        if spec.broker.enableControllerMode:
-            continue  # ids are assigned by the controller
-        ident = (spec.broker.brokerClusterName, spec.broker.brokerName, spec.broker.brokerId)
-        if ident in seen:
-            raise InvalidConfig(
-                f"{spec.source}: broker {spec.broker.broker_display_name} is already described by {seen[ident]}"
-            )
-        seen[ident] = spec.source
-
-
-def _check_ports(proc: ProcessConfig) -> None:
-    owners: dict[int, str] = {}
-
-    def claim(port: int, owner: str) -> None:
-        if port <= 0:
-            return
-        if port in owners:
-            raise InvalidConfig(f"{proc.source}: port {port} is used by both {owners[port]} and {owner}")
-        owners[port] = owner
-
-    if proc.namesrv is not None:
-        claim(proc.namesrv.listenPort, "the name server")
-    if proc.container is not None:
-        claim(proc.container.listenPort, "the container")
-    if proc.controller is not None:
-        claim(int(proc.controller.self_address.rpartition(":")[2]), "the controller")
-    for spec in proc.brokers:
-        name = spec.broker.broker_display_name
-        claim(spec.broker.listenPort, f"broker {name}")
-        claim(spec.store.haListenPort, f"broker {name} (HA)")
