@@ -57,6 +57,11 @@ def _print_banner(lines: list[str]) -> None:
 )
 @click.option("--print-config", is_flag=True, help="Print the effective config as TOML and exit.")
 @click.option(
+    "--allow-unknown-keys",
+    is_flag=True,
+    help="Warn about unknown config keys and skip them instead of refusing to start.",
+)
+@click.option(
     "--log-level",
     "log_levels",
     multiple=True,
@@ -73,6 +78,7 @@ def main(
     config_path: Path | None,
     kind: str | None,
     print_config: bool,
+    allow_unknown_keys: bool,
     log_levels: tuple[str, ...],
     verbose: int,
     data_dir: str | None,
@@ -86,7 +92,7 @@ def main(
 
     path = config_path or DEFAULT_CONFIG
     try:
-        config = load_process_config(path, kind, data_dir=data_dir)
+        config = load_process_config(path, kind, data_dir=data_dir, allow_unknown_keys=allow_unknown_keys)
     except ConfigError as e:
         click.echo(f"rmq-container: {e}", err=True)
         sys.exit(2)

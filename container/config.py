@@ -558,13 +558,19 @@ class _Loader:
 
 
 def load_process_config(
-    path: str | os.PathLike[str], kind: str | None = None, *, data_dir: str | None = None
+    path: str | os.PathLike[str],
+    kind: str | None = None,
+    *,
+    data_dir: str | None = None,
+    allow_unknown_keys: bool = False,
 ) -> ProcessConfig:
     """Load what one process runs from ``path`` (see the module docstring).
 
     ``kind`` is one of :data:`KINDS` or None (``.toml`` → toml, else :func:`detect_kind`).
     ``data_dir`` is what ``${rmq.data.dir}`` stands for (default: ``$RMQ_DATA_DIR`` or ``data/`` in the
-    project). Raises :class:`ConfigError` (or a subclass) on any problem.
+    project). Unknown keys raise :class:`UnknownConfigKey` listing all of them, unless
+    ``allow_unknown_keys``: then each is logged as a warning and skipped. Raises
+    :class:`ConfigError` (or a subclass) on any problem.
     """
     p = Path(path)
     loader = _Loader(data_dir)
@@ -591,7 +597,10 @@ def load_process_config(
         else:
             loader.controller_properties(p, props, proc)
     if loader.unknown:
-        raise UnknownConfigKey(loader.unknown)
+        if not allow_unknown_keys:
+            raise UnknownConfigKey(loader.unknown)
+        for key in loader.unknown:
+            log.warning("%s (skipped)", key)
     nothing = proc.namesrv is None and proc.controller is None and proc.container is None
     if kind == "toml" and nothing and not brokers:
         raise InvalidConfig(

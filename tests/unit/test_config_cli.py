@@ -56,6 +56,15 @@ def test_unknown_keys_exit_2_and_list_every_key(tmp_path: Path) -> None:
     assert f"{conf}:6: unknown key 'bar'" in result.stderr
 
 
+def test_allow_unknown_keys_warns_and_skips(tmp_path: Path) -> None:
+    conf = tmp_path / "p.toml"
+    conf.write_text("[namesrv]\nlistenPort = 1\nfoo = 2\n")
+    result = CliRunner().invoke(main, ["-c", str(conf), "--print-config", "--allow-unknown-keys"])
+    assert result.exit_code == 0, result.output
+    assert f"{conf}:3: unknown key 'foo' (skipped)" in result.stderr
+    assert tomllib.loads(result.stdout)["namesrv"]["listenPort"] == 1
+
+
 def test_bad_log_level_is_a_usage_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["--log-level", "LOUD", "--print-config"])
     assert result.exit_code == 2
