@@ -7,7 +7,7 @@ exact tag string in the message properties (hash collisions). Clients filter aga
 from __future__ import annotations
 
 from remoting.protocol.broker import SubscriptionData
-from store.message import PROPERTY_TAGS, tags_hash_code
+from store.message import PROPERTY_TAGS, dispatch_info, tags_hash_code
 
 SUB_ALL = "*"
 
@@ -61,7 +61,9 @@ class TagFilter:
             return True
         return tags_code in self.codes
 
-    def is_matched_by_commit_log(self, properties: dict[str, str] | None) -> bool:
-        if self.match_all or properties is None:
+    def is_matched_by_commit_log(self, record: memoryview | bytes | dict[str, str] | None) -> bool:
+        """Exact tag check on a stored record (or its already-parsed properties)."""
+        if self.match_all or record is None:
             return True
-        return properties.get(PROPERTY_TAGS) in self.tags
+        props = record if isinstance(record, dict) else dispatch_info(record).properties
+        return props.get(PROPERTY_TAGS) in self.tags

@@ -1,0 +1,302 @@
+"""One broker (upstream ``BrokerController``): its store, metadata, processors and periodic services.
+
+The broker does not own a socket: it registers a :class:`ProcessorTable` on a listener of the
+process's shared :class:`RemotingServer` (that is how a container hosts many brokers on one
+transport) and talks to name servers through the process's shared :class:`RemotingClient`.
+
+Processors live in sibling modules and are registered by ``register(broker, table)`` functions;
+they read the broker's public attributes listed in ``__init__``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+
+import trio
+from store.message_store import DefaultMessageStore
+
+from broker.clients import ConsumerManager, ProducerManager
+from broker.config import BrokerConfig
+from broker.groups import SubscriptionGroupManager
+from broker.locks import RebalanceLockManager
+from broker.long_polling import PullRequestHoldService
+from broker.offsets import ConsumerOffsetManager
+from broker.outer_api import BrokerIdentity, BrokerOuterAPI, split_addrs
+from broker.persist import write_async
+from broker.stats import BrokerStats
+from broker.topics import TopicConfigManager
+from remoting.codes import RequestCode
+from remoting.command import RemotingCommand
+from remoting.connection import Connection, ProcessorTable
+from remoting.headers import encode_header
+from remoting.protocol.broker import NotifyConsumerIdsChangedRequestHeader
+from remoting.protocol.common import DataVersion, PermName, TopicConfigAndMappingSerializeWrapper
+from store.config import BrokerRole, MessageStoreConfig
+from store.message import UniqIdGenerator
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class BrokerController:
+    """One broker replica. Start with ``await nursery.start(broker.run, server)``."""
+
+    def __init__(
+        self,
+        broker_config: BrokerConfig,
+        store_config: MessageStoreConfig,
+        *,
+        client: object,
+        now_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.broker_config = broker_config
+        self.store_config = store_config
+        self.client = client  # remoting.client.RemotingClient shared by the process
+        self.now_ms = now_ms
+        bc = broker_config
+        if store_config.brokerRole == BrokerRole.SLAVE and bc.brokerId <= 0 and not bc.enableControllerMode:
+            raise ValueError(f"broker {bc.brokerName}: slave broker id must be > 0 (got {bc.brokerId})")
+        if store_config.brokerRole != BrokerRole.SLAVE and not bc.enableControllerMode:
+            bc.brokerId = 0
+        self.name = f"{bc.brokerClusterName}_{bc.brokerName}_{bc.brokerId}"
+        self.log = logging.getLogger(f"broker.{self.name}")
+        self.addr = f"{bc.brokerIP1}:{bc.listenPort}"
+        self.ha_port = store_config.haListenPort if store_config.haListenPort > 0 else bc.listenPort + 1
+        self.ha_addr = f"{bc.brokerIP2}:{self.ha_port}"
+        config_dir = store_config.config_dir
+        self.store = DefaultMessageStore(
+            store_config, store_host=(bc.brokerIP1, bc.listenPort), now_ms=now_ms
+        )
+        self.topics = TopicConfigManager(
+            config_dir=config_dir,
+            cluster_name=bc.brokerClusterName,
+            broker_name=bc.brokerName,
+            auto_create_topic_enable=bc.autoCreateTopicEnable,
+            default_topic_queue_nums=bc.defaultTopicQueueNums,
+            cluster_topic_enable=bc.clusterTopicEnable,
+            broker_topic_enable=bc.brokerTopicEnable,
+            trace_topic=bc.msgTraceTopicName if bc.traceTopicEnable else None,
+            broker_permission=bc.brokerPermission,
+            now_ms=now_ms,
+            on_change=self.request_register,
+        )
+        self.groups = SubscriptionGroupManager(
+            config_dir=config_dir, auto_create=bc.autoCreateSubscriptionGroup, now_ms=now_ms
+        )
+        self.offsets = ConsumerOffsetManager(
+            config_dir=config_dir, now_ms=now_ms, version_step=bc.consumerOffsetUpdateVersionStep
+        )
+        self.consumers = ConsumerManager()
+        self.producers = ProducerManager()
+        self.locks = RebalanceLockManager()
+        self.stats = BrokerStats(now_ms)
+        self.uniq_ids = UniqIdGenerator(bc.brokerIP1, now_ms=now_ms)
+        self.outer = BrokerOuterAPI(client, timeout_ms=bc.registerBrokerTimeoutMills, logger=self.log)
+        self.hold = PullRequestHoldService(self._rerun_held_pull)
+        self.processor_table = ProcessorTable(on_close=self._on_connection_closed)
+        self.config_data_version = DataVersion(timestamp=now_ms())
+        self.boot_timestamp = now_ms()
+        self.master_addr: str | None = None
+        self.listener: object | None = None
+        self._register_wanted = trio.Event()
+        self._topics_dirty = False
+        self._groups_dirty = False
+        self._rerun_pull: Callable[[object, RemotingCommand], object] | None = None
+
+        from broker import admin, client_processor, pull, query, send
+
+        for module in (send, pull, query, client_processor, admin):
+            module.register(self, self.processor_table)
+
+    # --- identity and role ---
+
+    @property
+    def role(self) -> BrokerRole:
+        return self.store_config.brokerRole
+
+    @property
+    def is_slave(self) -> bool:
+        return self.store_config.brokerRole == BrokerRole.SLAVE
+
+    @property
+    def identity(self) -> BrokerIdentity:
+        bc = self.broker_config
+        return BrokerIdentity(bc.brokerClusterName, bc.brokerName, bc.brokerId, self.addr, self.ha_addr)
+
+    def is_writeable(self) -> bool:
+        return PermName.is_writeable(self.broker_config.brokerPermission) and not self.is_slave
+
+    def is_readable(self) -> bool:
+        return PermName.is_readable(self.broker_config.brokerPermission)
+
+    # --- hooks used by processors ---
+
+    def request_register(self) -> None:
+        """Topic table changed: persist it and re-register with the name servers soon."""
+        self._topics_dirty = True
+        self._register_wanted.set()
+
+    def groups_changed(self) -> None:
+        self._groups_dirty = True
+
+    def set_pull_rerun(self, rerun: Callable[[object, RemotingCommand], object]) -> None:
+        self._rerun_pull = rerun
+
+    async def _rerun_held_pull(self, ctx: object, request: RemotingCommand) -> None:
+        assert self._rerun_pull is not None
+        await self._rerun_pull(ctx, request)  # type: ignore[misc]
+
+    async def notify_consumer_ids_changed(self, group: str) -> None:
+        """Tell every member of ``group`` to rebalance now (oneway NOTIFY_CONSUMER_IDS_CHANGED)."""
+        info = self.consumers.get(group)
+        config = self.groups.table.get(group)
+        if info is None or (config is not None and not config.notifyConsumerIdsChangedEnable):
+            return
+        header = encode_header(NotifyConsumerIdsChangedRequestHeader(consumerGroup=group))
+        for ch in list(info.channels.values()):
+            conn: Connection = ch.connection
+            if conn.closed:
+                continue
+            try:
+                await conn.oneway(
+                    RemotingCommand(code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields=dict(header))
+                )
+            except Exception as e:  # a dying connection must not break the others
+                self.log.debug("notify %s of group %s failed: %s", ch.client_id, group, e)
+
+    async def _on_connection_closed(self, conn: Connection) -> None:
+        self.producers.connection_closed(conn.id)
+        for group in self.consumers.connection_closed(conn.id):
+            await self.notify_consumer_ids_changed(group)
+
+    # --- lifecycle ---
+
+    def topic_wrapper(self) -> TopicConfigAndMappingSerializeWrapper:
+        w = self.topics.wrapper()
+        return TopicConfigAndMappingSerializeWrapper(
+            topicConfigTable=w.topicConfigTable, dataVersion=w.dataVersion
+        )
+
+    async def register_to_namesrvs(self) -> None:
+        namesrvs = split_addrs(self.broker_config.namesrvAddr)
+        if not namesrvs:
+            return
+        bc = self.broker_config
+        results = await self.outer.register_all(
+            namesrvs,
+            self.identity,
+            self.topic_wrapper(),
+            heartbeat_timeout_ms=bc.brokerNotActiveTimeoutMillis if bc.enableSlaveActingMaster else None,
+            enable_acting_master=bc.enableSlaveActingMaster,
+        )
+        for r in results:
+            if r.master_addr and self.is_slave:
+                self.master_addr = r.master_addr
+
+    async def run(
+        self, server: object, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Recover the store, listen on ``listenPort`` of ``server``, register, serve until cancelled."""
+        bc = self.broker_config
+        os.makedirs(self.store_config.config_dir, exist_ok=True)
+        await trio.to_thread.run_sync(self._load_metadata)
+        await self.store.start()
+        self.store.add_arrival_listener(self.hold.notify_message_arriving)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.store.run)
+                await nursery.start(self.hold.run)
+                self.listener = await server.add_listener(
+                    bc.brokerIP1, bc.listenPort, self.processor_table, name=self.name
+                )  # type: ignore[attr-defined]
+                port = self.listener.port  # type: ignore[attr-defined]
+                if port != bc.listenPort:  # an ephemeral port was asked for (tests)
+                    bc.listenPort = port
+                    self.addr = f"{bc.brokerIP1}:{port}"
+                    self.store.set_store_host((bc.brokerIP1, port))
+                await self.register_to_namesrvs()
+                nursery.start_soon(self._register_loop)
+                nursery.start_soon(self._heartbeat_loop)
+                nursery.start_soon(self._persist_loop)
+                nursery.start_soon(self._housekeeping_loop)
+                self.log.info(
+                    "broker %s up at %s (%s), store %s",
+                    self.name,
+                    self.addr,
+                    self.role.value,
+                    self.store_config.storePathRootDir,
+                )
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._shutdown(server)
+
+    def _load_metadata(self) -> None:
+        self.topics.load()
+        self.groups.load()
+        self.offsets.load()
+
+    async def _shutdown(self, server: object) -> None:
+        namesrvs = split_addrs(self.broker_config.namesrvAddr)
+        if self.listener is not None:
+            with trio.move_on_after(3):
+                await self.outer.unregister_all(namesrvs, self.identity)
+            await server.remove_listener(self.listener)  # type: ignore[attr-defined]
+        await self._persist_all()
+        await self.store.shutdown()
+        self.log.info("broker %s stopped", self.name)
+
+    async def _persist_all(self) -> None:
+        await write_async(self.offsets.path, self.offsets.encode())
+        await write_async(self.topics.path, self.topics.encode())
+        await write_async(self.groups.path, self.groups.encode())
+        self._topics_dirty = self._groups_dirty = False
+
+    async def _register_loop(self) -> None:
+        period = min(max(self.broker_config.registerNameServerPeriod, 10_000), 60_000) / 1000
+        while True:
+            with trio.move_on_after(period):
+                await self._register_wanted.wait()
+            self._register_wanted = trio.Event()
+            if self._topics_dirty:
+                self._topics_dirty = False
+                await write_async(self.topics.path, self.topics.encode())
+            await self.register_to_namesrvs()
+
+    async def _heartbeat_loop(self) -> None:
+        bc = self.broker_config
+        if bc.compatibleWithOldNameSrv and not bc.enableSlaveActingMaster:
+            return  # old-style: the periodic registration is the heartbeat
+        while True:
+            await trio.sleep(bc.brokerHeartbeatInterval / 1000)
+            await self.outer.heartbeat_all(
+                split_addrs(bc.namesrvAddr),
+                self.identity,
+                bc.sendHeartbeatTimeoutMillis,
+                bc.brokerNotActiveTimeoutMillis,
+            )
+
+    async def _persist_loop(self) -> None:
+        interval = self.broker_config.flushConsumerOffsetInterval / 1000
+        while True:
+            await trio.sleep(interval)
+            if self.offsets.dirty:
+                self.offsets.dirty = False
+                await write_async(self.offsets.path, self.offsets.encode())
+            if self._groups_dirty:
+                self._groups_dirty = False
+                await write_async(self.groups.path, self.groups.encode())
+
+    async def _housekeeping_loop(self) -> None:
+        timeout = self.broker_config.channelExpiredTimeout
+        while True:
+            await trio.sleep(10)
+            now = self.now_ms()
+            self.producers.expire(now, timeout)
+            for group in self.consumers.expire(now, timeout):
+                await self.notify_consumer_ids_changed(group)

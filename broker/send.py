@@ -1,0 +1,436 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), CONSUMER_SEND_MSG_BACK (36).
+
+Upstream: ``SendMessageProcessor`` / ``AbstractSendMessageProcessor``. Checks run in upstream's
+order (writability, topic name, forbidden topics, topic config or auto-create, queue id); the
+message is encoded once into the stored format and appended; the store result maps to the
+upstream response codes. The C++ client sends batches as code 10 with ``batch:"1"``.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from broker.topics import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    dlq_topic,
+    retry_topic,
+    validate_topic,
+)
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.connection import ProcessorTable, RequestContext
+from remoting.headers import decode_header, encode_header
+from remoting.protocol.broker import (
+    ConsumerSendMsgBackRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageRequestHeaderV2,
+    SendMessageResponseHeader,
+)
+from remoting.protocol.common import PermName, TopicConfig
+from store.message import (
+    PROPERTY_CLUSTER,
+    PROPERTY_DELAY,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    MessageFormatError,
+    decode_batch_body,
+    decode_message,
+    encode_message,
+    parse_host,
+    parse_properties,
+    properties_to_string,
+    transaction_type,
+)
+from store.results import PutMessageStatus
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+#: Clients at or above this version may set maxReconsumeTimes in the request (V3_4_9).
+V3_4_9 = 121
+
+_STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
+    PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, None),
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, None),
+    PutMessageStatus.CREATE_MAPPED_FILE_FAILED: (
+        ResponseCode.SYSTEM_ERROR,
+        "create mapped file failed, server is busy or broken.",
+    ),
+    PutMessageStatus.MESSAGE_ILLEGAL: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg body or properties length not matched.",
+    ),
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg properties length limit 32k.",
+    ),
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
+        "messages are put to the slave, message store has been shut down, etc.",
+    ),
+    PutMessageStatus.OS_PAGE_CACHE_BUSY: (
+        ResponseCode.SYSTEM_BUSY,
+        "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    ),
+    PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: (ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough"),
+    PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+}
+
+
+class SendProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.cfg = broker.broker_config
+        self.store_cfg = broker.store_config
+        self.delay_levels = broker.store_config.delay_levels_ms
+        self._rng = random.Random()
+        self._ext_ok = {"MSG_REGION": self.cfg.regionId, "TRACE_ON": "true" if self.cfg.traceOn else "false"}
+
+    # --- helpers ---
+
+    def _error(self, cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+        resp = cmd.response(code, remark)
+        resp.ext_fields = dict(self._ext_ok)
+        return resp
+
+    def _store_host(self) -> tuple[str, int]:
+        return parse_host(self.broker.addr)
+
+    def _check(
+        self, cmd: RemotingCommand, h: SendMessageRequestHeader, remote: str
+    ) -> tuple[TopicConfig | None, RemotingCommand | None]:
+        """Upstream ``msgCheck``: the topic config to write to, or an error response."""
+        b = self.broker
+        if not PermName.is_writeable(self.cfg.brokerPermission):
+            return None, self._error(
+                cmd,
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{self.cfg.brokerIP1}] sending message is forbidden",
+            )
+        if b.is_slave:
+            return None, self._error(
+                cmd,
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+                f"the broker[{b.name}] is a slave ({b.role.value}) and does not accept writes; send to the master of {self.cfg.brokerName}",
+            )
+        why = validate_topic(h.topic)
+        if why is not None:
+            return None, self._error(cmd, ResponseCode.INVALID_PARAMETER, why)
+        if h.topic in NOT_ALLOWED_SEND_TOPICS:
+            return None, self._error(
+                cmd, ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden."
+            )
+        config = b.topics.get(h.topic)
+        if config is None:
+            if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                config = b.topics.create_system_like(h.topic, 1, PermName.PERM_READ | PermName.PERM_WRITE)
+            else:
+                config = b.topics.create_in_send(h.topic, h.defaultTopic or "TBW102", h.defaultTopicQueueNums)
+            if config is None:
+                return None, self._error(
+                    cmd,
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{h.topic}] not exist, apply first please! (no template {h.defaultTopic} to auto-create it from, "
+                    f"autoCreateTopicEnable={self.cfg.autoCreateTopicEnable}) from {remote}",
+                )
+        if not PermName.is_writeable(config.perm):
+            return None, self._error(
+                cmd, ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden"
+            )
+        queue_max = max(config.writeQueueNums, config.readQueueNums)
+        if h.queueId >= queue_max:
+            return None, self._error(
+                cmd,
+                ResponseCode.INVALID_PARAMETER,
+                f"request queueId[{h.queueId}] is illegal, topic:[{h.topic}] topicConfig.writeQueueNums:"
+                f"[{config.writeQueueNums}] consumer:[{remote}]",
+            )
+        return config, None
+
+    def _pick_queue(self, config: TopicConfig, queue_id: int) -> int:
+        if queue_id < 0:
+            return self._rng.randrange(max(1, config.writeQueueNums))
+        return queue_id
+
+    def _park_delay(self, topic: str, queue_id: int, props: dict[str, str], sys_flag: int) -> tuple[str, int]:
+        """Upstream ``CommitLog.asyncPutMessage``: a message with DELAY > 0 is parked in SCHEDULE_TOPIC_XXXX."""
+        level_s = props.get(PROPERTY_DELAY)
+        if not level_s or transaction_type(sys_flag) not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+            return topic, queue_id
+        try:
+            level = int(level_s)
+        except ValueError:
+            return topic, queue_id
+        if level <= 0:
+            return topic, queue_id
+        level = min(level, len(self.delay_levels))
+        props[PROPERTY_DELAY] = str(level)
+        props[PROPERTY_REAL_TOPIC] = topic
+        props[PROPERTY_REAL_QID] = str(queue_id)
+        return SCHEDULE_TOPIC, level - 1
+
+    def _redirect_retry(
+        self,
+        h: SendMessageRequestHeader,
+        cmd: RemotingCommand,
+        topic: str,
+        queue_id: int,
+        props: dict[str, str],
+    ) -> tuple[str, int] | RemotingCommand:
+        """Upstream ``handleRetryAndDLQ``: a retry message past its max reconsume times goes to the DLQ."""
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return topic, queue_id
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        group_config = self.broker.groups.find(group)
+        if group_config is None:
+            return self._error(
+                cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
+            )
+        max_times = group_config.retryMaxTimes
+        if cmd.version > V3_4_9 and h.maxReconsumeTimes is not None:
+            max_times = h.maxReconsumeTimes
+        reconsume = h.reconsumeTimes or 0
+        if reconsume > max_times:
+            dlq = self.broker.topics.create_system_like(
+                dlq_topic(group), 1, PermName.PERM_READ | PermName.PERM_WRITE
+            )
+            props[PROPERTY_DELAY] = "-1"
+            return dlq.topicName, 0
+        return topic, queue_id
+
+    def _response(
+        self, cmd: RemotingCommand, result: object, queue_id: int, uniq: str | None
+    ) -> RemotingCommand:
+        code, remark = _STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, result.status.name))  # type: ignore[attr-defined]
+        if result.remark and code != ResponseCode.SUCCESS:  # type: ignore[attr-defined]
+            remark = f"{remark} ({result.remark})" if remark else result.remark  # type: ignore[attr-defined]
+        resp = cmd.response(code, remark)
+        if code in (
+            ResponseCode.SUCCESS,
+            ResponseCode.FLUSH_DISK_TIMEOUT,
+            ResponseCode.FLUSH_SLAVE_TIMEOUT,
+            ResponseCode.SLAVE_NOT_AVAILABLE,
+        ):
+            ext = encode_header(
+                SendMessageResponseHeader(
+                    msgId=result.msg_id,  # type: ignore[attr-defined]
+                    queueId=queue_id,
+                    queueOffset=result.logics_offset,  # type: ignore[attr-defined]
+                    transactionId=uniq,
+                )
+            )
+            ext.update(self._ext_ok)
+            resp.ext_fields = ext
+        else:
+            resp.ext_fields = dict(self._ext_ok)
+        return resp
+
+    # --- handlers ---
+
+    async def send(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        if cmd.code == RequestCode.SEND_MESSAGE:
+            h = decode_header(cmd, SendMessageRequestHeader)
+        else:
+            h = decode_header(cmd, SendMessageRequestHeaderV2).to_v1()
+        remote = ctx.connection.remote_address
+        config, error = self._check(cmd, h, remote)
+        if error is not None:
+            return error
+        assert config is not None
+        if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
+            return await self._send_batch(cmd, h, config, remote)
+        body = cmd.body_bytes
+        if len(body) > self.store_cfg.maxMessageSize:
+            return self._error(
+                cmd,
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size {len(body)} is over the limit {self.store_cfg.maxMessageSize}",
+            )
+        props = parse_properties(h.properties or "")
+        props[PROPERTY_CLUSTER] = self.cfg.brokerClusterName
+        uniq = props.get(PROPERTY_UNIQ_KEY)
+        if not uniq:
+            uniq = props[PROPERTY_UNIQ_KEY] = self.broker.uniq_ids.create()
+        queue_id = self._pick_queue(config, h.queueId)
+        redirected = self._redirect_retry(h, cmd, h.topic, queue_id, props)
+        if isinstance(redirected, RemotingCommand):
+            return redirected
+        topic, queue_id = redirected
+        sys_flag = h.sysFlag
+        if transaction_type(sys_flag) == TRANSACTION_PREPARED_TYPE and self.cfg.rejectTransactionMessage:
+            return self._error(
+                cmd,
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{self.cfg.brokerIP1}] sending transaction message is forbidden",
+            )
+        store_topic, store_queue = self._park_delay(topic, queue_id, props, sys_flag)
+        try:
+            encoded = encode_message(
+                topic=store_topic,
+                queue_id=store_queue,
+                flag=h.flag,
+                body=body,
+                properties=properties_to_string(props),
+                sys_flag=sys_flag,
+                born_timestamp=h.bornTimestamp,
+                born_host=parse_host(remote),
+                store_host=self._store_host(),
+                reconsume_times=h.reconsumeTimes or 0,
+            )
+        except MessageFormatError as e:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(e))
+        wait = props.get(PROPERTY_WAIT, "true") != "false"
+        result = await self.broker.store.put_message(
+            encoded, store_topic, store_queue, sys_flag=sys_flag, wait_store_msg_ok=wait
+        )
+        if result.is_ok:
+            self.broker.stats.on_put(topic, 1)
+        return self._response(cmd, result, store_queue, uniq)
+
+    async def _send_batch(
+        self, cmd: RemotingCommand, h: SendMessageRequestHeader, config: TopicConfig, remote: str
+    ) -> RemotingCommand:
+        if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return self._error(
+                cmd, ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + h.topic
+            )
+        try:
+            items = decode_batch_body(cmd.body_bytes)
+        except MessageFormatError as e:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, f"malformed batch body: {e}")
+        if not items:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, "empty batch")
+        queue_id = self._pick_queue(config, h.queueId)
+        born_host = parse_host(remote)
+        store_host = self._store_host()
+        encoded = []
+        uniqs = []
+        try:
+            for item in items:
+                if len(item.body) > self.store_cfg.maxMessageSize:
+                    return self._error(
+                        cmd,
+                        ResponseCode.MESSAGE_ILLEGAL,
+                        f"a batch message body of {len(item.body)} bytes is over the limit",
+                    )
+                props = parse_properties(item.properties)
+                props[PROPERTY_CLUSTER] = self.cfg.brokerClusterName
+                if not props.get(PROPERTY_UNIQ_KEY):
+                    props[PROPERTY_UNIQ_KEY] = self.broker.uniq_ids.create()
+                uniqs.append(props[PROPERTY_UNIQ_KEY])
+                encoded.append(
+                    encode_message(
+                        topic=h.topic,
+                        queue_id=queue_id,
+                        flag=item.flag,
+                        body=item.body,
+                        properties=properties_to_string(props),
+                        sys_flag=h.sysFlag,
+                        born_timestamp=h.bornTimestamp,
+                        born_host=born_host,
+                        store_host=store_host,
+                    )
+                )
+        except MessageFormatError as e:
+            return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(e))
+        result = await self.broker.store.put_messages(encoded, h.topic, queue_id, sys_flag=h.sysFlag)
+        if result.is_ok:
+            self.broker.stats.on_put(h.topic, len(encoded))
+        return self._response(cmd, result, queue_id, ",".join(uniqs))
+
+    async def send_back(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """Upstream ``consumerSendMsgBack``: store a copy in %RETRY%group (delayed) or %DLQ%group."""
+        h = decode_header(cmd, ConsumerSendMsgBackRequestHeader)
+        b = self.broker
+        group_config = b.groups.find(h.group)
+        if group_config is None:
+            return cmd.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {h.group}"
+            )
+        if not PermName.is_writeable(self.cfg.brokerPermission) or b.is_slave:
+            return cmd.response(
+                ResponseCode.NO_PERMISSION, f"the broker[{self.cfg.brokerIP1}] sending message is forbidden"
+            )
+        if group_config.retryQueueNums <= 0:
+            return cmd.response(ResponseCode.SUCCESS)
+        view = b.store.look_message_by_offset(h.offset)
+        if view is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
+        try:
+            msg = decode_message(view)
+        except MessageFormatError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}: {e}")
+        props = dict(msg.properties)
+        if PROPERTY_RETRY_TOPIC not in props:
+            props[PROPERTY_RETRY_TOPIC] = msg.topic
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, h.originMsgId or msg.msg_id)
+        max_times = group_config.retryMaxTimes
+        if cmd.version >= V3_4_9 and h.maxReconsumeTimes is not None and h.maxReconsumeTimes >= 0:
+            max_times = h.maxReconsumeTimes
+        delay_level = h.delayLevel
+        if msg.reconsume_times >= max_times or delay_level < 0:
+            topic = b.topics.create_system_like(
+                dlq_topic(h.group), 1, PermName.PERM_READ | PermName.PERM_WRITE
+            ).topicName
+            queue_id = 0
+            props.pop(PROPERTY_DELAY, None)
+        else:
+            retry = b.topics.create_system_like(
+                retry_topic(h.group), group_config.retryQueueNums, PermName.PERM_READ | PermName.PERM_WRITE
+            )
+            topic = retry.topicName
+            queue_id = self._rng.randrange(max(1, retry.writeQueueNums))
+            if delay_level == 0:
+                delay_level = 3 + msg.reconsume_times
+            props[PROPERTY_DELAY] = str(delay_level)
+        props[PROPERTY_MAX_RECONSUME_TIMES] = str(max_times)
+        store_topic, store_queue = self._park_delay(topic, queue_id, props, msg.sys_flag)
+        encoded = encode_message(
+            topic=store_topic,
+            queue_id=store_queue,
+            flag=msg.flag,
+            body=msg.body,
+            properties=properties_to_string(props),
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=parse_host(msg.born_host),
+            store_host=self._store_host(),
+            reconsume_times=msg.reconsume_times + 1,
+        )
+        result = await b.store.put_message(encoded, store_topic, store_queue, sys_flag=msg.sys_flag)
+        if not result.is_ok:
+            code, remark = _STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, result.status.name))
+            if code in (
+                ResponseCode.FLUSH_DISK_TIMEOUT,
+                ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                ResponseCode.SLAVE_NOT_AVAILABLE,
+            ):
+                return cmd.response(ResponseCode.SUCCESS)
+            return cmd.response(code, remark)
+        b.stats.on_put(topic, 1)
+        return cmd.response(ResponseCode.SUCCESS)
+
+
+def register(broker: BrokerController, table: ProcessorTable) -> None:
+    p = SendProcessor(broker)
+    for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+        table.register(code, p.send)
+    table.register(RequestCode.CONSUMER_SEND_MSG_BACK, p.send_back)
+
+
+__all__ = ["DLQ_GROUP_TOPIC_PREFIX", "SendProcessor", "register"]
