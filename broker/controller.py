@@ -102,6 +102,7 @@ class BrokerController:
         self.boot_timestamp = now_ms()
         self.master_addr: str | None = None
         self.listener: object | None = None
+        self.server: object | None = None
         self._register_wanted = trio.Event()
         self._topics_dirty = False
         self._groups_dirty = False
@@ -197,28 +198,46 @@ class BrokerController:
             if r.master_addr and self.is_slave:
                 self.master_addr = r.master_addr
 
+    def attach(self, server: object, listener: object) -> None:
+        """Use ``listener`` (already bound on ``server`` with this broker's processor table)."""
+        bc = self.broker_config
+        self.server = server
+        self.listener = listener
+        port = listener.port  # type: ignore[attr-defined]
+        if port != bc.listenPort:  # an ephemeral port was asked for (tests)
+            bc.listenPort = port
+            self.addr = f"{bc.brokerIP1}:{port}"
+
+    async def bind(self, server: object, host: str | None = None) -> object:
+        """Add this broker's listener on ``listenPort`` of ``server`` and attach it."""
+        bc = self.broker_config
+        listener = await server.add_listener(
+            host or bc.brokerIP1, bc.listenPort, self.processor_table, name=self.name
+        )  # type: ignore[attr-defined]
+        self.attach(server, listener)
+        return listener
+
     async def run(
-        self, server: object, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self, server: object | None = None, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Recover the store, listen on ``listenPort`` of ``server``, register, serve until cancelled."""
+        """Recover the store, serve on the attached listener (binding one on ``server`` if given), register.
+
+        Runs until cancelled; on the way out it unregisters, persists metadata and closes the store.
+        """
+        if self.listener is None:
+            if server is None:
+                raise RuntimeError(f"broker {self.name}: no listener attached and no server given")
+            await self.bind(server)
         bc = self.broker_config
         os.makedirs(self.store_config.config_dir, exist_ok=True)
         await trio.to_thread.run_sync(self._load_metadata)
+        self.store.set_store_host((bc.brokerIP1, bc.listenPort))
         await self.store.start()
         self.store.add_arrival_listener(self.hold.notify_message_arriving)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.store.run)
                 await nursery.start(self.hold.run)
-                self.listener = await server.add_listener(
-                    bc.brokerIP1, bc.listenPort, self.processor_table, name=self.name
-                )  # type: ignore[attr-defined]
-                port = self.listener.port  # type: ignore[attr-defined]
-                if port != bc.listenPort:  # an ephemeral port was asked for (tests)
-                    bc.listenPort = port
-                    self.addr = f"{bc.brokerIP1}:{port}"
-                    self.store.set_store_host((bc.brokerIP1, port))
-                await self.register_to_namesrvs()
                 nursery.start_soon(self._register_loop)
                 nursery.start_soon(self._heartbeat_loop)
                 nursery.start_soon(self._persist_loop)
@@ -234,19 +253,19 @@ class BrokerController:
                 await trio.sleep_forever()
         finally:
             with trio.CancelScope(shield=True):
-                await self._shutdown(server)
+                await self._shutdown()
 
     def _load_metadata(self) -> None:
         self.topics.load()
         self.groups.load()
         self.offsets.load()
 
-    async def _shutdown(self, server: object) -> None:
+    async def _shutdown(self) -> None:
         namesrvs = split_addrs(self.broker_config.namesrvAddr)
-        if self.listener is not None:
-            with trio.move_on_after(3):
-                await self.outer.unregister_all(namesrvs, self.identity)
-            await server.remove_listener(self.listener)  # type: ignore[attr-defined]
+        with trio.move_on_after(3):
+            await self.outer.unregister_all(namesrvs, self.identity)
+        if self.listener is not None and self.server is not None:
+            await self.server.remove_listener(self.listener)  # type: ignore[attr-defined]
         await self._persist_all()
         await self.store.shutdown()
         self.log.info("broker %s stopped", self.name)
@@ -259,6 +278,7 @@ class BrokerController:
 
     async def _register_loop(self) -> None:
         period = min(max(self.broker_config.registerNameServerPeriod, 10_000), 60_000) / 1000
+        await self.register_to_namesrvs()
         while True:
             with trio.move_on_after(period):
                 await self._register_wanted.wait()

@@ -114,20 +114,24 @@ async def start_container_admin(ctx: ProcessContext) -> list[HostedComponent]:
 
 
 async def start_brokers(ctx: ProcessContext) -> list[HostedComponent]:
-    """The hosted brokers (the broker issue fills this in; until then they are reported and skipped).
+    """The hosted brokers: one :class:`~broker.controller.BrokerController` per broker spec.
 
-    The broker factory should, per :class:`~container.config.BrokerSpec`: build the broker with
-    ``spec.broker``/``spec.store`` and the logger ``container.logs.broker_logger_name(spec.broker)``,
-    bind its main port with ``ctx.listen(spec.broker.listenPort, table, name=display_name)``, and
-    return the banner line ``broker <display> <brokerIP1>:<port> (<role>) ha <brokerIP2>:<haPort>
-    store <storePathRootDir>``.
+    Each broker binds its own ``listenPort`` on the shared transport; all share the process's
+    remoting client (name-server registration, later HA and escape).
     """
+    from broker.controller import BrokerController
+
+    hosted: list[HostedComponent] = []
     for spec in ctx.config.brokers:
-        log.warning(
-            "broker %s is configured but this build has no broker yet: not started",
-            spec.broker.broker_display_name,
+        broker = BrokerController(spec.broker, spec.store, client=ctx.client)
+        listener = await ctx.listen(spec.broker.listenPort, broker.processor_table, name=broker.name)
+        broker.attach(ctx.server, listener)
+        banner = (
+            f"broker {broker.name} {broker.addr} ({broker.role.value}) ha {broker.ha_addr} "
+            f"store {spec.store.storePathRootDir}"
         )
-    return []
+        hosted.append(HostedComponent(broker.name, broker, [banner]))
+    return hosted
 
 
 DEFAULT_FACTORIES: tuple[ComponentFactory, ...] = (
