@@ -1,0 +1,190 @@
+"""trio remoting client: one connection per address, shared by every caller.
+
+Upstream: ``NettyRemotingClient``. Use it as an async context manager (it owns the nursery
+in which connection readers and server→client request handlers run)::
+
+    async with RemotingClient() as client:
+        response = await client.invoke("127.0.0.1:9876", request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                                  {"topic": "T"}), timeout=3.0)
+
+Opaques come from one counter per client. A connection that failed or closed is replaced on
+the next call. Requests the server sends on a connection (NOTIFY_CONSUMER_IDS_CHANGED,
+CHECK_TRANSACTION_STATE, ...) are dispatched to ``processors`` exactly as the server
+dispatches requests; without processors they are answered REQUEST_CODE_NOT_SUPPORTED.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Self
+
+import trio
+
+from remoting.codec import DEFAULT_MAX_FRAME_SIZE
+from remoting.command import RemotingCommand
+from remoting.connection import Connection, ProcessorTable, detach_stream
+from remoting.errors import (
+    RemotingClosedError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingSendError,
+    RemotingTimeoutError,
+)
+
+__all__ = [
+    "RemotingClient",
+    "RemotingClosedError",
+    "RemotingConnectError",
+    "RemotingError",
+    "RemotingSendError",
+    "RemotingTimeoutError",
+    "parse_address",
+]
+
+
+def parse_address(addr: str) -> tuple[str, int]:
+    """``"host:port"`` -> (host, port); raises RemotingConnectError for anything else."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise RemotingConnectError(f"bad address {addr!r} (expected host:port)")
+    return host.strip("[]"), int(port)
+
+
+class RemotingClient:
+    """Connection pool + request/response matching (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        processors: ProcessorTable | None = None,
+        connect_timeout: float = 3.0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_in_flight_per_connection: int = 256,
+        name: str = "remoting.client",
+    ) -> None:
+        self.processors = processors or ProcessorTable()
+        self.connect_timeout = connect_timeout
+        self.max_frame_size = max_frame_size
+        self.max_in_flight_per_connection = max_in_flight_per_connection
+        self._log = logging.getLogger(name)
+        self._connections: dict[str, Connection] = {}
+        self._connect_locks: dict[str, trio.Lock] = {}
+        self._opaque: Iterator[int] = itertools.count(0)
+        self._nursery: trio.Nursery | None = None
+        self._cm: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._closing = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Self:
+        cm = trio.open_nursery()
+        self._cm = cm
+        self._nursery = await cm.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        self._closing = True
+        assert self._nursery is not None
+        assert self._cm is not None
+        with trio.CancelScope(shield=True):
+            for conn in list(self._connections.values()):
+                await conn.aclose()
+        self._connections.clear()
+        self._nursery.cancel_scope.cancel()
+        cm = self._cm
+        self._nursery = None
+        return await cm.__aexit__(exc_type, exc, tb)
+
+    def _next_opaque(self) -> int:
+        o = next(self._opaque)
+        if o >= 0x7FFFFFFF:
+            self._opaque = itertools.count(0)
+        return o
+
+    # ------------------------------------------------------------------ connections
+
+    def connection(self, addr: str) -> Connection | None:
+        """The open connection to ``addr``, if there is one."""
+        conn = self._connections.get(addr)
+        return conn if conn is not None and not conn.closed else None
+
+    async def get_connection(self, addr: str, timeout: float | None = None) -> Connection:
+        """The open connection to ``addr``, connecting first if needed."""
+        conn = self._connections.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._connect_locks.get(addr)
+        if lock is None:
+            lock = self._connect_locks[addr] = trio.Lock()
+        async with lock:
+            conn = self._connections.get(addr)
+            if conn is not None and not conn.closed:
+                return conn
+            return await self._connect(addr, self.connect_timeout if timeout is None else timeout)
+
+    async def _connect(self, addr: str, timeout: float) -> Connection:
+        if self._nursery is None or self._closing:
+            raise RemotingConnectError(f"client is not running; cannot connect to {addr}")
+        host, port = parse_address(addr)
+        try:
+            with trio.fail_after(max(timeout, 0.0)):
+                stream = await trio.open_tcp_stream(host, port)
+        except trio.TooSlowError:
+            raise RemotingConnectError(f"connect to {addr} timed out after {timeout:.3f}s") from None
+        except OSError as e:
+            raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
+        conn = Connection(
+            detach_stream(stream),
+            table=self.processors,
+            nursery=self._nursery,
+            next_opaque=self._next_opaque,
+            logger=self._log,
+            listener="client",
+            max_in_flight=self.max_in_flight_per_connection,
+            max_frame_size=self.max_frame_size,
+            on_finish=lambda c: self._forget(addr, c),
+        )
+        self._connections[addr] = conn
+        self._nursery.start_soon(conn.serve)
+        self._log.debug("connected to %s", addr)
+        return conn
+
+    def _forget(self, addr: str, conn: Connection) -> None:
+        if self._connections.get(addr) is conn:
+            del self._connections[addr]
+
+    async def close_connection(self, addr: str) -> None:
+        """Close the connection to ``addr`` (the next call reconnects)."""
+        conn = self._connections.pop(addr, None)
+        if conn is not None:
+            await conn.aclose()
+
+    # ------------------------------------------------------------------ calls
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send ``cmd`` to ``addr`` and return the response (``timeout`` covers connect + response).
+
+        Raises RemotingConnectError, RemotingSendError, RemotingTimeoutError or
+        RemotingClosedError (all RemotingError, all naming ``addr``).
+        """
+        deadline = trio.current_time() + timeout
+        conn = await self.get_connection(addr, min(self.connect_timeout, timeout))
+        remaining = deadline - trio.current_time()
+        if remaining <= 0 or math.isnan(remaining):
+            raise RemotingTimeoutError(f"connect to {addr} used up the {timeout:.3f}s timeout")
+        return await conn.request(cmd, remaining)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> None:
+        """Send ``cmd`` to ``addr`` with the oneway flag; no response is expected."""
+        conn = await self.get_connection(addr, min(self.connect_timeout, timeout))
+        with trio.move_on_after(timeout) as scope:
+            await conn.oneway(cmd)
+        if scope.cancelled_caught:
+            raise RemotingTimeoutError(f"sending oneway request to {addr} took longer than {timeout:.3f}s")

@@ -1,0 +1,567 @@
+"""One remoting connection, shared by the server and the client side.
+
+A :class:`Connection` owns a trio stream, a :class:`~remoting.codec.FrameDecoder`, the table
+of requests it sent and is waiting on (matched by opaque), and the dispatch of the requests it
+receives to a :class:`ProcessorTable`. Both directions are symmetric: a server connection can
+send requests to the client (``request``/``oneway``) and a client connection serves requests
+from the server through the client's processors.
+
+Dispatch. Each received request runs its handler concurrently with the others, bounded by
+``max_in_flight`` per connection (when that many are running the reader stops reading — that
+is the backpressure). To avoid a task per request, the reader first runs the handler inline:
+a handler that finishes without blocking costs no task at all; a handler that blocks keeps the
+current task and a new reader task takes over reading (the reader "hands off"). Either way
+handlers run concurrently and every request gets exactly one outcome.
+
+Writes. Frames are queued and written at once with ``send``/``sendmsg`` (gather write: header
+and body parts go out without being joined) as far as the socket takes them; only when the
+socket is full does a task wait for writability, and frames queued meanwhile are left to that
+task. When more than ``HIGH_WATER`` bytes are queued, writers wait for the queue to drain.
+Responses produced by one read batch go out in one system call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+import socket
+import types
+from collections.abc import Awaitable, Callable, Generator, Iterator
+from typing import Any
+
+import outcome
+import trio
+
+from remoting.codec import Buffer, FrameDecoder, FrameError, buffer_len, encode
+from remoting.codes import ResponseCode
+from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from remoting.errors import RemotingClosedError, RemotingSendError, RemotingTimeoutError
+from remoting.headers import HeaderError
+
+__all__ = [
+    "Connection",
+    "ConnectionCallback",
+    "Handler",
+    "ProcessorTable",
+    "RequestContext",
+]
+
+#: Bytes queued for writing above which writers wait for the queue to drain.
+HIGH_WATER = 4 * 1024 * 1024
+RECEIVE_SIZE = 64 * 1024
+GO_AWAY_MIN_VERSION = 475  # upstream answers GO_AWAY only to peers newer than V5_3_1
+
+
+class RequestContext:
+    """What a handler knows about the request besides the command itself."""
+
+    __slots__ = ("connection", "listener", "received_at")
+
+    def __init__(self, connection: Connection, listener: str, received_at: float) -> None:
+        self.connection = connection
+        #: name of the listener (server side) the request came in on; "client" on the client side
+        self.listener = listener
+        #: trio.current_time() when the frame was decoded
+        self.received_at = received_at
+
+    async def respond(self, response: RemotingCommand) -> None:
+        """Send a late response (e.g. after long polling) on the request's connection."""
+        await self.connection.respond(response)
+
+
+Handler = Callable[[RequestContext, RemotingCommand], Awaitable[RemotingCommand | None]]
+ConnectionCallback = Callable[["Connection"], Awaitable[None] | None]
+
+
+async def _not_supported(ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    # upstream remark text, leading space included
+    return request.response(
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+    )
+
+
+class ProcessorTable:
+    """Request code -> handler, plus connection open/close callbacks (for liveness tracking).
+
+    Codes without a handler go to ``default`` (REQUEST_CODE_NOT_SUPPORTED unless replaced).
+    A handler returns the response, or None when it answers later through
+    ``ctx.respond`` or not at all.
+    """
+
+    def __init__(
+        self,
+        *,
+        on_connect: ConnectionCallback | None = None,
+        on_close: ConnectionCallback | None = None,
+        default: Handler | None = None,
+    ) -> None:
+        self.handlers: dict[int, Handler] = {}
+        self.on_connect = on_connect
+        self.on_close = on_close
+        self.default: Handler = default or _not_supported
+
+    def register(self, code: int, handler: Handler) -> None:
+        self.handlers[int(code)] = handler
+
+    def get(self, code: int) -> Handler:
+        return self.handlers.get(code, self.default)
+
+
+class _Call:
+    """A request we sent and are waiting on."""
+
+    __slots__ = ("done", "error", "response", "task")
+
+    def __init__(self) -> None:
+        self.task: trio.lowlevel.Task | None = None
+        self.done = False
+        self.response: RemotingCommand | None = None
+        self.error: BaseException | None = None
+
+
+@types.coroutine
+def _resume(coro: Any, trap: Any) -> Generator[Any, Any, Any]:
+    """Continue driving ``coro`` (which already yielded ``trap``) in the current task."""
+    while True:
+        try:
+            value = yield trap
+        except BaseException as exc:  # trio throws Cancelled etc. into the task: pass it on
+            try:
+                trap = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                trap = coro.send(value)
+            except StopIteration as stop:
+                return stop.value
+
+
+_connection_ids: Iterator[int] = itertools.count(1)
+
+#: One receive buffer for every connection of the process: a read is decoded (and anything left
+#: over copied into the connection's decoder) before the task yields, so sharing is safe.
+_RECV_BUFFER = bytearray(RECEIVE_SIZE)
+_RECV_VIEW = memoryview(_RECV_BUFFER)
+_IOV_MAX = 512
+
+
+def detach_stream(stream: trio.SocketStream) -> socket.socket:
+    """The stream's socket as a non-blocking stdlib socket (the stream must not be used after)."""
+    sock = socket.socket(fileno=stream.socket.detach())
+    sock.setblocking(False)
+    return sock
+
+
+class Connection:
+    """A remoting connection (what handlers see as ``ctx.connection``).
+
+    Owns a connected non-blocking stdlib socket; all waiting goes through
+    ``trio.lowlevel.wait_readable``/``wait_writable``, so reads and writes that can complete at
+    once cost no scheduler round trip.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        *,
+        table: ProcessorTable,
+        nursery: trio.Nursery,
+        next_opaque: Callable[[], int],
+        logger: logging.Logger,
+        listener: str = "client",
+        max_in_flight: int = 256,
+        max_frame_size: int = 16 * 1024 * 1024,
+        is_shutting_down: Callable[[], bool] = lambda: False,
+        on_finish: Callable[[Connection], None] | None = None,
+    ) -> None:
+        self.id = next(_connection_ids)
+        #: free-form per-connection state for processors (client id, broker address, ...)
+        self.attributes: dict[str, Any] = {}
+        self.listener = listener
+        self.close_reason: str | None = None
+        self._sock = sock
+        self._table = table
+        self._nursery = nursery
+        self._next_opaque = next_opaque
+        self._log = logger
+        self._max_in_flight = max_in_flight
+        self._decoder = FrameDecoder(max_frame_size)
+        self._is_shutting_down = is_shutting_down
+        self._on_finish = on_finish
+        self._pending: dict[int, _Call] = {}
+        self._in_flight = 0
+        self._slot_lot = trio.lowlevel.ParkingLot()
+        self._out: list[Buffer] = []
+        self._out_bytes = 0
+        self._writing = False
+        self._drain_lot = trio.lowlevel.ParkingLot()
+        self._closed = False
+        self._finished = False
+        try:
+            host, port = sock.getpeername()[:2]
+            self.remote_address = f"{host}:{port}"
+            self.local_port: int = sock.getsockname()[1]
+        except OSError:
+            self.remote_address = "?"
+            self.local_port = 0
+
+    def __repr__(self) -> str:
+        return f"<Connection #{self.id} {self.remote_address} on {self.listener}>"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def in_flight(self) -> int:
+        """Requests received on this connection whose handlers are still running."""
+        return self._in_flight
+
+    # ------------------------------------------------------------------ outgoing
+
+    async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send ``cmd`` as a request on this connection and wait for its response.
+
+        Assigns ``cmd.opaque``. Raises RemotingTimeoutError, RemotingSendError or
+        RemotingClosedError (all carry the peer address).
+        """
+        cmd.opaque = opaque = self._next_opaque()
+        cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        if self._closed:
+            raise RemotingSendError(f"connection to {self.remote_address} is closed")
+        call = _Call()
+        self._pending[opaque] = call
+        try:
+            with trio.move_on_after(timeout):
+                self._queue(encode(cmd))
+                await self._flush()
+                if not call.done:
+                    call.task = trio.lowlevel.current_task()
+
+                    def abort(_: object) -> trio.lowlevel.Abort:
+                        call.task = None
+                        return trio.lowlevel.Abort.SUCCEEDED
+
+                    await trio.lowlevel.wait_task_rescheduled(abort)
+        finally:
+            self._pending.pop(opaque, None)
+        if call.response is not None:
+            return call.response
+        if call.error is not None:
+            raise call.error
+        raise RemotingTimeoutError(
+            f"no response from {self.remote_address} within {timeout:.3f}s (code {cmd.code}, opaque {opaque})"
+        )
+
+    async def oneway(self, cmd: RemotingCommand) -> None:
+        """Send ``cmd`` as a oneway request (flag bit 1): the peer does not answer."""
+        cmd.opaque = self._next_opaque()
+        cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
+        if self._closed:
+            raise RemotingSendError(f"connection to {self.remote_address} is closed")
+        self._queue(encode(cmd))
+        await self._flush()
+
+    async def respond(self, response: RemotingCommand) -> None:
+        """Send a response (its opaque must be the request's; ``request.response()`` does that).
+
+        A response for a connection that has closed meanwhile is dropped (logged at debug).
+        """
+        response.flag |= FLAG_RESPONSE
+        if self._closed:
+            self._log.debug("dropping response (opaque %d): %r closed", response.opaque, self)
+            await trio.lowlevel.checkpoint()
+            return
+        self._queue(encode(response))
+        try:
+            await self._flush()
+        except RemotingSendError as e:
+            self._log.debug("dropping response (opaque %d): %s", response.opaque, e)
+
+    async def aclose(self) -> None:
+        """Close the connection; the reader notices, fails pending requests and fires on_close."""
+        self._close_now("closed locally")
+        await trio.lowlevel.checkpoint()
+
+    def _close_now(self, reason: str) -> None:
+        if not self._closed:
+            self._closed = True
+            self.close_reason = reason
+            trio.lowlevel.notify_closing(self._sock)
+            self._sock.close()
+        self._out.clear()
+        self._out_bytes = 0
+        self._drain_lot.unpark_all()
+        self._slot_lot.unpark_all()
+
+    def _queue(self, parts: list[Buffer]) -> None:
+        for p in parts:
+            n = buffer_len(p)
+            if n:
+                self._out.append(p)
+                self._out_bytes += n
+
+    def _write_now(self) -> bool:
+        """Write as much of the queue as the socket takes without blocking; True when all went.
+
+        Raises RemotingSendError (after closing) when the socket fails.
+        """
+        out = self._out
+        sock = self._sock
+        try:
+            while out:
+                sent = sock.send(out[0]) if len(out) == 1 else sock.sendmsg(out[:_IOV_MAX])
+                self._out_bytes -= sent
+                # drop what went out; keep the unsent tail of a partly written buffer
+                i = 0
+                while sent:
+                    n = buffer_len(out[i])
+                    if sent < n:
+                        out[i] = memoryview(out[i]).cast("B")[sent:]
+                        break
+                    sent -= n
+                    i += 1
+                del out[:i]
+        except BlockingIOError:
+            return False
+        except OSError as e:
+            self._close_now(f"write failed: {e}")
+            raise RemotingSendError(f"sending to {self.remote_address} failed: {e}") from None
+        return True
+
+    async def _flush(self) -> None:
+        """Write everything queued; waits while the socket is full (backpressure).
+
+        When another task is already waiting to write, the frames are left to it, unless more
+        than HIGH_WATER bytes are queued (then this waits for the queue to drain).
+        """
+        if self._closed:
+            raise RemotingSendError(f"connection to {self.remote_address} is closed")
+        if self._writing:
+            if self._out_bytes > HIGH_WATER:
+                await self._drain_lot.park()
+                if self._closed:
+                    raise RemotingSendError(f"connection to {self.remote_address} closed while sending")
+            return
+        if self._write_now():
+            return
+        self._writing = True
+        try:
+            while True:
+                await trio.lowlevel.wait_writable(self._sock)
+                if self._write_now():
+                    break
+        except trio.ClosedResourceError:
+            raise RemotingSendError(f"connection to {self.remote_address} closed while sending") from None
+        finally:
+            self._writing = False
+            self._drain_lot.unpark_all()
+
+    async def _flush_quietly(self) -> None:
+        try:
+            await self._flush()
+        except RemotingSendError as e:
+            self._log.debug("connection %s: %s", self.remote_address, e)
+
+    # ------------------------------------------------------------------ incoming
+
+    async def serve(self) -> None:
+        """Read and dispatch until the connection ends; then fail pending calls and fire on_close.
+
+        Returns when this task's reading role ends (the connection may still be served by a
+        task that took over reading; see the module docstring).
+        """
+        cb = self._table.on_connect
+        if cb is not None:
+            await self._callback(cb, "on_connect")
+        await self._read_loop(None)
+
+    async def _callback(self, cb: ConnectionCallback, what: str) -> None:
+        try:
+            r = cb(self)
+            if inspect.isawaitable(r):
+                await r
+        except Exception:
+            self._log.exception("%s callback failed for %r", what, self)
+
+    async def _read_loop(self, backlog: list[RemotingCommand] | None) -> None:
+        """Read frames and dispatch them; returns early (without finishing) after a handoff."""
+        try:
+            if backlog and await self._dispatch(backlog):
+                return
+            sock = self._sock
+            decoder = self._decoder
+            while True:
+                try:
+                    n = sock.recv_into(_RECV_BUFFER)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(sock)
+                    continue
+                except OSError as e:
+                    if not self._closed:
+                        self._log.info("connection %s: read failed: %s", self.remote_address, e)
+                        self.close_reason = f"read failed: {e}"
+                    break
+                if not n:
+                    if decoder.buffered:
+                        self._log.warning(
+                            "connection %s closed in the middle of a frame (%d bytes of it received)",
+                            self.remote_address,
+                            decoder.buffered,
+                        )
+                        self.close_reason = "EOF inside a frame"
+                    break
+                try:
+                    cmds = decoder.feed(_RECV_VIEW[:n])
+                except FrameError as e:
+                    self._log.warning("closing connection %s: %s", self.remote_address, e)
+                    self.close_reason = str(e)
+                    break
+                if cmds and await self._dispatch(cmds):
+                    return
+                # Let the other tasks run before reading again: by then the peer has often sent
+                # its next request, which saves a failed read and an epoll round trip.
+                await trio.lowlevel.checkpoint()
+        except trio.ClosedResourceError:
+            pass  # closed locally while waiting to read
+        except BaseException:
+            await self._finish()
+            raise
+        await self._finish()
+
+    async def _finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self._close_now(self.close_reason or "peer closed")
+        err = RemotingClosedError(f"connection to {self.remote_address} closed before the response arrived")
+        pending = self._pending
+        self._pending = {}
+        for call in pending.values():
+            call.error = err
+            call.done = True
+            if call.task is not None:
+                trio.lowlevel.reschedule(call.task, outcome.Error(err))
+                call.task = None
+        if self._on_finish is not None:
+            self._on_finish(self)
+        cb = self._table.on_close
+        if cb is not None:
+            with trio.CancelScope(shield=True):
+                await self._callback(cb, "on_close")
+
+    def _complete(self, response: RemotingCommand) -> None:
+        call = self._pending.get(response.opaque)
+        if call is None or call.done:
+            self._log.info(
+                "dropping response with unknown opaque %d (code %d) from %s",
+                response.opaque,
+                response.code,
+                self.remote_address,
+            )
+            return
+        call.response = response
+        call.done = True
+        if call.task is not None:
+            trio.lowlevel.reschedule(call.task, outcome.Value(response))
+            call.task = None
+
+    async def _dispatch(self, cmds: list[RemotingCommand]) -> bool:
+        """Handle one read batch. Returns True if this task handed reading off to a new task."""
+        i = 0
+        while True:
+            i, coro, trap = self._run_handlers(cmds, i)
+            if coro is not None:
+                # The handler at i blocks. Keep driving it in this task and let a new task read
+                # on; nothing may be awaited before the trap is yielded back to trio.
+                cmd = cmds[i]
+                self._nursery.start_soon(self._read_loop, cmds[i + 1 :])
+                try:
+                    result = await _resume(coro, trap)
+                except Exception as exc:
+                    result = self._error_response(cmd, exc)
+                self._handler_done(cmd, result)
+                if self._out:
+                    await self._flush_quietly()
+                return True
+            if self._out:
+                await self._flush_quietly()
+            if i >= len(cmds) or self._closed:
+                return False
+            # the in-flight limit is reached: stop reading until a handler finishes
+            while self._in_flight >= self._max_in_flight and not self._closed:
+                await self._slot_lot.park()
+
+    def _run_handlers(self, cmds: list[RemotingCommand], i: int) -> tuple[int, Any, Any]:
+        """Run handlers from ``cmds[i]`` on while they complete without blocking.
+
+        Returns (index, coro, trap) of a handler that blocked, or (index, None, None) where it
+        stopped: the end of the batch, a closed connection or a full in-flight limit.
+        """
+        now = trio.current_time()
+        table = self._table
+        end = len(cmds)
+        while i < end:
+            cmd = cmds[i]
+            if cmd.flag & FLAG_RESPONSE:
+                self._complete(cmd)
+                i += 1
+                continue
+            if self._closed or self._in_flight >= self._max_in_flight:
+                break
+            if self._is_shutting_down() and cmd.version > GO_AWAY_MIN_VERSION:
+                self._queue_response(
+                    cmd, cmd.response(ResponseCode.GO_AWAY, "server is shutting down, reconnect elsewhere")
+                )
+                i += 1
+                continue
+            self._in_flight += 1
+            try:
+                coro = table.get(cmd.code)(RequestContext(self, self.listener, now), cmd)
+                trap = coro.send(None)
+            except StopIteration as stop:
+                self._handler_done(cmd, stop.value)
+            except Exception as exc:
+                self._handler_done(cmd, self._error_response(cmd, exc))
+            else:
+                return i, coro, trap
+            i += 1
+        return i, None, None
+
+    def _handler_done(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        self._in_flight -= 1
+        if self._slot_lot:
+            self._slot_lot.unpark()
+        if response is not None:
+            self._queue_response(request, response)
+
+    def _queue_response(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        if request.flag & FLAG_ONEWAY or self._closed:
+            return
+        # like upstream: the dispatcher stamps opaque, response flag and the request's serialize type
+        response.opaque = request.opaque
+        response.flag |= FLAG_RESPONSE
+        response.serialize_type = request.serialize_type
+        try:
+            parts = encode(response)
+        except Exception as exc:  # our bug (e.g. a code that does not fit the binary header)
+            self._log.exception(
+                "cannot encode response to code %d from %s", request.code, self.remote_address
+            )
+            parts = encode(request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"))
+        self._queue(parts)
+
+    def _error_response(self, request: RemotingCommand, exc: Exception) -> RemotingCommand:
+        if isinstance(exc, HeaderError):
+            self._log.warning(
+                "bad header in request code %d from %s: %s", request.code, self.remote_address, exc
+            )
+            remark = str(exc)
+        else:
+            self._log.error(
+                "handler for code %d from %s failed", request.code, self.remote_address, exc_info=exc
+            )
+            remark = f"{type(exc).__name__}: {exc}"
+        return request.response(ResponseCode.SYSTEM_ERROR, remark)
