@@ -119,6 +119,8 @@ async def start_brokers(ctx: ProcessContext) -> list[HostedComponent]:
     Each broker binds its own ``listenPort`` on the shared transport; all share the process's
     remoting client (name-server registration, later HA and escape).
     """
+    if not ctx.config.brokers:
+        return []
     from broker.controller import BrokerController
 
     hosted: list[HostedComponent] = []
