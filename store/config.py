@@ -60,6 +60,7 @@ class MessageStoreConfig(msgspec.Struct, kw_only=True):
     flushConsumeQueueThoroughInterval: int = 1000 * 60
     syncFlushTimeout: int = 1000 * 5
     checkCRCOnRecover: bool = True
+    osPageCacheBusyTimeOutMills: int = 1000
     warmMapedFileEnable: bool = False
 
     # --- reading ---
@@ -69,6 +70,9 @@ class MessageStoreConfig(msgspec.Struct, kw_only=True):
     maxTransferBytesOnMessageInDisk: int = 1024 * 64
     maxTransferCountOnMessageInDisk: int = 8
     readUnCommitted: bool = False
+    maxFilterMessageSize: int = 16000
+    travelCqFileNumWhenGetMessage: int = 1
+    offsetCheckInSlave: bool = False
 
     # --- retention and disk space ---
     fileReservedTime: int = 72

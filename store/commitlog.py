@@ -1,0 +1,291 @@
+"""The commit log: one append-only log of stored-message records over a :class:`MappedFileQueue`.
+
+Upstream: ``CommitLog`` (+ ``DefaultAppendMessageCallback``). Records arrive already encoded
+(:func:`store.message.encode_message`); at append the log writes the queue offset, physical offset
+and store timestamp into the record and copies it into the map. A record never spans two files:
+when ``record + 8`` bytes do not fit, an 8-byte BLANK filler (remaining size, BLANK_MAGIC) ends the
+file and the record goes to the next one.
+
+This module never blocks and never awaits: when the log needs a new file, :meth:`CommitLog.append`
+returns :data:`NEED_FILE` and the async layer creates the file in a worker thread, installs it with
+:meth:`CommitLog.install_file` and retries.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import struct
+
+from store.mapped_file import MappedFile, MappedFileQueue
+from store.message import (
+    BLANK_MAGIC,
+    BORNHOST_V6_FLAG,
+    MAGIC_V1,
+    MAGIC_V2,
+    SYSFLAG_POSITION,
+)
+
+log = logging.getLogger("store.commitlog")
+
+#: Returned by :meth:`CommitLog.append` when the current file is full (or there is none).
+NEED_FILE = -1
+#: Bytes that must remain after a record in its file (room for the BLANK filler).
+END_FILE_MIN_BLANK_LENGTH = 8
+#: Spacing of the in-memory message-boundary marks used by :meth:`CommitLog.boundary_at_or_below`.
+BOUNDARY_MARK_SPACING = 64 * 1024
+
+_QO_PO = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (positions 20, 28)
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_SIZE_MAGIC = struct.Struct(">ii")
+_BLANK = struct.Struct(">ii")
+
+
+class CommitLog:
+    """Append, read and truncate the commit log. All offsets are absolute log offsets."""
+
+    def __init__(self, store_dir: str, file_size: int) -> None:
+        self.mfq = MappedFileQueue(store_dir, file_size, prefault=True)
+        self.file_size = file_size
+        #: the file appends go to (the last one), or None before the first file exists
+        self.current: MappedFile | None = None
+        # sorted message-boundary offsets, roughly every BOUNDARY_MARK_SPACING bytes
+        self._marks: list[int] = []
+        self._next_mark = 0
+        #: offset of the BLANK filler that ended the last full file (-1: none yet)
+        self.last_blank_offset = -1
+
+    # --- state -----------------------------------------------------------------------------------
+
+    def attach_loaded(self) -> None:
+        """Adopt the files loaded into :attr:`mfq` (after recovery set their positions)."""
+        self.current = self.mfq.last
+        self._marks = [mf.file_from_offset for mf in self.mfq.files]
+        self._next_mark = self.max_offset
+
+    @property
+    def max_offset(self) -> int:
+        cur = self.current
+        return cur.file_from_offset + cur.wrote_position if cur is not None else self.mfq.max_offset
+
+    @property
+    def min_offset(self) -> int:
+        return self.mfq.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.mfq.flushed_offset
+
+    # --- append ----------------------------------------------------------------------------------
+
+    def append(self, buf: bytearray, queue_offset: int, store_timestamp: int, ts_pos: int) -> int:
+        """Write one encoded record; returns its physical offset, or :data:`NEED_FILE`.
+
+        When the record does not fit the current file, the BLANK filler is written, the file is
+        marked full and NEED_FILE is returned: install the next file and call again.
+        """
+        mf = self.current
+        if mf is None:
+            return NEED_FILE
+        n = len(buf)
+        pos = mf.wrote_position
+        if pos + n + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            self._end_file(mf)
+            return NEED_FILE
+        phys = mf.file_from_offset + pos
+        _QO_PO.pack_into(buf, 20, queue_offset, phys)
+        _I64.pack_into(buf, ts_pos, store_timestamp)
+        mf.view[pos : pos + n] = buf
+        mf.wrote_position = pos + n
+        mf.last_store_timestamp = store_timestamp
+        if phys >= self._next_mark:
+            self._marks.append(phys)
+            self._next_mark = phys + BOUNDARY_MARK_SPACING
+        return phys
+
+    def append_batch(
+        self, buf: bytearray, offsets: list[int], queue_offset: int, store_timestamp: int, count_qo: bool
+    ) -> int:
+        """Write records laid end to end in ``buf`` (starting at ``offsets``) as one block with
+        consecutive queue offsets (all the same when ``count_qo`` is False). Returns the physical
+        offset of the first record or :data:`NEED_FILE` (same contract as :meth:`append`)."""
+        mf = self.current
+        if mf is None:
+            return NEED_FILE
+        n = len(buf)
+        pos = mf.wrote_position
+        if pos + n + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            self._end_file(mf)
+            return NEED_FILE
+        base = mf.file_from_offset + pos
+        qo = queue_offset
+        for rel in offsets:
+            _QO_PO.pack_into(buf, rel + 20, qo, base + rel)
+            sys_flag = _I32.unpack_from(buf, rel + SYSFLAG_POSITION)[0]
+            _I64.pack_into(buf, rel + (68 if sys_flag & BORNHOST_V6_FLAG else 56), store_timestamp)
+            if count_qo:
+                qo += 1
+        mf.view[pos : pos + n] = buf
+        mf.wrote_position = pos + n
+        mf.last_store_timestamp = store_timestamp
+        if base >= self._next_mark:
+            self._marks.append(base)
+            self._next_mark = base + BOUNDARY_MARK_SPACING
+        return base
+
+    def _end_file(self, mf: MappedFile) -> None:
+        pos = mf.wrote_position
+        self.last_blank_offset = mf.file_from_offset + pos
+        if pos < self.file_size:
+            if self.file_size - pos >= END_FILE_MIN_BLANK_LENGTH:
+                _BLANK.pack_into(mf.view, pos, self.file_size - pos, BLANK_MAGIC)
+            mf.wrote_position = self.file_size
+
+    def next_file_offset(self) -> int:
+        """Start offset of the file the next append needs."""
+        return self.mfq.next_offset()
+
+    def install_file(self, mf: MappedFile) -> None:
+        """Make ``mf`` (created for :meth:`next_file_offset`) the current file."""
+        self.mfq.install(mf)
+        self.current = mf
+        if not self._marks or self._marks[-1] != mf.file_from_offset:
+            self._marks.append(mf.file_from_offset)
+        self._next_mark = mf.file_from_offset + BOUNDARY_MARK_SPACING
+
+    # --- raw replication ---------------------------------------------------------------------------
+
+    def append_raw(self, data: bytes | bytearray | memoryview) -> None:
+        """Copy replicated bytes at the current max offset into the current file. The caller checks
+        that a current file exists and that ``data`` fits in it."""
+        mf = self.current
+        assert mf is not None
+        pos = mf.wrote_position
+        n = len(data)
+        if pos + n > self.file_size:
+            raise ValueError(f"{n} bytes at {mf.file_from_offset + pos} would cross the end of {mf.path}")
+        mf.view[pos : pos + n] = data
+        mf.wrote_position = pos + n
+
+    def read_raw(self, offset: int, max_bytes: int) -> memoryview | None:
+        """Zero-copy view of up to ``max_bytes`` written bytes from ``offset``, never crossing the end
+        of a file; empty at the max offset; None outside ``[min_offset, max_offset]``."""
+        if offset == self.max_offset:
+            return memoryview(b"")
+        mf = self.mfq.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        end = min(mf.wrote_position, pos + max_bytes)
+        if pos > mf.wrote_position:
+            return None
+        return mf.view[pos:end]
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def read(self, offset: int, size: int) -> memoryview | None:
+        """Zero-copy view of ``size`` bytes at ``offset`` (a whole record), or None when the bytes
+        are not (or no longer) in the log."""
+        files = self.mfq.files
+        if not files:
+            return None
+        i = (offset - files[0].file_from_offset) // self.file_size
+        if i < 0 or i >= len(files):
+            return None
+        mf = files[i]
+        pos = offset - mf.file_from_offset
+        end = pos + size
+        if end > mf.wrote_position:
+            return None
+        return mf.view[pos:end]
+
+    def record_size_at(self, offset: int) -> int | None:
+        """TOTALSIZE of the record at ``offset``; 0 for a BLANK filler; None if no record starts
+        there (unwritten, or not a valid magic code)."""
+        mf = self.mfq.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + 8 > mf.wrote_position:
+            return None
+        size, magic = _SIZE_MAGIC.unpack_from(mf.mm, pos)
+        if magic == BLANK_MAGIC:
+            return 0
+        if (magic != MAGIC_V1 and magic != MAGIC_V2) or size <= 0:
+            return None
+        return size
+
+    def pickup_store_timestamp(self, offset: int, size: int) -> int:
+        """STORETIMESTAMP of the record at ``offset`` (-1 when it cannot be read)."""
+        mf = self.mfq.find(offset)
+        if mf is None:
+            return -1
+        pos = offset - mf.file_from_offset
+        if pos + min(size, 76) > mf.wrote_position:
+            return -1
+        sys_flag = _I32.unpack_from(mf.mm, pos + SYSFLAG_POSITION)[0]
+        return _I64.unpack_from(mf.mm, pos + (68 if sys_flag & BORNHOST_V6_FLAG else 56))[0]
+
+    def boundary_at_or_below(self, offset: int) -> int:
+        """The largest record boundary ``<= offset`` (file starts, record starts, the max offset).
+
+        Walks record headers from the nearest known boundary below ``offset``; BLANK fillers and
+        partially written (replicated) records end the walk at their start.
+        """
+        offset = min(offset, self.max_offset)
+        mf = self.mfq.find(offset)
+        if mf is None:
+            if offset >= self.max_offset:
+                return self.max_offset
+            return self.min_offset
+        i = bisect.bisect_right(self._marks, offset) - 1
+        start = self._marks[i] if i >= 0 else mf.file_from_offset
+        if start < mf.file_from_offset:
+            start = mf.file_from_offset
+        pos = start - mf.file_from_offset
+        target = offset - mf.file_from_offset
+        wrote = mf.wrote_position
+        mm = mf.mm
+        while pos < target:
+            if pos + 8 > wrote:
+                break
+            size, magic = _SIZE_MAGIC.unpack_from(mm, pos)
+            if magic == BLANK_MAGIC or size <= 0 or (magic != MAGIC_V1 and magic != MAGIC_V2):
+                break
+            if pos + size > target or pos + size > wrote:
+                break
+            pos += size
+        return mf.file_from_offset + pos
+
+    # --- truncation ------------------------------------------------------------------------------
+
+    def cut(self, offset: int) -> list[MappedFile]:
+        """Set the log's end to ``offset`` in memory: positions of the file holding it (or ending
+        exactly there) are set, later files are detached and returned (the caller deletes them
+        and zeroes the cut file's tail on disk)."""
+        gone = self.mfq.detach_after(offset)
+        last = self.mfq.last
+        if last is not None:
+            pos = offset - last.file_from_offset
+            if pos < last.wrote_position:
+                last.wrote_position = pos
+            if pos < last.flushed_position:
+                last.flushed_position = pos
+        self.current = last
+        j = bisect.bisect_right(self._marks, offset)
+        del self._marks[j:]
+        self._next_mark = offset
+        return gone
+
+    def drop_marks_below(self, offset: int) -> None:
+        j = bisect.bisect_left(self._marks, offset)
+        del self._marks[:j]
+
+    def add_mark(self, offset: int) -> None:
+        """Record a known record boundary (recovery scan, dispatch) to speed up boundary lookups."""
+        marks = self._marks
+        if not marks or offset > marks[-1] + BOUNDARY_MARK_SPACING:
+            marks.append(offset)
+        elif offset < marks[-1]:
+            bisect.insort(marks, offset)

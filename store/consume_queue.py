@@ -1,0 +1,353 @@
+"""Consume queues: per topic/queue id, the commit-log position of every message in queue order.
+
+Upstream: ``ConsumeQueue`` (reference §6.1). A unit is 20 bytes: commit-log offset (8), message
+size (4), tags code (8); logical offset N lives at byte N x 20 of the queue's concatenated files
+(``consumequeue/<topic>/<queueId>/<20-digit byte offset>``). A queue whose first message does not
+sit at the start of a file has the units before it pre-filled with (0, 2^31-1, 0).
+
+Like :mod:`store.commitlog`, this module never blocks: :meth:`ConsumeQueue.put` returns False when
+a file is missing and the async layer creates it in a worker thread (:meth:`ConsumeQueue.file_needed`,
+:meth:`ConsumeQueue.install_file`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Callable, Iterator
+
+from store.mapped_file import MappedFile, MappedFileQueue, offset_of_name
+
+log = logging.getLogger("store.consume_queue")
+
+CQ_UNIT_SIZE = 20
+FILLER_SIZE = 2**31 - 1
+CQ_UNIT = struct.Struct(">qiq")
+FILLER_UNIT = CQ_UNIT.pack(0, FILLER_SIZE, 0)
+
+
+def cq_file_size(configured: int) -> int:
+    """Upstream rounds ``mappedFileSizeConsumeQueue`` up to a whole number of units."""
+    return -(-configured // CQ_UNIT_SIZE) * CQ_UNIT_SIZE
+
+
+class ConsumeQueue:
+    """One topic/queue id's consume queue.
+
+    ``max_offset`` is the next logical offset to be dispatched, ``min_offset`` the first readable
+    one. ``next_offset`` is the commit log's counter for this queue (upstream ``topicQueueTable``):
+    the queue offset the next appended message gets; it runs ahead of ``max_offset`` while
+    messages wait for dispatch (dispatch limit, or a missing file).
+    """
+
+    def __init__(self, topic: str, queue_id: int, root_dir: str, file_size: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.dir = os.path.join(root_dir, topic, str(queue_id))
+        self.file_size = cq_file_size(file_size)
+        self.mfq = MappedFileQueue(self.dir, self.file_size)
+        self.max_offset = 0
+        self.next_offset = 0
+        #: byte offset of the first readable unit (upstream ``minLogicOffset``)
+        self.min_logic_offset = 0
+        #: end (offset + size) of the last unit's message, -1 when empty
+        self.max_physic_offset = -1
+        self._cur: MappedFile | None = None
+
+    def __repr__(self) -> str:
+        return f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset}, max={self.max_offset})"
+
+    @property
+    def min_offset(self) -> int:
+        """First readable logical offset (upstream ``getMinOffsetInQueue``)."""
+        first = self.mfq.first
+        start = first.file_from_offset if first is not None else self.max_offset * CQ_UNIT_SIZE
+        return max(self.min_logic_offset, start) // CQ_UNIT_SIZE
+
+    # --- loading ---------------------------------------------------------------------------------
+
+    def load_sync(self) -> list[str]:
+        """Map existing files and find the valid units (offset >= 0 and size > 0); blocking.
+
+        Files before the last are taken as full; the last file is scanned up to its first invalid
+        unit. Returns problems found (gaps between files, resized files).
+        """
+        problems = self.mfq.load_sync()
+        files = self.mfq.files
+        if files:
+            last = files[-1]
+            valid = 0
+            for off, size, _tags in CQ_UNIT.iter_unpack(last.view):
+                if off < 0 or size <= 0:
+                    break
+                valid += CQ_UNIT_SIZE
+            last.set_positions(valid)
+        self._attach()
+        if files:
+            self.min_logic_offset = self.mfq.min_offset
+            self.max_physic_offset = self._last_unit_end()
+        return problems
+
+    def _attach(self) -> None:
+        last = self.mfq.last
+        self._cur = last
+        if last is not None:
+            self.max_offset = (last.file_from_offset + last.wrote_position) // CQ_UNIT_SIZE
+        self.next_offset = max(self.next_offset, self.max_offset)
+
+    def _last_unit_end(self) -> int:
+        n = self.max_offset
+        while n > self.min_offset:
+            unit = self.unit(n - 1)
+            if unit is None:
+                break
+            off, size, _ = unit
+            if size != FILLER_SIZE:
+                return off + size
+            n -= 1
+        return -1
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def put(self, phys: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """Store the unit for ``queue_offset``. Returns False when a file must be created first
+        (see :meth:`file_needed`); True when written, or when the unit exists already (re-dispatch)."""
+        mf = self._cur
+        if mf is not None and queue_offset == self.max_offset:
+            w = mf.wrote_position
+            if w < self.file_size:
+                CQ_UNIT.pack_into(mf.mm, w, phys, size, tags_code)
+                mf.wrote_position = w + CQ_UNIT_SIZE
+                self.max_offset = queue_offset + 1
+                self.max_physic_offset = phys + size
+                return True
+        return self._put_slow(phys, size, tags_code, queue_offset)
+
+    def _put_slow(self, phys: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        if queue_offset < self.max_offset:
+            unit = self.unit(queue_offset)
+            if unit is not None and unit[0] != phys:
+                log.error(
+                    "%s: unit %d already points at %d, not %d; keeping the existing one",
+                    self,
+                    queue_offset,
+                    unit[0],
+                    phys,
+                )
+            return True
+        if queue_offset > self.max_offset and self.max_physic_offset >= 0:
+            log.error(
+                "%s: gap before queue offset %d (max %d): filling with blank units",
+                self,
+                queue_offset,
+                self.max_offset,
+            )
+        while True:
+            mf = self._cur
+            if mf is None or mf.wrote_position >= self.file_size:
+                return False
+            w = mf.wrote_position
+            if self.max_offset < queue_offset:
+                n = min(queue_offset - self.max_offset, (self.file_size - w) // CQ_UNIT_SIZE)
+                mf.view[w : w + n * CQ_UNIT_SIZE] = FILLER_UNIT * n
+                mf.wrote_position = w + n * CQ_UNIT_SIZE
+                self.max_offset += n
+                continue
+            CQ_UNIT.pack_into(mf.mm, w, phys, size, tags_code)
+            mf.wrote_position = w + CQ_UNIT_SIZE
+            self.max_offset = queue_offset + 1
+            self.max_physic_offset = phys + size
+            return True
+
+    def file_needed(self, queue_offset: int) -> int:
+        """Byte offset of the file to create so that :meth:`put` of ``queue_offset`` can proceed."""
+        if self._cur is None:
+            return queue_offset * CQ_UNIT_SIZE // self.file_size * self.file_size
+        return self._cur.file_end_offset
+
+    def install_file(self, mf: MappedFile, first_queue_offset: int) -> None:
+        """Adopt a created file. For an empty queue the file may start below ``first_queue_offset``
+        (the queue's first message): :meth:`put` pre-fills the units before it."""
+        if self._cur is None:
+            self.mfq.install(mf)
+            self.max_offset = mf.file_from_offset // CQ_UNIT_SIZE
+            self.min_logic_offset = max(first_queue_offset * CQ_UNIT_SIZE, mf.file_from_offset)
+        else:
+            self.mfq.install(mf)
+        self._cur = mf
+
+    def create_file_sync(self, offset: int) -> MappedFile:
+        """Create the file starting at byte ``offset``; blocking."""
+        return self.mfq.create_file_sync(offset)
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def unit(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """(commit-log offset, size, tags code) of one unit, or None if not written."""
+        if queue_offset >= self.max_offset or queue_offset < 0:
+            return None
+        byte = queue_offset * CQ_UNIT_SIZE
+        mf = self.mfq.find(byte)
+        if mf is None:
+            return None
+        return CQ_UNIT.unpack_from(mf.mm, byte - mf.file_from_offset)  # type: ignore[return-value]
+
+    def read_units(self, queue_offset: int, max_units: int) -> bytes | None:
+        """Copy of up to ``max_units`` units from ``queue_offset``, never past the end of the file
+        holding it (the caller reads on from the next file). None when no file holds it."""
+        byte = queue_offset * CQ_UNIT_SIZE
+        mf = self.mfq.find(byte)
+        if mf is None:
+            return None
+        pos = byte - mf.file_from_offset
+        end = min(mf.wrote_position, pos + max_units * CQ_UNIT_SIZE)
+        if pos >= end:
+            return None
+        return mf.mm[pos:end]
+
+    def iter_units(self, start: int, stop: int) -> Iterator[tuple[int, int, int, int]]:
+        """(queue offset, commit-log offset, size, tags code) for units in [start, stop)."""
+        qo = max(start, self.min_offset)
+        stop = min(stop, self.max_offset)
+        while qo < stop:
+            chunk = self.read_units(qo, min(stop - qo, 4096))
+            if chunk is None:
+                return
+            for off, size, tags in CQ_UNIT.iter_unpack(chunk):
+                yield qo, off, size, tags
+                qo += 1
+
+    def next_file_start(self, queue_offset: int) -> int:
+        """Logical offset of the start of the file after the one that would hold ``queue_offset``
+        (upstream ``rollNextFile``)."""
+        units = self.file_size // CQ_UNIT_SIZE
+        return queue_offset + units - queue_offset % units
+
+    def offset_by_time(
+        self, timestamp: int, upper: bool, store_time_of: Callable[[int, int], int], min_phys: int
+    ) -> int:
+        """Binary search on store timestamps (looked up through ``store_time_of(offset, size)``).
+
+        ``upper=False`` (LOWER): the first offset stored at or after ``timestamp`` (max offset if
+        none). ``upper=True`` (UPPER): the last offset stored at or before it (min offset if none).
+        Units whose messages are gone (below ``min_phys``) count as older than anything.
+        """
+        lo, hi = self.min_offset, self.max_offset  # search in [lo, hi)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self.unit(mid)
+            t = -1
+            if unit is not None and unit[1] != FILLER_SIZE and unit[0] >= min_phys:
+                t = store_time_of(unit[0], unit[1])
+            if t < timestamp if not upper else t <= timestamp:
+                lo = mid + 1
+            else:
+                hi = mid
+        if upper:
+            return max(self.min_offset, lo - 1)
+        return lo
+
+    # --- truncation and retention ----------------------------------------------------------------
+
+    def truncate_to_phys(self, phys_end: int) -> tuple[list[MappedFile], MappedFile | None]:
+        """Drop units whose message starts at or after ``phys_end`` (see :meth:`truncate_to_offset`)."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:  # first unit with offset >= phys_end (fillers count as below)
+            mid = (lo + hi) // 2
+            unit = self.unit(mid)
+            if unit is not None and unit[1] != FILLER_SIZE and unit[0] >= phys_end:
+                hi = mid
+            else:
+                lo = mid + 1
+        return self.truncate_to_offset(lo)
+
+    def truncate_to_offset(self, queue_offset: int) -> tuple[list[MappedFile], MappedFile | None]:
+        """Drop units at and after logical ``queue_offset``; the dropped units of the cut file are
+        zeroed in the map so no stale unit can reappear after a later crash.
+
+        Returns the detached files (for the caller to delete) and the cut file (to fsync), if any.
+        """
+        if queue_offset >= self.max_offset:
+            return [], None
+        byte = queue_offset * CQ_UNIT_SIZE
+        old_max = self.max_offset
+        gone = self.mfq.detach_after(byte)
+        cut: MappedFile | None = None
+        last = self.mfq.last
+        if last is not None:
+            pos = byte - last.file_from_offset
+            if pos < last.wrote_position:
+                last.view[pos : last.wrote_position] = bytes(last.wrote_position - pos)
+                last.wrote_position = pos
+                last.flushed_position = min(last.flushed_position, pos)
+                cut = last
+        self._cur = last
+        self.max_offset = queue_offset
+        self.next_offset = queue_offset
+        if last is None:
+            self.min_logic_offset = byte
+        self.max_physic_offset = self._last_unit_end()
+        log.info("%s truncated from %d to %d", self, old_max, self.max_offset)
+        return gone, cut
+
+    def correct_min_offset(self, min_phys: int) -> None:
+        """Move ``min_logic_offset`` to the first unit whose message is still in the commit log
+        (upstream ``correctMinOffset``)."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = self.unit(mid)
+            if unit is not None and unit[1] != FILLER_SIZE and unit[0] >= min_phys:
+                hi = mid
+            else:
+                lo = mid + 1
+        self.min_logic_offset = max(self.min_logic_offset, lo * CQ_UNIT_SIZE)
+
+    def detach_expired(self, min_phys: int) -> list[MappedFile]:
+        """Detach files (never the last) whose every unit points below ``min_phys`` (upstream
+        ``deleteExpiredFile``); the caller deletes them."""
+        count = 0
+        for mf in self.mfq.files[:-1]:
+            if mf.wrote_position < CQ_UNIT_SIZE:
+                break
+            off, size, _ = CQ_UNIT.unpack_from(mf.mm, mf.wrote_position - CQ_UNIT_SIZE)
+            if size != FILLER_SIZE and off + size <= min_phys:
+                count += 1
+            else:
+                break
+        gone = self.mfq.detach_first(count)
+        if gone:
+            self.min_logic_offset = max(self.min_logic_offset, self.mfq.min_offset)
+        return gone
+
+    def dirty_files(self) -> list[tuple[MappedFile, int]]:
+        return self.mfq.dirty_files()
+
+    def close(self) -> None:
+        self._cur = None
+        self.mfq.close_all()
+
+
+def list_queue_dirs(root_dir: str) -> list[tuple[str, int]]:
+    """(topic, queue id) for every ``<root>/<topic>/<queueId>`` directory."""
+    out: list[tuple[str, int]] = []
+    try:
+        topics = os.listdir(root_dir)
+    except FileNotFoundError:
+        return out
+    for topic in topics:
+        tdir = os.path.join(root_dir, topic)
+        if not os.path.isdir(tdir):
+            continue
+        for qname in os.listdir(tdir):
+            if qname.lstrip("-").isdigit() and os.path.isdir(os.path.join(tdir, qname)):
+                out.append((topic, int(qname)))
+    return out
+
+
+def has_files(cq_dir: str) -> bool:
+    try:
+        return any(offset_of_name(n) is not None for n in os.listdir(cq_dir))
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,175 @@
+"""All consume queues of one store, plus the manifest of which queues exist.
+
+Upstream: ``ConsumeQueueStore`` / ``DefaultMessageStore.consumeQueueTable``. The manifest
+(``<root>/consumeQueueManifest``, one ``topic<TAB>queueId`` line per queue ever created, this store's
+own file) is what lets recovery notice a consume queue whose directory was deleted and rebuild it
+from the commit log; upstream has no such file and would silently serve an empty queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+
+from store.consume_queue import ConsumeQueue, list_queue_dirs
+from store.mapped_file import MappedFile, fsync_dir
+
+log = logging.getLogger("store.consume_queue")
+
+MANIFEST_NAME = "consumeQueueManifest"
+
+
+class ConsumeQueueStore:
+    """topic -> queue id -> :class:`ConsumeQueue`. Creating a queue object creates no file."""
+
+    def __init__(self, root_dir: str, store_root: str, file_size: int) -> None:
+        self.root_dir = root_dir
+        self.file_size = file_size
+        self.manifest_path = os.path.join(store_root, MANIFEST_NAME)
+        self.tables: dict[str, dict[int, ConsumeQueue]] = {}
+        # queues whose manifest line is not yet durable
+        self._unrecorded: list[tuple[str, int]] = []
+        self._recorded: set[tuple[str, int]] = set()
+
+    # --- lookup ----------------------------------------------------------------------------------
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        t = self.tables.get(topic)
+        return t.get(queue_id) if t is not None else None
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        t = self.tables.get(topic)
+        if t is None:
+            t = self.tables[topic] = {}
+        cq = t.get(queue_id)
+        if cq is None:
+            cq = t[queue_id] = ConsumeQueue(topic, queue_id, self.root_dir, self.file_size)
+            if (topic, queue_id) not in self._recorded:
+                self._unrecorded.append((topic, queue_id))
+        return cq
+
+    def reset(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """Replace a queue by a fresh, empty one (its files must be gone already)."""
+        t = self.tables.setdefault(topic, {})
+        cq = t[queue_id] = ConsumeQueue(topic, queue_id, self.root_dir, self.file_size)
+        return cq
+
+    def __iter__(self) -> Iterator[ConsumeQueue]:
+        for t in self.tables.values():
+            yield from t.values()
+
+    def topics(self) -> list[str]:
+        return sorted(self.tables)
+
+    # --- loading ---------------------------------------------------------------------------------
+
+    def load_sync(self) -> tuple[list[str], set[tuple[str, int]]]:
+        """Load every queue directory and the manifest; blocking.
+
+        Returns (problems, queues to rebuild): queues listed in the manifest whose directory or files
+        are gone, and queues whose files have a gap.
+        """
+        problems: list[str] = []
+        rebuild: set[tuple[str, int]] = set()
+        os.makedirs(self.root_dir, exist_ok=True)
+        recorded = self._read_manifest()
+        on_disk = set(list_queue_dirs(self.root_dir))
+        for topic, qid in sorted(on_disk):
+            cq = self.get_or_create(topic, qid)
+            found = cq.load_sync()
+            if any("does not follow" in p for p in found):
+                rebuild.add((topic, qid))
+            problems.extend(found)
+        for topic, qid in sorted(recorded):
+            cq = self.get(topic, qid)
+            if cq is None or not cq.mfq.files:
+                msg = f"consume queue {topic}/{qid} is listed in the manifest but has no files: rebuilding"
+                log.warning(msg)
+                problems.append(msg)
+                rebuild.add((topic, qid))
+                self.get_or_create(topic, qid)
+        self._recorded = recorded
+        self._unrecorded = [k for k in self._unrecorded if k not in recorded]
+        return problems, rebuild
+
+    def _read_manifest(self) -> set[tuple[str, int]]:
+        out: set[tuple[str, int]] = set()
+        try:
+            with open(self.manifest_path, encoding="utf-8") as f:
+                lines = f.read().split("\n")
+        except FileNotFoundError:
+            return out
+        for line in lines:
+            topic, sep, qid = line.partition("\t")
+            if sep and qid.lstrip("-").isdigit():
+                out.add((topic, int(qid)))
+            elif line:
+                log.warning("ignoring malformed manifest line %r in %s", line, self.manifest_path)
+        return out
+
+    # --- manifest --------------------------------------------------------------------------------
+
+    def take_unrecorded(self) -> list[tuple[str, int]]:
+        """Queues created since the last call, to append to the manifest."""
+        out, self._unrecorded = self._unrecorded, []
+        return out
+
+    def record_sync(self, queues: list[tuple[str, int]]) -> None:
+        """Append queues to the manifest durably; blocking."""
+        if not queues:
+            return
+        data = "".join(f"{t}\t{q}\n" for t, q in queues).encode()
+        new = not os.path.exists(self.manifest_path)
+        fd = os.open(self.manifest_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, data)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        if new:
+            fsync_dir(os.path.dirname(self.manifest_path))
+        self._recorded.update(queues)
+
+    def rewrite_manifest_sync(self, queues: list[tuple[str, int]]) -> None:
+        """Replace the manifest atomically (after deleting topics); blocking."""
+        tmp = self.manifest_path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("".join(f"{t}\t{q}\n" for t, q in queues))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.manifest_path)
+        fsync_dir(os.path.dirname(self.manifest_path))
+        self._recorded = set(queues)
+
+    # --- deletion --------------------------------------------------------------------------------
+
+    def detach_topics(self, topics: list[str]) -> list[ConsumeQueue]:
+        """Forget the topics' queues (the caller closes them and deletes their directories)."""
+        gone: list[ConsumeQueue] = []
+        for topic in topics:
+            t = self.tables.pop(topic, None)
+            if t:
+                gone.extend(t.values())
+        gone_keys = {(cq.topic, cq.queue_id) for cq in gone}
+        self._unrecorded = [k for k in self._unrecorded if k not in gone_keys]
+        return gone
+
+    def live_keys(self) -> list[tuple[str, int]]:
+        return [(cq.topic, cq.queue_id) for cq in self]
+
+    def delete_dirs_sync(self, topics: list[str]) -> None:
+        for topic in topics:
+            shutil.rmtree(os.path.join(self.root_dir, topic), ignore_errors=True)
+        fsync_dir(self.root_dir)
+
+    def dirty_files(self) -> list[tuple[MappedFile, int]]:
+        out: list[tuple[MappedFile, int]] = []
+        for cq in self:
+            out.extend(cq.dirty_files())
+        return out
+
+    def close(self) -> None:
+        for cq in self:
+            cq.close()

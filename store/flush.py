@@ -1,0 +1,200 @@
+"""Flushing: the commit log (ASYNC_FLUSH on a period, SYNC_FLUSH by group commit) and the
+consume queues + index + checkpoint.
+
+Upstream: ``FlushRealTimeService``, ``GroupCommitService`` and ``FlushConsumeQueueService``.
+Every fsync runs in a worker thread (``trio.to_thread.run_sync``).
+
+Group commit: a send that must be durable calls :meth:`CommitLogFlusher.wait_flushed` with the
+end of its record. If no flush is running it runs one itself, covering everything appended so
+far; otherwise it waits for the running round and checks again. Sends that arrive while a round
+runs are covered together by the next round.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from store.checkpoint import StoreCheckpoint
+from store.commitlog import CommitLog
+from store.consume_queue_store import ConsumeQueueStore
+from store.dispatch import Dispatcher
+from store.index import IndexService
+from store.mapped_file import PAGE_SIZE, fsync_path
+
+log = logging.getLogger("store.flush")
+
+
+def _fsync_paths(paths: list[str]) -> None:
+    for p in paths:
+        fsync_path(p)
+
+
+class CommitLogFlusher:
+    """Makes commit-log bytes durable and tracks :attr:`flushed_offset`."""
+
+    def __init__(self, commit_log: CommitLog) -> None:
+        self.commit_log = commit_log
+        #: every byte below this offset is durable
+        self.flushed_offset = commit_log.max_offset
+        #: store timestamp of the newest durable message (checkpoint ``physicMsgTimestamp``)
+        self.flushed_store_timestamp = 0
+        #: bumped by truncation; a round that started before a truncation does not advance
+        self.generation = 0
+        self._flushing = False
+        self._round_done = trio.Event()
+
+    async def flush(self, least_pages: int = 0) -> int:
+        """Flush everything appended so far (only if at least ``least_pages`` dirty pages when
+        given). Returns the flushed offset."""
+        while self._flushing:
+            await self._round_done.wait()
+        cl = self.commit_log
+        dirty = cl.mfq.dirty_files()
+        if not dirty:  # every file is flushed up to its write position
+            self.flushed_offset = cl.max_offset
+            return self.flushed_offset
+        if least_pages > 0:
+            pages = sum((w - mf.flushed_position) for mf, w in dirty) // PAGE_SIZE
+            if pages < least_pages:
+                return self.flushed_offset
+        target = cl.max_offset
+        cur = cl.current
+        ts = cur.last_store_timestamp if cur is not None else 0
+        generation = self.generation
+        self._flushing = True
+        done = self._round_done
+        try:
+            await trio.to_thread.run_sync(_fsync_paths, [mf.path for mf, _ in dirty])
+        finally:
+            self._flushing = False
+            self._round_done = trio.Event()
+            done.set()
+        if generation == self.generation:
+            for mf, w in dirty:
+                if mf.flushed_position < w:
+                    mf.flushed_position = w
+            if target > self.flushed_offset:
+                self.flushed_offset = target
+                if ts:
+                    self.flushed_store_timestamp = ts
+        return self.flushed_offset
+
+    async def wait_flushed(self, offset: int, timeout_s: float) -> bool:
+        """Group commit: return True once every byte below ``offset`` is durable, False after
+        ``timeout_s`` (the bytes stay in the log; upstream FLUSH_DISK_TIMEOUT)."""
+        if self.flushed_offset >= offset:
+            return True
+        with trio.move_on_after(timeout_s):
+            while self.flushed_offset < offset:
+                if self._flushing:
+                    await self._round_done.wait()
+                else:
+                    await self.flush()
+            return True
+        return self.flushed_offset >= offset
+
+    def truncated(self, offset: int) -> None:
+        """The log was cut at ``offset``."""
+        self.generation += 1
+        self.flushed_offset = min(self.flushed_offset, offset)
+
+    async def run_periodic(self, interval_ms: int, least_pages: int, thorough_interval_ms: int) -> None:
+        """ASYNC_FLUSH service: every ``interval_ms`` flush if ``least_pages`` are dirty, and
+        everything at least every ``thorough_interval_ms``."""
+        last_thorough = trio.current_time()
+        while True:
+            await trio.sleep(interval_ms / 1000)
+            now = trio.current_time()
+            pages = least_pages
+            if (now - last_thorough) * 1000 >= thorough_interval_ms:
+                last_thorough = now
+                pages = 0
+            await self.flush(pages)
+
+
+class LogicsFlusher:
+    """Flushes consume queues, the index, the queue manifest and then the checkpoint."""
+
+    def __init__(
+        self,
+        queues: ConsumeQueueStore,
+        index: IndexService | None,
+        dispatcher: Dispatcher,
+        cl_flusher: CommitLogFlusher,
+        checkpoint: StoreCheckpoint,
+        confirm_offset: Callable[[], int],
+        lock: trio.Lock,
+    ) -> None:
+        self.queues = queues
+        self.index = index
+        self.dispatcher = dispatcher
+        self.cl_flusher = cl_flusher
+        self.checkpoint = checkpoint
+        self.confirm_offset = confirm_offset
+        self.lock = lock
+
+    async def flush(self, least_pages: int = 0) -> None:
+        """One round: fsync dirty consume-queue files (those with ``least_pages`` dirty pages, or
+        all), the index and the manifest, then write the checkpoint. The checkpoint's
+        ``logicsFlushedOffset`` only advances when no dirty file was skipped."""
+        async with self.lock:
+            reput = self.dispatcher.reput_offset
+            reput_ts = self.dispatcher.last_store_timestamp
+            phys_flushed = self.cl_flusher.flushed_offset
+            phys_ts = self.cl_flusher.flushed_store_timestamp
+            generation = self.cl_flusher.generation
+            dirty = self.queues.dirty_files()
+            chosen = dirty
+            if least_pages > 0:
+                need = least_pages * PAGE_SIZE
+                chosen = [(mf, w) for mf, w in dirty if w - mf.flushed_position >= need]
+            complete = len(chosen) == len(dirty)
+            manifest = self.queues.take_unrecorded()
+            paths = [mf.path for mf, _ in chosen]
+            index = self.index
+            queues = self.queues
+
+            def job() -> int:
+                if manifest:
+                    queues.record_sync(manifest)
+                _fsync_paths(paths)
+                return index.flush() if index is not None else 0
+
+            index_ts = await trio.to_thread.run_sync(job)
+            for mf, w in chosen:
+                if mf.flushed_position < w:
+                    mf.flushed_position = w
+            if generation != self.cl_flusher.generation:
+                return  # truncated meanwhile: the truncation wrote its own checkpoint
+            data = self.checkpoint.data
+            if phys_flushed >= 0:
+                data.physicFlushedOffset = phys_flushed
+                if phys_ts:
+                    data.physicMsgTimestamp = phys_ts
+            if complete:
+                data.logicsFlushedOffset = reput
+                if reput_ts:
+                    data.logicsMsgTimestamp = reput_ts
+            if index_ts:
+                data.indexMsgTimestamp = index_ts
+            data.confirmPhyOffset = self.confirm_offset()
+            await trio.to_thread.run_sync(self.checkpoint.flush_sync, self.checkpoint.snapshot())
+
+    async def run_periodic(self, interval_ms: int, least_pages: int, thorough_interval_ms: int) -> None:
+        last_thorough = trio.current_time()
+        while True:
+            await trio.sleep(interval_ms / 1000)
+            now = trio.current_time()
+            pages = least_pages
+            if (now - last_thorough) * 1000 >= thorough_interval_ms:
+                last_thorough = now
+                pages = 0
+            await self.flush(pages)
+
+
+def fsync_paths_sync(paths: list[str]) -> None:
+    """fsync several files by path; blocking."""
+    _fsync_paths(paths)

@@ -1,0 +1,468 @@
+"""Fixed-size memory-mapped files and the queue of them that forms one log.
+
+Upstream: ``MappedFile`` / ``DefaultMappedFile``, ``MappedFileQueue`` and
+``AllocateMappedFileService``. Every file has the same size and is named by the log offset of its
+first byte, zero-padded to 20 digits. Files are contiguous: file *i* starts where file *i - 1* ends.
+
+Positions per file (bytes relative to the file start): ``wrote_position`` (appended),
+``committed_position`` (equal to wrote: there is no transient store pool) and ``flushed_position``
+(durable up to here). Everything that blocks -- creating, pre-faulting, fsync, zeroing, deleting -- lives in
+the ``*_sync`` functions, which the async layer runs in worker threads (``trio.to_thread``). The
+only thing done on the trio thread is reading and writing the mapped memory.
+
+Pre-faulting (``prefault=True``) reserves the file's blocks (``posix_fallocate``), so that writes
+through the map can never hit ENOSPC (a SIGBUS), then populates the page tables writable
+(``MADV_POPULATE_WRITE``, through ctypes so the GIL is released) and writes the zero pages back
+once, so appends never take a first-touch page fault.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import mmap
+import os
+from collections.abc import Callable
+
+log = logging.getLogger("store.mapped_file")
+
+PAGE_SIZE = mmap.PAGESIZE
+_MADV_POPULATE_WRITE = 23
+_ZERO_CHUNK = bytes(1 << 20)
+
+try:
+    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+    _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    _libc.madvise.restype = ctypes.c_int
+    _libc.syncfs.argtypes = [ctypes.c_int]
+    _libc.syncfs.restype = ctypes.c_int
+except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
+    _libc = None
+
+
+def file_name_of(offset: int) -> str:
+    """The 20-digit zero-padded file name of a file starting at ``offset``."""
+    return f"{offset:020d}"
+
+
+def offset_of_name(name: str) -> int | None:
+    """The start offset encoded in a file name, or None if it is not a 20-digit name."""
+    if len(name) == 20 and name.isdigit():
+        return int(name)
+    return None
+
+
+def fsync_path(path: str, *, data_only: bool = True) -> None:
+    """fsync (fdatasync) a file by path; blocking. A missing file is ignored (it was deleted)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        if data_only:
+            os.fdatasync(fd)
+        else:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory so that created / deleted / renamed entries are durable; blocking."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def zero_file_range_sync(path: str, start: int, end: int) -> None:
+    """Write zeros over bytes [start, end) of the file, front to back, then fdatasync; blocking.
+
+    Front to back matters: a crash part-way leaves zeros at ``start``, which recovery reads as the
+    end of the data (and then clears the rest itself). Mapped views see the zeros at once.
+    """
+    if end <= start:
+        return
+    fd = os.open(path, os.O_RDWR)
+    try:
+        pos = start
+        while pos < end:
+            n = min(end - pos, len(_ZERO_CHUNK) - pos % len(_ZERO_CHUNK))
+            os.pwrite(fd, _ZERO_CHUNK[:n], pos)
+            pos += n
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def clear_nonzero_tail_sync(mf: MappedFile, start: int) -> int:
+    """Zero every non-zero byte of ``mf`` from ``start`` to the end of the file (checking 1 MiB at
+    a time, so an all-zero tail costs one read); blocking. Returns how many bytes were rewritten."""
+    chunk = len(_ZERO_CHUNK)
+    rewritten = 0
+    fd = -1
+    try:
+        pos = start
+        while pos < mf.file_size:
+            n = min(mf.file_size - pos, chunk - pos % chunk)
+            if mf.mm[pos : pos + n] != _ZERO_CHUNK[:n]:
+                if fd < 0:
+                    fd = os.open(mf.path, os.O_RDWR)
+                os.pwrite(fd, _ZERO_CHUNK[:n], pos)
+                rewritten += n
+            pos += n
+        if fd >= 0:
+            os.fdatasync(fd)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return rewritten
+
+
+def syncfs_sync(path: str) -> None:
+    """Flush every dirty page of the filesystem holding ``path`` (``syncfs``; ``sync`` where it
+    is unavailable); blocking."""
+    if _libc is not None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if _libc.syncfs(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    os.sync()
+
+
+def _address_of(mm: mmap.mmap) -> int:
+    buf = ctypes.c_char.from_buffer(mm)
+    try:
+        return ctypes.addressof(buf)
+    finally:
+        del buf
+
+
+class MappedFile:
+    """One mapped file of ``file_size`` bytes whose first byte is log offset ``file_from_offset``.
+
+    ``view`` is a memoryview over the whole map; slices of it are zero-copy views whose ``.obj``
+    is the ``mmap``. Closing fails (and is retried later by the owner) while such slices live.
+    """
+
+    __slots__ = (
+        "file_from_offset",
+        "file_size",
+        "flushed_position",
+        "last_store_timestamp",
+        "mm",
+        "path",
+        "view",
+        "wrote_position",
+    )
+
+    def __init__(self, path: str, file_from_offset: int, file_size: int, mm: mmap.mmap) -> None:
+        self.path = path
+        self.file_from_offset = file_from_offset
+        self.file_size = file_size
+        self.mm = mm
+        self.view = memoryview(mm)
+        self.wrote_position = 0
+        self.flushed_position = 0
+        #: store timestamp of the newest message appended here (0 = unknown); retention uses mtime.
+        self.last_store_timestamp = 0
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path!r}, wrote={self.wrote_position}, flushed={self.flushed_position})"
+
+    # --- blocking constructors / destructors (worker thread) --------------------------------------
+
+    @classmethod
+    def open_sync(
+        cls, path: str, file_from_offset: int, file_size: int, *, create: bool, prefault: bool = False
+    ) -> MappedFile:
+        """Open (or create) and map the file; blocking.
+
+        An existing file of the wrong size is resized to ``file_size`` with a warning (a shorter file
+        reads as zeros past its old end, which recovery treats as the end of the data).
+        """
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        fd = os.open(path, flags, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size != file_size:
+                if size and not create:
+                    log.warning("mapped file %s is %d bytes, expected %d: resizing", path, size, file_size)
+                os.ftruncate(fd, file_size)
+            if prefault:
+                try:
+                    os.posix_fallocate(fd, 0, file_size)
+                except OSError as exc:
+                    if exc.errno == errno.ENOSPC:
+                        raise
+                    log.debug("posix_fallocate unsupported for %s: %s", path, exc)
+            mm = mmap.mmap(fd, file_size)
+        finally:
+            os.close(fd)
+        mf = cls(path, file_from_offset, file_size, mm)
+        if prefault:
+            mf.prefault_sync()
+        if create:
+            fsync_dir(os.path.dirname(path))
+        return mf
+
+    def prefault_sync(self) -> None:
+        """Populate the page tables writable and write the zero pages back once; blocking."""
+        if _libc is None:
+            return
+        addr = _address_of(self.mm)
+        if _libc.madvise(addr, self.file_size, _MADV_POPULATE_WRITE) != 0:
+            log.debug("MADV_POPULATE_WRITE failed (errno %d) for %s", ctypes.get_errno(), self.path)
+            return
+        fsync_path(self.path)
+
+    def close(self) -> bool:
+        """Unmap. Returns False (and keeps the map) while zero-copy views of it are still alive."""
+        if self.mm.closed:
+            return True
+        self.view.release()
+        try:
+            self.mm.close()
+        except BufferError:
+            self.view = memoryview(self.mm)
+            return False
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return self.mm.closed
+
+    # --- positions ------------------------------------------------------------------------------
+
+    @property
+    def committed_position(self) -> int:
+        """Upstream's committed position; equal to :attr:`wrote_position` (no transient pool)."""
+        return self.wrote_position
+
+    @property
+    def file_end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def set_positions(self, pos: int) -> None:
+        """Set wrote / committed / flushed positions (recovery and truncation)."""
+        self.wrote_position = pos
+        self.flushed_position = pos
+
+    def flush_sync(self) -> None:
+        """fdatasync the file (the map shares the page cache); blocking."""
+        fsync_path(self.path)
+
+
+class MappedFileQueue:
+    """The contiguous, fixed-size files of one log directory (commit log or one consume queue).
+
+    ``files`` is ordered by start offset. Lookups by offset are O(1) arithmetic. Mutating methods
+    named ``*_sync`` block and belong in worker threads; the others only touch memory.
+    """
+
+    def __init__(self, store_dir: str, file_size: int, *, prefault: bool = False) -> None:
+        if file_size <= 0:
+            raise ValueError(f"file size must be positive, got {file_size}")
+        self.store_dir = store_dir
+        self.file_size = file_size
+        self.prefault = prefault
+        self.files: list[MappedFile] = []
+        #: file created ahead of need (pre-faulted) for the offset it is named after
+        self.next_file: MappedFile | None = None
+        #: files removed from the queue whose maps could not be closed yet (views alive)
+        self.closing: list[MappedFile] = []
+        #: where the first file goes while the queue is empty (kept across truncation to empty)
+        self.base_offset = 0
+
+    # --- loading ---------------------------------------------------------------------------------
+
+    def load_sync(self) -> list[str]:
+        """Map the existing files in name order; blocking. Returns human-readable problems found.
+
+        Non-conforming names are ignored; a gap in the offsets ends the log there (files after the
+        gap are deleted, as they can never be reached); files of the wrong size are resized.
+        """
+        problems: list[str] = []
+        os.makedirs(self.store_dir, exist_ok=True)
+        entries: list[tuple[int, str]] = []
+        for name in os.listdir(self.store_dir):
+            off = offset_of_name(name)
+            path = os.path.join(self.store_dir, name)
+            if off is None or not os.path.isfile(path):
+                if not name.endswith(".tmp"):
+                    log.warning("ignoring unexpected entry %s", path)
+                continue
+            entries.append((off, path))
+        entries.sort()
+        expected: int | None = None
+        for i, (off, path) in enumerate(entries):
+            if off % self.file_size != 0 or (expected is not None and off != expected):
+                dropped = [p for _, p in entries[i:]]
+                msg = f"file {path} does not follow {expected}: dropping {len(dropped)} file(s) {dropped}"
+                problems.append(msg)
+                log.error(msg)
+                for p in dropped:
+                    os.unlink(p)
+                break
+            size = os.path.getsize(path)
+            if size != self.file_size:
+                problems.append(f"file {path} had size {size}, expected {self.file_size}")
+            mf = MappedFile.open_sync(path, off, self.file_size, create=False)
+            mf.set_positions(self.file_size)
+            self.files.append(mf)
+            expected = off + self.file_size
+        if self.files:
+            self.base_offset = self.files[0].file_from_offset
+        return problems
+
+    # --- lookups ---------------------------------------------------------------------------------
+
+    @property
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    @property
+    def first(self) -> MappedFile | None:
+        return self.files[0] if self.files else None
+
+    @property
+    def min_offset(self) -> int:
+        """Start of the first file (0 when empty)."""
+        return self.files[0].file_from_offset if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """End of the written data."""
+        if not self.files:
+            return 0
+        last = self.files[-1]
+        return last.file_from_offset + last.wrote_position
+
+    @property
+    def flushed_offset(self) -> int:
+        """End of the durable data: the first file not completely flushed decides."""
+        for mf in self.files:
+            if mf.flushed_position < mf.wrote_position or mf.wrote_position < mf.file_size:
+                return mf.file_from_offset + mf.flushed_position
+        return self.max_offset
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The file holding byte ``offset``, or None when outside every file."""
+        files = self.files
+        if not files:
+            return None
+        i = (offset - files[0].file_from_offset) // self.file_size
+        if 0 <= i < len(files):
+            return files[i]
+        return None
+
+    def path_for(self, offset: int) -> str:
+        return os.path.join(self.store_dir, file_name_of(offset))
+
+    # --- growth ----------------------------------------------------------------------------------
+
+    def create_file_sync(self, offset: int) -> MappedFile:
+        """Create and map the file starting at ``offset`` (pre-faulted if configured); blocking.
+        The file is not added to the queue (see :meth:`install`)."""
+        os.makedirs(self.store_dir, exist_ok=True)
+        return MappedFile.open_sync(
+            self.path_for(offset), offset, self.file_size, create=True, prefault=self.prefault
+        )
+
+    def next_offset(self) -> int:
+        """Start offset of the file that would follow the last one."""
+        last = self.last
+        return last.file_end_offset if last is not None else self.base_offset
+
+    def take_next(self, offset: int) -> MappedFile | None:
+        """The pre-created file for ``offset`` if there is one (it is then no longer 'next')."""
+        nf = self.next_file
+        if nf is not None and nf.file_from_offset == offset:
+            self.next_file = None
+            return nf
+        return None
+
+    def install(self, mf: MappedFile) -> None:
+        """Append a created file to the queue; it must start where the last one ends."""
+        if self.files and mf.file_from_offset != self.files[-1].file_end_offset:
+            raise ValueError(f"{mf.path} does not follow {self.files[-1].path}")
+        if not self.files:
+            self.base_offset = mf.file_from_offset
+        self.files.append(mf)
+
+    # --- shrinking -------------------------------------------------------------------------------
+
+    def detach_after(self, offset: int) -> list[MappedFile]:
+        """Remove from the queue every file that starts at or after ``offset`` (and the pre-created
+        next file if it does); returns them so the caller can delete them off the event loop."""
+        gone = [mf for mf in self.files if mf.file_from_offset >= offset]
+        if gone:
+            self.files = [mf for mf in self.files if mf.file_from_offset < offset]
+            if not self.files:
+                self.base_offset = offset // self.file_size * self.file_size
+        if self.next_file is not None and self.next_file.file_from_offset != self.next_offset():
+            gone.append(self.next_file)
+            self.next_file = None
+        return gone
+
+    def detach_first(self, count: int) -> list[MappedFile]:
+        """Remove the ``count`` oldest files from the queue (retention); never the last one."""
+        count = min(count, len(self.files) - 1)
+        if count <= 0:
+            return []
+        gone, self.files = self.files[:count], self.files[count:]
+        self.base_offset = self.files[0].file_from_offset
+        return gone
+
+    def retire(self, files: list[MappedFile]) -> list[str]:
+        """Unmap files removed from the queue; those with live views wait in :attr:`closing`.
+        Returns their paths (to delete with :func:`delete_paths_sync`)."""
+        for mf in files:
+            if not mf.close():
+                self.closing.append(mf)
+        return [mf.path for mf in files]
+
+    def retry_closing(self) -> None:
+        """Close maps whose views have since been released."""
+        if self.closing:
+            self.closing = [mf for mf in self.closing if not mf.close()]
+
+    def close_all(self) -> None:
+        files = list(self.files)
+        if self.next_file is not None:
+            files.append(self.next_file)
+            self.next_file = None
+        self.files = []
+        for mf in files:
+            if not mf.close():
+                log.warning("map of %s still has live views at close; leaving it to the GC", mf.path)
+        self.retry_closing()
+
+    def dirty_files(self) -> list[tuple[MappedFile, int]]:
+        """(file, wrote position) for every file with unflushed bytes, oldest first."""
+        return [(mf, mf.wrote_position) for mf in self.files if mf.flushed_position < mf.wrote_position]
+
+
+def delete_paths_sync(paths: list[str], on_missing: Callable[[str], None] | None = None) -> None:
+    """Unlink files and fsync their directories; blocking."""
+    dirs = set()
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            if on_missing is not None:
+                on_missing(p)
+        dirs.add(os.path.dirname(p))
+    for d in dirs:
+        fsync_dir(d)

@@ -1,0 +1,722 @@
+"""``DefaultMessageStore``: one broker's message store (upstream ``DefaultMessageStore``).
+
+Lifecycle: ``await start()`` (lock, load, recover, abort marker) -> run ``run()`` in a nursery for
+the background services (flushes, retention, file pre-allocation, dispatch catch-up) -> cancel it
+-> ``await shutdown()`` (final flush, checkpoint, abort marker removed, maps closed).
+
+Everything runs on the trio thread. The send path (:meth:`put_message`) is written for few Python
+operations per message: the record is encoded once by the caller, the log patches three fields,
+copies it into an already-faulted map and, when the dispatch limit allows, writes the consume-queue
+unit at once from what the caller passed (tags code, keys) without decoding.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import struct
+import time
+from collections.abc import Callable
+
+import trio
+
+from store import recovery, truncation
+from store.allocate import FileAllocator
+from store.checkpoint import (
+    StoreCheckpoint,
+    StoreLock,
+    abort_file_exists,
+    create_abort_file_sync,
+    remove_abort_file_sync,
+)
+from store.cleanup import CleanService, DiskSpaceFn
+from store.commitlog import NEED_FILE, CommitLog
+from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
+from store.consume_queue import FILLER_SIZE, ConsumeQueue
+from store.consume_queue_store import ConsumeQueueStore
+from store.dispatch import SCHEDULE_TOPIC, ArrivalListener, Dispatcher, DispatchNeedsFile
+from store.epoch import EpochFile
+from store.flush import CommitLogFlusher, LogicsFlusher
+from store.index import IndexService
+from store.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, dispatch_info
+from store.reading import get_message, query_message
+from store.results import (
+    BoundaryType,
+    GetMessageResult,
+    MessageFilter,
+    PutMessageResult,
+    PutMessageStatus,
+    QueryMessageResult,
+)
+
+log = logging.getLogger("store")
+
+_SIZE_MAGIC = struct.Struct(">ii")
+_I32 = struct.Struct(">i")
+_BODY_LEN_POS = 84  # BODY length field for IPv4 born and store hosts; +12 per IPv6 host
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class StoreOffsetError(ValueError):
+    """An offset argument that does not fit the log (not the max offset, not a record boundary)."""
+
+
+class DefaultMessageStore:
+    """The commit log, consume queues, index, checkpoint and epoch file of one broker."""
+
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        *,
+        store_host: tuple[str, int],
+        now_ms: Callable[[], int] = _wall_clock_ms,
+        controller_mode: bool = False,
+        disk_space: DiskSpaceFn | None = None,
+        total_physical_memory: int | None = None,
+    ) -> None:
+        self.config = config
+        self.store_host = store_host
+        self.now_ms = now_ms
+        ip = store_host[0].strip("[]")
+        raw_ip = socket.inet_pton(socket.AF_INET6 if ":" in ip else socket.AF_INET, ip)
+        self._host_bytes = raw_ip + _I32.pack(store_host[1])
+        self.commit_log = CommitLog(config.commitlog_dir, config.mappedFileSizeCommitLog)
+        self.queues = ConsumeQueueStore(
+            config.consumequeue_dir, config.storePathRootDir, config.mappedFileSizeConsumeQueue
+        )
+        self.index: IndexService | None = None
+        if config.messageIndexEnable:
+            self.index = IndexService(
+                config.index_dir,
+                max_hash_slot_num=config.maxHashSlotNum,
+                max_index_num=config.maxIndexNum,
+                now_ms=now_ms,
+            )
+        self.dispatcher = Dispatcher(self.commit_log, self.queues, self.index, config.delay_levels_ms)
+        self.checkpoint = StoreCheckpoint(config.checkpoint_path)
+        self.epoch_file = EpochFile(config.epoch_file_path)
+        self.cl_flusher = CommitLogFlusher(self.commit_log)
+        self.maintenance_lock = trio.Lock()
+        self.logics_flusher = LogicsFlusher(
+            self.queues,
+            self.index,
+            self.dispatcher,
+            self.cl_flusher,
+            self.checkpoint,
+            lambda: self.confirm_offset,
+            self.maintenance_lock,
+        )
+        self.allocator = FileAllocator(self.commit_log.mfq)
+        self.clean_service = CleanService(self, disk_space)
+        self.total_physical_memory = total_physical_memory or (
+            os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        )
+        self._lock_file = StoreLock(config.lock_path)
+        self._controller_mode = controller_mode
+        self._confirm_offset = 0
+        self._dispatch_lock = trio.Lock()
+        self._dispatch_wakeup = trio.Event()
+        self._roll_lock = trio.Lock()
+        self._rolling = 0
+        self._max_record_size = config.maxMessageSize + 64 * 1024
+        self._sync_flush_timeout = config.syncFlushTimeout / 1000
+        self.disk_full = False
+        self._truncating = False
+        self.running = False
+        self.shutdown_done = False
+        #: queues recovery must rebuild (from the manifest / damaged files); set by start()
+        self.rebuild_queues: set[tuple[str, int]] = set()
+        self.recovery_report: recovery.RecoveryReport | None = None
+        # a pending repair of the per-queue offset counters (after replicated appends/truncation)
+        self._queue_table_stale = False
+        self._refuse: str | None = "the message store is not started"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> recovery.RecoveryReport:
+        """Lock the store, load every file and recover; never raises for damaged data (see the
+        returned report). Raises StoreLockedError when another process holds the store."""
+        cfg = self.config
+        for d in (cfg.storePathRootDir, cfg.commitlog_dir, cfg.consumequeue_dir):
+            await trio.to_thread.run_sync(lambda d=d: os.makedirs(d, exist_ok=True))
+        await trio.to_thread.run_sync(self._lock_file.acquire_sync)
+        ck = await trio.to_thread.run_sync(self.checkpoint.load_sync)
+        abnormal = await trio.to_thread.run_sync(abort_file_exists, cfg.abort_path)
+        await trio.to_thread.run_sync(self.epoch_file.load)
+        problems = await trio.to_thread.run_sync(self.commit_log.mfq.load_sync)
+        self.commit_log.attach_loaded()
+        q_problems, self.rebuild_queues = await trio.to_thread.run_sync(self.queues.load_sync)
+        if self.index is not None:
+            # the index is truncated to the recovered log instead of dropping whole files
+            await trio.to_thread.run_sync(self.index.load, True, ck.indexMsgTimestamp)
+        self._confirm_offset = ck.confirmPhyOffset
+        report = await recovery.recover(self, abnormal)
+        report.problems = problems + q_problems + report.problems
+        self.recovery_report = report
+        self.rebuild_queues = set()
+        await trio.to_thread.run_sync(create_abort_file_sync, cfg.abort_path)
+        self.running = True
+        self._update_gate()
+        await self.logics_flusher.flush()
+        self.allocator.request_prepare()
+        return report
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Background services; cancel to stop (before :meth:`shutdown`)."""
+        cfg = self.config
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                self.cl_flusher.run_periodic,
+                cfg.flushIntervalCommitLog,
+                cfg.flushCommitLogLeastPages,
+                cfg.flushCommitLogThoroughInterval,
+            )
+            nursery.start_soon(
+                self.logics_flusher.run_periodic,
+                cfg.flushIntervalConsumeQueue,
+                cfg.flushConsumeQueueLeastPages,
+                cfg.flushConsumeQueueThoroughInterval,
+            )
+            nursery.start_soon(self.clean_service.run)
+            nursery.start_soon(self.allocator.run)
+            nursery.start_soon(self._dispatch_loop)
+            task_status.started()
+
+    async def shutdown(self) -> None:
+        """Flush everything, write the checkpoint, remove the abort marker, close the maps."""
+        if self.shutdown_done:
+            return
+        was_running = self.running
+        self.running = False
+        self._refuse = "the message store is shut down"
+        if was_running:
+            await self.cl_flusher.flush()
+            await self.logics_flusher.flush()
+            if self.epoch_file.dirty:
+                await trio.to_thread.run_sync(self.epoch_file.persist)
+            await trio.to_thread.run_sync(remove_abort_file_sync, self.config.abort_path)
+        self.commit_log.mfq.close_all()
+        self.queues.close()
+        if self.index is not None:
+            self.index.close()
+        self._lock_file.release()
+        self.shutdown_done = True
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.commit_log.max_offset
+
+    @property
+    def min_phy_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.cl_flusher.flushed_offset
+
+    @property
+    def controller_mode(self) -> bool:
+        """Whether dispatch stops at the confirm offset (upstream ``enableControllerMode``)."""
+        return self._controller_mode
+
+    @controller_mode.setter
+    def controller_mode(self, value: bool) -> None:
+        self._controller_mode = value
+        if not value:
+            self._dispatch_wakeup.set()
+
+    @property
+    def confirm_offset(self) -> int:
+        """Controller mode: the offset every in-sync replica holds (persisted in the checkpoint's
+        ``confirmPhyOffset``); otherwise the max offset, as upstream."""
+        return self._confirm_offset if self._controller_mode else self.commit_log.max_offset
+
+    @confirm_offset.setter
+    def confirm_offset(self, value: int) -> None:
+        self.set_confirm_offset(value)
+
+    def set_confirm_offset(self, offset: int) -> None:
+        """Set the confirm offset (clamped to the max offset) and dispatch up to it."""
+        self._confirm_offset = min(offset, self.commit_log.max_offset)
+        self.checkpoint.data.confirmPhyOffset = self._confirm_offset
+        if self._controller_mode:
+            self._pump()
+
+    @property
+    def dispatch_limit(self) -> int:
+        return self._confirm_offset if self._controller_mode else self.commit_log.max_offset
+
+    @property
+    def dispatch_behind_bytes(self) -> int:
+        return max(0, self.dispatch_limit - self.dispatcher.reput_offset)
+
+    def set_disk_full(self, full: bool) -> None:
+        self.disk_full = full
+        self._update_gate()
+
+    def _update_gate(self) -> None:
+        if not self.running:
+            self._refuse = "the message store is not running"
+        elif self._truncating:
+            self._refuse = "the message store is being truncated"
+        elif self.disk_full:
+            self._refuse = (
+                "the message store is not writable: the disk is full "
+                f"(above diskSpaceWarningLevelRatio {self.config.diskSpaceWarningLevelRatio})"
+            )
+        else:
+            self._refuse = None
+
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        """``listener(topic, queue_id, max_offset)`` is called whenever a queue gains a message."""
+        self.dispatcher.listeners.append(listener)
+
+    def topics(self) -> list[str]:
+        return self.queues.topics()
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(self.queues.tables.get(topic, {}))
+
+    def major_file_size(self) -> int:
+        """Bytes of commit-log and consume-queue files (upstream ``getMajorFileSize``)."""
+        size = len(self.commit_log.mfq.files) * self.commit_log.file_size
+        for cq in self.queues:
+            size += len(cq.mfq.files) * cq.file_size
+        return size
+
+    # ------------------------------------------------------------------ writing
+
+    async def put_message(
+        self,
+        encoded: bytearray,
+        topic: str,
+        queue_id: int,
+        *,
+        sys_flag: int,
+        tags_code: int | None = None,
+        keys: str | None = None,
+        uniq_key: str | None = None,
+        wait_store_msg_ok: bool = True,
+    ) -> PutMessageResult:
+        """Append one record encoded by :func:`store.message.encode_message` for ``topic`` /
+        ``queue_id`` (which must match the record). The log assigns the queue offset (0 for
+        PREPARED/ROLLBACK transaction messages), physical offset and store timestamp and writes
+        them into ``encoded``.
+
+        ``tags_code`` / ``keys`` / ``uniq_key`` (the record's TAGS hash and KEYS / UNIQ_KEY
+        properties) let dispatch skip decoding; when ``tags_code`` is None the record is decoded.
+        With SYNC_FLUSH (and ``wait_store_msg_ok``) waits for the group commit covering it.
+        """
+        if self._refuse is not None or self._queue_table_stale:
+            refused = self._check_gate()
+            if refused is not None:
+                return refused
+        if self.config.brokerRole is BrokerRole.SLAVE:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the message store is in slave mode"
+            )
+        n = len(encoded)
+        if n > self.config.maxMessageSize:
+            illegal = self._check_size(encoded, sys_flag)
+            if illegal is not None:
+                return illegal
+        cq = self.queues.get(topic, queue_id) or self.queues.get_or_create(topic, queue_id)
+        t = sys_flag & 0xC
+        counts = t == 0 or t == 8
+        ts_pos = 68 if sys_flag & 0x10 else 56
+        if not self._rolling:
+            qo = cq.next_offset if counts else 0
+            now = self.now_ms()
+            phys = self.commit_log.append(encoded, qo, now, ts_pos)
+        else:
+            phys = NEED_FILE
+        if phys >= 0:
+            if counts:
+                cq.next_offset = qo + 1
+        else:
+            got = await self._append_rolling(encoded, cq, counts, ts_pos, None, 1)
+            if isinstance(got, PutMessageResult):
+                return got
+            phys, qo, now = got
+        end = phys + n
+        if not self._controller_mode:
+            d = self.dispatcher
+            if d.reput_offset == phys:
+                if tags_code is not None and topic != SCHEDULE_TOPIC:
+                    ok = d.dispatch_direct(cq, phys, n, tags_code, qo, now, sys_flag, keys, uniq_key)
+                else:
+                    ok = d.dispatch_record(dispatch_info(encoded), end)
+                if not ok:
+                    await self._catch_up()
+            else:
+                await self._catch_up()
+        status = PutMessageStatus.PUT_OK
+        if (
+            wait_store_msg_ok
+            and self.config.flushDiskType is FlushDiskType.SYNC_FLUSH
+            and not await self.cl_flusher.wait_flushed(end, self._sync_flush_timeout)
+        ):
+            log.warning("sync flush of offset %d timed out after %ss", end, self._sync_flush_timeout)
+            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return PutMessageResult(status, phys, n, qo, now, 1, "", self._host_bytes)
+
+    async def put_messages(
+        self, encoded: bytearray, topic: str, queue_id: int, *, sys_flag: int, wait_store_msg_ok: bool = True
+    ) -> PutMessageResult:
+        """Append several records laid end to end in ``encoded`` (all for ``topic`` / ``queue_id``)
+        as one block with consecutive queue offsets; the block never spans files. Transaction
+        messages cannot be batched (MESSAGE_ILLEGAL, as upstream)."""
+        if self._refuse is not None or self._queue_table_stale:
+            refused = self._check_gate()
+            if refused is not None:
+                return refused
+        if self.config.brokerRole is BrokerRole.SLAVE:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the message store is in slave mode"
+            )
+        if sys_flag & 0xC:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, remark="batch messages cannot be transactional"
+            )
+        offsets: list[int] = []
+        pos, n = 0, len(encoded)
+        while pos < n:
+            if pos + 8 > n:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark="truncated batch record")
+            size, magic = _SIZE_MAGIC.unpack_from(encoded, pos)
+            if size <= 0 or magic not in (MAGIC_V1, MAGIC_V2) or pos + size > n:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=f"bad record at {pos}")
+            if size > self.config.maxMessageSize:
+                illegal = self._check_size(memoryview(encoded)[pos : pos + size], sys_flag)
+                if illegal is not None:
+                    return illegal
+            offsets.append(pos)
+            pos += size
+        if not offsets:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark="empty batch")
+        if n + 8 > self.commit_log.file_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                remark=f"batch of {n} bytes does not fit in one commit-log file",
+            )
+        cq = self.queues.get_or_create(topic, queue_id)
+        got = await self._append_rolling(encoded, cq, True, 0, offsets, len(offsets))
+        if isinstance(got, PutMessageResult):
+            return got
+        phys, qo, now = got
+        end = phys + n
+        if not self._controller_mode:
+            await self._catch_up()
+        status = PutMessageStatus.PUT_OK
+        if (
+            wait_store_msg_ok
+            and self.config.flushDiskType is FlushDiskType.SYNC_FLUSH
+            and not await self.cl_flusher.wait_flushed(end, self._sync_flush_timeout)
+        ):
+            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return PutMessageResult(
+            status, phys, n, qo, now, len(offsets), "", self._host_bytes, [phys + o for o in offsets]
+        )
+
+    def _check_gate(self) -> PutMessageResult | None:
+        if self._refuse is not None:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._refuse)
+        if self._queue_table_stale:
+            self.recover_topic_queue_table()
+        return None
+
+    def _check_size(self, record: bytearray | memoryview, sys_flag: int) -> PutMessageResult | None:
+        n = len(record)
+        if n > self._max_record_size or n + 8 > self.commit_log.file_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                remark=f"message of {n} bytes exceeds the limit {min(self._max_record_size, self.commit_log.file_size - 8)}",
+            )
+        body_pos = _BODY_LEN_POS + (12 if sys_flag & 0x10 else 0) + (12 if sys_flag & 0x20 else 0)
+        body_len = _I32.unpack_from(record, body_pos)[0]
+        if body_len > self.config.maxMessageSize:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                remark=f"message body of {body_len} bytes exceeds maxMessageSize {self.config.maxMessageSize}",
+            )
+        return None
+
+    async def _append_rolling(
+        self,
+        encoded: bytearray,
+        cq: ConsumeQueue,
+        counts: bool,
+        ts_pos: int,
+        batch_offsets: list[int] | None,
+        count: int,
+    ) -> tuple[int, int, int] | PutMessageResult:
+        """Append under the roll lock, rolling to new files as needed. While any append waits here
+        the unlocked fast path is off, so records keep the order of their queue offsets."""
+        cl = self.commit_log
+        self._rolling += 1
+        try:
+            async with self._roll_lock:
+                while True:
+                    if self._refuse is not None:
+                        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._refuse)
+                    qo = cq.next_offset if counts else 0
+                    now = self.now_ms()
+                    if batch_offsets is None:
+                        phys = cl.append(encoded, qo, now, ts_pos)
+                    else:
+                        phys = cl.append_batch(encoded, batch_offsets, qo, now, counts)
+                    if phys >= 0:
+                        if counts:
+                            cq.next_offset = qo + count
+                        return phys, qo, now
+                    off = cl.next_file_offset()
+                    try:
+                        mf = await self.allocator.get(off)
+                    except OSError as exc:
+                        log.error("cannot create commit-log file at offset %d: %s", off, exc)
+                        return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, remark=str(exc))
+                    cl.install_file(mf)
+                    if cl.last_blank_offset >= 0:
+                        self.dispatcher.skip_blank(cl.last_blank_offset, off)
+                    self.allocator.request_prepare()
+        finally:
+            self._rolling -= 1
+
+    def recover_topic_queue_table(self) -> None:
+        """Recompute every queue's next queue offset from its consume queue plus the records not
+        yet dispatched (upstream ``recoverTopicQueueTable``)."""
+        for cq in self.queues:
+            cq.next_offset = cq.max_offset
+        cl = self.commit_log
+        offset, end = self.dispatcher.reput_offset, cl.max_offset
+        while offset < end:
+            mf = cl.mfq.find(offset)
+            if mf is None:
+                break
+            pos = offset - mf.file_from_offset
+            if pos + 8 > mf.wrote_position:
+                break
+            size, magic = _SIZE_MAGIC.unpack_from(mf.mm, pos)
+            if magic == BLANK_MAGIC:
+                offset = mf.file_end_offset
+                continue
+            if size <= 0 or pos + size > mf.wrote_position:
+                break
+            req = dispatch_info(mf.view, pos)
+            if req.sys_flag & 0xC in (0, 8):
+                cq = self.queues.get_or_create(req.topic, req.queue_id)
+                cq.next_offset = max(cq.next_offset, req.consume_queue_offset + 1)
+            offset += size
+        self._queue_table_stale = False
+
+    # ------------------------------------------------------------------ dispatch
+
+    def _pump(self) -> None:
+        try:
+            self.dispatcher.pump(self.dispatch_limit)
+        except DispatchNeedsFile:
+            self._dispatch_wakeup.set()
+
+    async def _catch_up(self) -> None:
+        async with self._dispatch_lock:
+            while True:
+                try:
+                    self.dispatcher.pump(self.dispatch_limit)
+                    return
+                except DispatchNeedsFile as need:
+                    await self.create_cq_file(need.cq, need.queue_offset)
+
+    async def reput(self) -> None:
+        """Dispatch everything up to the dispatch limit now (creating consume-queue files)."""
+        await self._catch_up()
+
+    async def _dispatch_loop(self) -> None:
+        while True:
+            await self._dispatch_wakeup.wait()
+            self._dispatch_wakeup = trio.Event()
+            await self._catch_up()
+
+    async def create_cq_file(self, cq: ConsumeQueue, queue_offset: int) -> None:
+        """Create the consume-queue file ``queue_offset`` needs, in a worker thread."""
+        off = cq.file_needed(queue_offset)
+        last = cq.mfq.last
+        if last is not None and last.file_from_offset >= off:
+            return
+        mf = await trio.to_thread.run_sync(cq.create_file_sync, off)
+        cq.install_file(mf, queue_offset)
+
+    # ------------------------------------------------------------------ reading
+
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int = 128 * 1024 * 1024,
+        tag_filter: MessageFilter | Callable[[int], bool] | None = None,
+    ) -> GetMessageResult | None:
+        """Up to ``max_count`` messages from ``offset`` (see :func:`store.reading.get_message`);
+        None when the store is not running (upstream returns null)."""
+        if not self.running:
+            return None
+        return get_message(self, topic, queue_id, offset, max_count, max_bytes, tag_filter)
+
+    def look_message_by_offset(self, phy_offset: int, size: int | None = None) -> memoryview | None:
+        """Zero-copy view of the record at ``phy_offset`` (size read from its header when not
+        given); None when no record is there."""
+        if size is None:
+            size = self.commit_log.record_size_at(phy_offset)
+            if not size:
+                return None
+        return self.commit_log.read(phy_offset, size)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        """Commit-log offset of the message at ``cq_offset`` (0 when there is none, as upstream)."""
+        cq = self.queues.get(topic, queue_id)
+        unit = cq.unit(cq_offset) if cq is not None else None
+        return unit[0] if unit is not None and unit[1] != FILLER_SIZE else 0
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        """Store timestamp of the message at ``cq_offset`` (-1 when unknown)."""
+        cq = self.queues.get(topic, queue_id)
+        unit = cq.unit(cq_offset) if cq is not None else None
+        if unit is None or unit[1] == FILLER_SIZE:
+            return -1
+        return self.commit_log.pickup_store_timestamp(unit[0], unit[1])
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        """Store timestamp of the queue's first readable message (-1 when empty)."""
+        cq = self.queues.get(topic, queue_id)
+        if cq is None:
+            return -1
+        for qo in range(cq.min_offset, cq.max_offset):
+            ts = self.get_message_store_timestamp(topic, queue_id, qo)
+            if ts >= 0:
+                return ts
+        return -1
+
+    def get_earliest_store_time(self) -> int:
+        """Store timestamp of the first message of the commit log (-1 when empty)."""
+        cl = self.commit_log
+        size = cl.record_size_at(cl.min_offset)
+        return cl.pickup_store_timestamp(cl.min_offset, size) if size else -1
+
+    def get_offset_in_queue_by_time(
+        self, topic: str, queue_id: int, timestamp: int, boundary_type: BoundaryType = BoundaryType.LOWER
+    ) -> int:
+        """LOWER: the first offset stored at or after ``timestamp`` (the max offset if none);
+        UPPER: the last offset stored at or before it (the min offset if none)."""
+        cq = self.queues.get(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.offset_by_time(
+            timestamp,
+            boundary_type is BoundaryType.UPPER,
+            self.commit_log.pickup_store_timestamp,
+            self.commit_log.min_offset,
+        )
+
+    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
+        """Messages indexed under ``key`` (a KEYS token or UNIQ_KEY) stored in [begin, end] ms."""
+        return query_message(self, topic, key, max_num, begin, end)
+
+    # ------------------------------------------------------------------ replication support
+
+    def read_raw(self, phy_offset: int, max_bytes: int) -> memoryview | None:
+        """Zero-copy view of log bytes from ``phy_offset``, at most ``max_bytes``, never crossing a
+        file end (empty at the max offset; None below the min or above the max offset)."""
+        return self.commit_log.read_raw(phy_offset, max_bytes)
+
+    async def append_raw(self, phy_offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Slave side: append replicated bytes exactly at the max offset (raises StoreOffsetError
+        otherwise, or when ``data`` would cross a file end). Bytes may end mid-record; dispatch
+        only takes complete records."""
+        cl = self.commit_log
+        if phy_offset != cl.max_offset:
+            raise StoreOffsetError(f"append at {phy_offset} but the max offset is {cl.max_offset}")
+        if not data:
+            return
+        cur = cl.current
+        if cur is None or cur.wrote_position >= cl.file_size:
+            if phy_offset % cl.file_size:
+                raise StoreOffsetError(f"a new commit-log file cannot start at {phy_offset}")
+            if cur is None and not cl.mfq.files:
+                cl.mfq.base_offset = phy_offset
+            async with self._roll_lock:
+                mf = await self.allocator.get(phy_offset)
+                cl.install_file(mf)
+            if self.dispatcher.reput_offset == cl.last_blank_offset:
+                self.dispatcher.skip_blank(cl.last_blank_offset, phy_offset)
+            self.allocator.request_prepare()
+            cur = cl.current
+        assert cur is not None
+        if cur.wrote_position + len(data) > cl.file_size:
+            raise StoreOffsetError(f"{len(data)} bytes at {phy_offset} would cross the end of {cur.path}")
+        cl.append_raw(data)
+        self._queue_table_stale = True
+        if not self._controller_mode:
+            await self._catch_up()
+
+    def last_message_boundary_at_or_below(self, offset: int) -> int:
+        """The largest record boundary ``<= offset`` (a file start, a record start or the end)."""
+        return self.commit_log.boundary_at_or_below(offset)
+
+    async def truncate_to(self, offset: int) -> None:
+        """Truncate commit log, consume queues, index and epoch file to the record boundary
+        ``offset`` (see :mod:`store.truncation`). Raises StoreOffsetError for a non-boundary."""
+        cl = self.commit_log
+        if offset > cl.max_offset or offset < cl.min_offset:
+            raise StoreOffsetError(f"offset {offset} is outside the log [{cl.min_offset}, {cl.max_offset}]")
+        if cl.boundary_at_or_below(offset) != offset:
+            raise StoreOffsetError(f"offset {offset} is not a record boundary")
+        self._truncating = True
+        self._update_gate()
+        try:
+            await truncation.truncate_store(self, offset)
+        finally:
+            self._truncating = False
+            self._update_gate()
+        self._queue_table_stale = True
+
+    async def truncate_logics(self, offset: int) -> None:
+        """Drop consume-queue units and index entries of messages at or after ``offset``."""
+        await truncation.truncate_logics(self, offset)
+
+    async def flush(self) -> int:
+        """Flush the commit log now; returns the flushed offset."""
+        return await self.cl_flusher.flush()
+
+    # ------------------------------------------------------------------ retention
+
+    async def delete_topics(self, topics: list[str]) -> None:
+        """Drop the topics' consume queues (files and directories)."""
+        await truncation.delete_topics(self, topics)
+
+    async def run_clean_once(self) -> list[str]:
+        """One retention round now; returns deleted commit-log files."""
+        return await self.clean_service.clean_once()
+
+    def request_manual_delete(self) -> None:
+        self.clean_service.request_manual_delete()
+
+    async def delete_oldest_commit_log_files(self, count: int) -> list[str]:
+        return await truncation.delete_oldest_commit_log_files(self, count)
+
+    async def delete_expired_logics(self) -> None:
+        await truncation.delete_expired_logics(self)
