@@ -1,0 +1,163 @@
+"""Helpers shared by the benchmarks.
+
+Contract of a benchmark module ``bench/<name>.py`` (run with ``bin/bench NAME``):
+
+* it defines ``def run() -> list[dict]`` — a plain synchronous function (call ``trio.run``
+  inside it when the benchmark is async); the runner imports the module and calls it;
+* every row comes from :func:`row`: ``{"case", "value", "unit", "baseline", "ratio", "target"}``
+  where ``ratio = value / baseline`` and ``target`` is the ratio the issue asks for (None when
+  the row is informational);
+* the case and its baseline are measured in the same run (interleave them to share the noise);
+* a full run stays within a couple of minutes on the 2-core dev machine.
+
+Servers under test run in a subprocess (:func:`server_process`) so that load generator and
+server each get a core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "REPO_ROOT",
+    "Stopwatch",
+    "markdown_table",
+    "percentile",
+    "process_cpu_seconds",
+    "row",
+    "server_process",
+    "summary",
+]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def row(
+    case: str,
+    value: float,
+    unit: str,
+    baseline: float | None = None,
+    target: float | None = None,
+) -> dict[str, Any]:
+    """One result row; ``ratio`` is value / baseline (None without a baseline)."""
+    ratio = value / baseline if baseline else None
+    return {
+        "case": case,
+        "value": round(value, 3),
+        "unit": unit,
+        "baseline": None if baseline is None else round(baseline, 3),
+        "ratio": None if ratio is None else round(ratio, 3),
+        "target": target,
+    }
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (0..100) with linear interpolation; NaN for no values."""
+    if not values:
+        return math.nan
+    xs = sorted(values)
+    k = (len(xs) - 1) * p / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """min / median / max of repeated measurements (for logging the spread)."""
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux /proc; 10 ms resolution).
+
+    Divided into the requests served, it gives a server's cost per request, which is far less
+    disturbed by other load on a shared machine than throughput is.
+    """
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Stopwatch:
+    """``with Stopwatch() as sw: ...`` then ``sw.elapsed`` (seconds, perf_counter)."""
+
+    def __init__(self) -> None:
+        self.start = 0.0
+        self.elapsed = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.elapsed = time.perf_counter() - self.start
+
+
+@contextlib.contextmanager
+def server_process(
+    module: str, *args: str, ready_timeout: float = 20.0
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Run ``python -m <module> <args>`` and yield (process, first stdout line).
+
+    The child must print one line when it is ready (typically its ``host:port``) and must exit
+    when its stdin closes. The child is stopped (stdin closed, then terminate/kill) on exit.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + ready_timeout
+        line = ""
+        while not line:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{module} exited with {proc.returncode} before it was ready")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{module} not ready after {ready_timeout}s")
+            line = proc.stdout.readline().strip()
+        yield proc, line
+    finally:
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Rows as a GitHub markdown table."""
+    cols = ["case", "value", "unit", "baseline", "ratio", "target"]
+
+    def fmt(v: object) -> str:
+        if v is None:
+            return "–"
+        if isinstance(v, float):
+            return f"{v:,.3f}" if abs(v) < 100 else f"{v:,.0f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
