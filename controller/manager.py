@@ -166,6 +166,7 @@ class ControllerManager:
         self.clock_ms: Callable[[], float] = clock_ms or (lambda: trio.current_time() * 1000.0)
         self.notify = notify
         self._lock = trio.Lock()
+        self._caught_up_term: int | None = None
         self._handlers: dict[int, Callable[[Any, RemotingCommand], Any]] = {
             RequestCode.BROKER_HEARTBEAT: self._heartbeat,
             RequestCode.CONTROLLER_GET_METADATA_INFO: self._metadata,
@@ -255,20 +256,29 @@ class ControllerManager:
 
     async def run_read(self, compute: Callable[[], ControllerResult]) -> ControllerResult:
         """Compute a read on the leader after a linearizable read barrier."""
-        return await self._run(compute)
+        return await self._run(compute, write=False)
 
     async def run_write(self, compute: Callable[[], ControllerResult]) -> ControllerResult:
         """Compute a result and commit its events; the result is valid once this returns."""
-        return await self._run(compute)
+        return await self._run(compute, write=True)
 
-    async def _run(self, compute: Callable[[], ControllerResult]) -> ControllerResult:
+    async def _run(self, compute: Callable[[], ControllerResult], *, write: bool) -> ControllerResult:
         with trio.fail_after(REQUEST_TIMEOUT):
             async with self._lock:
                 try:
-                    await self.raft.linearizable_read(REQUEST_TIMEOUT)
+                    # A write only needs the state caught up once per leadership term: after that
+                    # barrier every entry of the term is one of ours, applied before the lock is
+                    # released (its commit also proves leadership). A read needs it every time.
+                    term = getattr(self.raft, "term", None)
+                    if not write or term is None or term != self._caught_up_term:
+                        self._caught_up_term = None
+                        await self.raft.linearizable_read(REQUEST_TIMEOUT)
+                        self._caught_up_term = term
                     result = compute()
                     if result.events:
+                        self._caught_up_term = None  # until this proposal is known to be applied
                         await self.raft.propose(encode_events(result.events), REQUEST_TIMEOUT)
+                        self._caught_up_term = term
                 except (NotLeaderError, LeadershipLostError, ProposalDroppedError) as exc:
                     log.info("controller request failed on a non-leader: %s", exc)
                     raise _NotLeader from exc

@@ -456,3 +456,27 @@ async def test_codes_lists_every_served_code(code: int) -> None:
     env = Env()
     assert code in env.manager.codes()
     assert len(env.manager.codes()) == 12
+
+
+async def test_writes_need_one_barrier_per_term_reads_always() -> None:
+    env = Env()
+    env.raft.term = 3  # type: ignore[attr-defined]
+    await env.register(1)  # next id (read), apply (write), register (write)
+    assert env.raft.reads == 1, "the first read's barrier also serves the term's writes"
+    await env.call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": B})
+    assert env.raft.reads == 2, "every read has its own barrier"
+    await env.heartbeat(1)
+    await env.elect(1)
+    assert env.raft.reads == 2, "same term: writes skip the barrier"
+    env.raft.term = 4  # type: ignore[attr-defined]
+    await env.elect(1)
+    assert env.raft.reads == 3, "new term: barrier again"
+    env.raft.fail_propose = RaftTimeoutError("slow")
+    await env.call(
+        RequestCode.CONTROLLER_APPLY_BROKER_ID,
+        {"clusterName": C, "brokerName": B, "appliedBrokerId": 2, "registerCheckCode": "x:1;1"},
+    )
+    env.raft.fail_propose = None
+    reads = env.raft.reads
+    await env.elect(1)
+    assert env.raft.reads == reads + 1, "after a proposal of unknown outcome: barrier again"

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import random
+
 import trio
 import trio.testing
 
-from controller.service import RoleChangeNotifier
-from remoting.codes import RequestCode
+from controller.config import ControllerConfig
+from controller.raft.driver import RaftDriver
+from controller.raft.storage import MemoryStorage
+from controller.raft.transport import MemoryNetwork
+from controller.replicas import ReplicasInfoManager
+from controller.service import ControllerService, RoleChangeNotifier
+from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.errors import RemotingConnectError
+from remoting.protocol.controller import SyncStateSet
 
 
 def note(epoch: int) -> RemotingCommand:
@@ -42,3 +50,188 @@ async def test_notifier_sends_latest_epoch_per_address_and_survives_send_errors(
         nursery.cancel_scope.cancel()
     assert sorted(sent) == [("a:1", 3), ("b:1", 4)]
     assert sorted(notifier.sent) == [("a:1", 3), ("b:1", 4)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Three controller peers over the real Raft driver and the in-memory transport
+# ---------------------------------------------------------------------------------------------
+
+PEERS = "n0-127.0.0.1:9878;n1-127.0.0.1:9868;n2-127.0.0.1:9858"
+C, B = "DefaultCluster", "broker-a"
+
+
+def baddr(broker_id: int) -> str:
+    return f"127.0.0.{broker_id}:10911"
+
+
+class Cluster:
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self.nursery = nursery
+        self.net = MemoryNetwork()
+        self.services: dict[str, ControllerService] = {}
+        self.notified: list[tuple[str, RemotingCommand]] = []
+        self.beating: dict[int, trio.CancelScope] = {}
+
+    async def send_oneway(self, address: str, cmd: RemotingCommand, timeout: float) -> None:
+        self.notified.append((address, cmd))
+
+    async def start(self) -> None:
+        for nid in ("n0", "n1", "n2"):
+            config = ControllerConfig(
+                controllerDLegerGroup="g",
+                controllerDLegerPeers=PEERS,
+                controllerDLegerSelfId=nid,
+                scanNotActiveBrokerInterval=1000,
+                scanInactiveMasterInterval=2000,
+            )
+            replicas = ReplicasInfoManager()
+            driver = RaftDriver(
+                nid,
+                config.peers,
+                None,
+                self.net.transport(nid),
+                replicas,
+                storage=MemoryStorage(),
+                rng=random.Random(nid),
+            )
+            self.net.attach(nid, driver.receive)
+            service = ControllerService(
+                config, driver, replicas=replicas, send_oneway=self.send_oneway, run_driver=True
+            )
+            await self.nursery.start(service.run)
+            self.services[nid] = service
+
+    async def leader(self, exclude: str | None = None) -> ControllerService:
+        with trio.fail_after(30):
+            while True:
+                for nid, svc in self.services.items():
+                    if nid != exclude and svc.driver.is_leader:
+                        return svc
+                await trio.sleep(0.05)
+
+    async def call(
+        self,
+        svc: ControllerService,
+        code: int,
+        ext: dict | None = None,
+        body: bytes | None = None,
+        conn: int = 0,
+    ) -> RemotingCommand:
+        return await svc.manager.handle(_Ctx(conn), request(code, ext, body))
+
+    def start_heartbeats(self, broker_id: int, **extra: object) -> None:
+        """Like a broker: a oneway heartbeat to every controller peer every second."""
+        scope = trio.CancelScope()
+        self.beating[broker_id] = scope
+
+        async def beat() -> None:
+            with scope:
+                while True:
+                    for svc in self.services.values():
+                        ext = {
+                            "clusterName": C,
+                            "brokerName": B,
+                            "brokerAddr": baddr(broker_id),
+                            "brokerId": broker_id,
+                            "heartbeatTimeoutMills": 3000,
+                            "epoch": 0,
+                            "maxOffset": 0,
+                            **extra,
+                        }
+                        await svc.manager.handle(_Ctx(broker_id), request(RequestCode.BROKER_HEARTBEAT, ext))
+                    await trio.sleep(1.0)
+
+        self.nursery.start_soon(beat)
+
+    async def converged(self, predicate) -> None:
+        with trio.fail_after(30):
+            while not all(predicate(s.manager.replicas) for s in self.services.values()):
+                await trio.sleep(0.05)
+
+
+class _Conn:
+    def __init__(self, conn_id: int) -> None:
+        self.id = conn_id
+
+
+class _Ctx:
+    def __init__(self, conn_id: int) -> None:
+        self.connection = _Conn(conn_id)
+
+
+async def test_three_peers_register_elect_fail_over_broker_and_controller(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery)
+        await cluster.start()
+        leader = await cluster.leader()
+        followers = [s for s in cluster.services.values() if s is not leader]
+
+        # a follower refuses leader-only requests and names the leader
+        r = await cluster.call(
+            followers[0], RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": C, "brokerName": B}
+        )
+        assert r.code == ResponseCode.CONTROLLER_NOT_LEADER
+        assert r.ext_fields["controllerLeaderAddress"] == leader.config.self_address
+
+        # two brokers register (persistent ids) and heartbeat to every peer
+        for bid in (1, 2):
+            r = await cluster.call(
+                leader, RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": C, "brokerName": B}
+            )
+            assert r.ext_fields["nextBrokerId"] == str(bid)
+            r = await cluster.call(
+                leader,
+                RequestCode.CONTROLLER_APPLY_BROKER_ID,
+                {
+                    "clusterName": C,
+                    "brokerName": B,
+                    "appliedBrokerId": bid,
+                    "registerCheckCode": f"{baddr(bid)};{bid}",
+                },
+            )
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            cluster.start_heartbeats(bid)
+        r = await cluster.call(
+            leader, RequestCode.CONTROLLER_ELECT_MASTER, {"clusterName": C, "brokerName": B, "brokerId": 1}
+        )
+        assert r.code == ResponseCode.SUCCESS
+        assert r.ext_fields["masterBrokerId"] == "1"
+        r = await cluster.call(
+            leader,
+            RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+            {"brokerName": B, "masterBrokerId": 1, "masterEpoch": 1},
+            SyncStateSet(syncStateSet=frozenset({1, 2}), syncStateSetEpoch=1).encode(),
+        )
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        await cluster.converged(
+            lambda sm: sm.sync_state_info(B) is not None and sm.sync_state_info(B).syncStateSet == {1, 2}
+        )
+
+        # broker 1 (the master) dies: the leader's scan expires it and elects broker 2
+        cluster.notified.clear()
+        cluster.beating[1].cancel()
+        await cluster.converged(lambda sm: sm.sync_state_info(B).masterBrokerId == 2)
+        info = leader.manager.replicas.sync_state_info(B)
+        assert (info.masterEpoch, info.syncStateSet) == (2, {2})
+        with trio.fail_after(10):
+            while not cluster.notified:
+                await trio.sleep(0.05)
+        assert [a for a, _ in cluster.notified] == [baddr(2)], "only the live member is notified"
+        assert cluster.notified[0][1].ext_fields["masterBrokerId"] == "2"
+
+        # the controller leader is cut off: another peer leads and answers with the same state
+        cluster.net.isolate(leader.config.controllerDLegerSelfId)
+        new_leader = await cluster.leader(exclude=leader.config.controllerDLegerSelfId)
+        with trio.fail_after(30):
+            while True:
+                r = await cluster.call(new_leader, RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": B})
+                if r.code == ResponseCode.SUCCESS:
+                    break
+                await trio.sleep(0.1)
+        assert (r.ext_fields["masterBrokerId"], r.ext_fields["masterEpoch"]) == ("2", "2")
+        r = await cluster.call(new_leader, RequestCode.CONTROLLER_GET_METADATA_INFO)
+        assert r.ext_fields["isLeader"] == "true"
+        assert r.ext_fields["controllerLeaderId"] == new_leader.config.controllerDLegerSelfId
+        nursery.cancel_scope.cancel()
