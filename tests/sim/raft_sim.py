@@ -263,15 +263,18 @@ class Simulation:
 
     def _send(self, m: Message) -> None:
         cfg = self.cfg
-        rng = self.rng
-        if self.faults and rng.random() < cfg.p_drop:
-            return
-        copies = 2 if self.faults and rng.random() < cfg.p_dup else 1
+        rand = self.rng.random
+        if self.faults:
+            if cfg.p_drop and rand() < cfg.p_drop:
+                return
+            copies = 2 if cfg.p_dup and rand() < cfg.p_dup else 1
+        else:
+            copies = 1
         if cfg.codec:
             m = decode_message(encode_message(m))
         for _ in range(copies):
             self.seq += 1
-            heapq.heappush(self.queue, (self.now + rng.randint(1, cfg.max_delay), self.seq, m))
+            heapq.heappush(self.queue, (self.now + 1 + int(rand() * cfg.max_delay), self.seq, m))
 
     def _deliver_due(self) -> set[str]:
         touched: set[str] = set()
