@@ -1,0 +1,102 @@
+"""A real broker and name server on ephemeral loopback ports, for the broker integration tests.
+
+::
+
+    async with broker_env(tmp_path) as env:
+        response = await env.client.invoke(env.addr, request(...), 5)
+
+One RemotingServer hosts both listeners (as a container does); the broker's store lives under
+``tmp_path`` with small mapped files. ``env.client`` is a separate RemotingClient playing the
+clients' and admin tools' part.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from broker.config import BrokerConfig
+from broker.controller import BrokerController
+from namesrv.config import NamesrvConfig
+from namesrv.controller import NamesrvController
+from remoting.client import RemotingClient
+from remoting.command import RemotingCommand
+from remoting.server import RemotingServer
+from store.config import MessageStoreConfig
+
+CLUSTER = "TestCluster"
+BROKER_NAME = "broker-a"
+TIMEOUT = 5.0
+
+
+@dataclass
+class BrokerEnv:
+    broker: BrokerController
+    namesrv: NamesrvController
+    #: the broker's address, ``127.0.0.1:<port>``
+    addr: str
+    namesrv_addr: str
+    client: RemotingClient
+
+    async def call(self, cmd: RemotingCommand, addr: str | None = None) -> RemotingCommand:
+        return await self.client.invoke(addr or self.addr, cmd, TIMEOUT)
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+    """Poll ``predicate`` every 10 ms until it holds; fail after ``timeout`` seconds."""
+    with trio.move_on_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+        return
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def broker_configs(root: str, namesrv_addr: str, **overrides: Any) -> tuple[BrokerConfig, MessageStoreConfig]:
+    """Configs of a test master; ``overrides`` go to whichever struct has the key."""
+    bc = BrokerConfig(
+        brokerClusterName=CLUSTER,
+        brokerName=BROKER_NAME,
+        brokerIP1="127.0.0.1",
+        brokerIP2="127.0.0.1",
+        listenPort=0,
+        namesrvAddr=namesrv_addr,
+    )
+    sc = MessageStoreConfig(
+        storePathRootDir=os.path.join(root, "store"),
+        mappedFileSizeCommitLog=1024 * 1024,
+        mappedFileSizeConsumeQueue=6000,
+        haListenPort=0,
+    )
+    for key, value in overrides.items():
+        target = bc if hasattr(bc, key) else sc
+        assert hasattr(target, key), f"unknown config key {key}"
+        setattr(target, key, value)
+    return bc, sc
+
+
+@asynccontextmanager
+async def broker_env(tmp_path: os.PathLike[str], **overrides: Any) -> AsyncIterator[BrokerEnv]:
+    """Name server + broker (registered with it) + a client; torn down on exit."""
+    root = os.fspath(tmp_path)
+    async with trio.open_nursery() as nursery:
+        namesrv = NamesrvController(NamesrvConfig(kvConfigPath=os.path.join(root, "kvConfig.json")))
+        await nursery.start(namesrv.run)
+        server = RemotingServer(name="broker-test")
+        ns_listener = await server.add_listener("127.0.0.1", 0, namesrv.processor_table, name="namesrv")
+        await nursery.start(server.run)
+        namesrv_addr = f"127.0.0.1:{ns_listener.port}"
+        async with RemotingClient(name="broker-test.broker-client") as broker_client:
+            bc, sc = broker_configs(root, namesrv_addr, **overrides)
+            broker = BrokerController(bc, sc, client=broker_client)
+            await nursery.start(broker.run, server)
+            await wait_until(
+                lambda: bool(namesrv.routes.brokerAddrTable.get(BROKER_NAME)), what="broker registration"
+            )
+            async with RemotingClient(name="broker-test.client") as client:
+                yield BrokerEnv(broker, namesrv, broker.addr, namesrv_addr, client)
+            nursery.cancel_scope.cancel()
