@@ -1,0 +1,454 @@
+"""The client instance: one remoting client, routes, broker addresses and heartbeats for the
+producers and consumers that share it.
+
+Upstream: ``MQClientInstance`` (+ the name-server half of ``MQClientAPIImpl``). Producers and
+consumers create a private instance unless one is passed to them (upstream 5.x also gives each
+client its own instance: the default instance name becomes ``pid#nanotime``)::
+
+    async with ClientInstance("127.0.0.1:9876") as instance:
+        async with Producer("PG", "127.0.0.1:9876", instance=instance) as p1, \\
+                   PushConsumer("CG", "127.0.0.1:9876", instance=instance) as c1:
+            ...
+
+While running, the instance refreshes the route of every topic in use every
+``poll_name_server_interval`` seconds (30), heartbeats every known broker every
+``heartbeat_interval`` seconds (30) and at once when a route reveals a new broker, and routes
+NOTIFY_CONSUMER_IDS_CHANGED from a broker to the consumer of that group.
+
+``start()``/``shutdown()`` must be called from the same task and nest with other cancel
+scopes (the instance opens its nursery in ``start``); ``async with`` does that for you.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Protocol, Self
+
+import trio
+
+from client.message import AUTO_CREATE_TOPIC_KEY, MASTER_ID, MQBrokerError, MQClientError
+from client.route import (
+    BrokerAddrTable,
+    FindBrokerResult,
+    TopicPublishInfo,
+    default_topic_route,
+    publish_info_from_route,
+    routes_equal,
+    subscribe_queues_from_route,
+)
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand, request
+from remoting.connection import ProcessorTable, RequestContext
+from remoting.errors import RemotingError
+from remoting.protocol.broker import ConsumerData, HeartbeatData, ProducerData
+from remoting.protocol.common import MessageQueue
+from remoting.protocol.namesrv import TopicRouteData
+
+__all__ = ["ClientInstance", "ConsumerHook", "parse_namesrv_addrs"]
+
+log = logging.getLogger("client")
+
+_instance_counter = itertools.count(1)
+
+
+def parse_namesrv_addrs(addrs: str | list[str]) -> list[str]:
+    """``"a:9876;b:9876"`` (or a list) -> addresses, blanks dropped."""
+    parts = addrs.split(";") if isinstance(addrs, str) else list(addrs)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _local_ip(namesrv_addrs: list[str]) -> str:
+    """The local address used towards the first name server (no packet is sent)."""
+    for addr in namesrv_addrs:
+        host = addr.rpartition(":")[0].strip("[]")
+        try:
+            socket.inet_pton(socket.AF_INET, host)
+        except OSError:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.connect((host, 9))
+                return s.getsockname()[0]
+            except OSError:
+                continue
+    return "127.0.0.1"
+
+
+class ConsumerHook(Protocol):
+    """What the instance needs from a consumer registered with it."""
+
+    group: str
+
+    def consumer_data(self) -> ConsumerData: ...
+
+    def subscribed_topics(self) -> set[str]: ...
+
+    def request_rebalance(self) -> None: ...
+
+
+class ClientInstance:
+    """Shared client machinery (see the module docstring)."""
+
+    def __init__(
+        self,
+        namesrv_addr: str | list[str],
+        *,
+        instance_name: str | None = None,
+        client_ip: str | None = None,
+        heartbeat_interval: float = 30.0,
+        poll_name_server_interval: float = 30.0,
+        call_timeout: float = 3.0,
+        remoting: RemotingClient | None = None,
+    ) -> None:
+        self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
+        if not self.namesrv_addrs:
+            raise MQClientError("no name server address given")
+        self.client_ip = client_ip or _local_ip(self.namesrv_addrs)
+        self.instance_name = instance_name or f"{os.getpid()}#{next(_instance_counter)}"
+        #: upstream ``buildMQClientId``: ``ip@instanceName``
+        self.client_id = f"{self.client_ip}@{self.instance_name}"
+        self.heartbeat_interval = heartbeat_interval
+        self.poll_name_server_interval = poll_name_server_interval
+        self.call_timeout = call_timeout
+        self._external_remoting = remoting
+        self.remoting: RemotingClient | None = remoting
+        self.routes: dict[str, TopicRouteData] = {}
+        self.publish: dict[str, TopicPublishInfo] = {}
+        self.subscribe: dict[str, set[MessageQueue]] = {}
+        self.brokers = BrokerAddrTable()
+        self.producers: set[str] = set()
+        self.consumers: dict[str, ConsumerHook] = {}
+        self._route_locks: dict[str, trio.Lock] = {}
+        self._namesrv_index = 0
+        self._stack: AsyncExitStack | None = None
+        self._nursery: trio.Nursery | None = None
+        self._heartbeat_lock = trio.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def running(self) -> bool:
+        return self._nursery is not None
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        """The nursery of the instance's background work (consumers run their tasks in it)."""
+        if self._nursery is None:
+            raise MQClientError(f"client instance {self.client_id} is not started")
+        return self._nursery
+
+    async def start(self) -> None:
+        """Open the remoting client and start the heartbeat and route-refresh loops."""
+        if self._stack is not None:
+            raise MQClientError(f"client instance {self.client_id} is already started")
+        stack = AsyncExitStack()
+        try:
+            if self._external_remoting is None:
+                table = ProcessorTable()
+                table.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_consumer_ids_changed)
+                self.remoting = await stack.enter_async_context(RemotingClient(processors=table))
+            else:
+                self._external_remoting.processors.register(
+                    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_consumer_ids_changed
+                )
+            self._nursery = await stack.enter_async_context(trio.open_nursery())
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        self._nursery.start_soon(self._heartbeat_loop)
+        self._nursery.start_soon(self._route_loop)
+        log.info("client instance %s started (name servers %s)", self.client_id, ";".join(self.namesrv_addrs))
+
+    async def shutdown(self) -> None:
+        """Stop background work and close connections (producers/consumers unregister first)."""
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+        try:
+            await stack.aclose()
+        finally:
+            self._nursery = None
+            if self._external_remoting is None:
+                self.remoting = None
+        log.info("client instance %s stopped", self.client_id)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.shutdown()
+
+    # ------------------------------------------------------------------ membership
+
+    def register_producer(self, group: str) -> None:
+        if group in self.producers:
+            raise MQClientError(f"producer group {group!r} is already registered in {self.client_id}")
+        self.producers.add(group)
+
+    def register_consumer(self, consumer: ConsumerHook) -> None:
+        if consumer.group in self.consumers:
+            raise MQClientError(
+                f"consumer group {consumer.group!r} is already registered in {self.client_id}"
+            )
+        self.consumers[consumer.group] = consumer
+
+    async def unregister_producer(self, group: str) -> None:
+        self.producers.discard(group)
+        await self._unregister_client(producer_group=group, consumer_group=None)
+
+    async def unregister_consumer(self, group: str) -> None:
+        self.consumers.pop(group, None)
+        await self._unregister_client(producer_group=None, consumer_group=group)
+
+    async def _unregister_client(self, producer_group: str | None, consumer_group: str | None) -> None:
+        ext: dict[str, object] = {"clientID": self.client_id}
+        if producer_group:
+            ext["producerGroup"] = producer_group
+        if consumer_group:
+            ext["consumerGroup"] = consumer_group
+        async with trio.open_nursery() as n:
+            for addr in sorted(self.brokers.all_addrs()):
+                n.start_soon(
+                    self._quiet_call, addr, request(RequestCode.UNREGISTER_CLIENT, ext), "unregister"
+                )
+
+    async def _quiet_call(self, addr: str, cmd: RemotingCommand, what: str) -> RemotingCommand | None:
+        try:
+            response = await self.invoke(addr, cmd, self.call_timeout)
+        except RemotingError as e:
+            log.warning("%s to %s failed: %s", what, addr, e)
+            return None
+        if response.code != ResponseCode.SUCCESS:
+            log.warning("%s to %s answered %d: %s", what, addr, response.code, response.remark)
+        return response
+
+    # ------------------------------------------------------------------ remoting
+
+    def _remoting(self) -> RemotingClient:
+        if self.remoting is None:
+            raise MQClientError(f"client instance {self.client_id} is not started")
+        return self.remoting
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Request/response to ``addr`` (RemotingError on transport failure)."""
+        return await self._remoting().invoke(addr, cmd, timeout)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        await self._remoting().invoke_oneway(addr, cmd, self.call_timeout)
+
+    async def invoke_namesrv(self, cmd: RemotingCommand) -> RemotingCommand:
+        """Call the current name server; on a transport error move on to the next one."""
+        err: RemotingError | None = None
+        n = len(self.namesrv_addrs)
+        for i in range(n):
+            idx = (self._namesrv_index + i) % n
+            addr = self.namesrv_addrs[idx]
+            try:
+                response = await self.invoke(addr, cmd, self.call_timeout)
+            except RemotingError as e:
+                log.warning("name server %s: %s", addr, e)
+                err = e
+                continue
+            self._namesrv_index = idx
+            return response
+        assert err is not None
+        raise err
+
+    # ------------------------------------------------------------------ routes
+
+    async def fetch_route(self, topic: str) -> TopicRouteData | None:
+        """GET_ROUTEINFO_BY_TOPIC: the route, or None when the name server says TOPIC_NOT_EXIST."""
+        response = await self.invoke_namesrv(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        if response.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(response.code, response.remark, "name server")
+        return TopicRouteData.decode(response.body_bytes)
+
+    def _apply_route(self, topic: str, route: TopicRouteData, *, from_default_topic: bool = False) -> bool:
+        """Store ``route`` and derive publish/subscribe info; True if it changed."""
+        old = self.routes.get(topic)
+        changed = not routes_equal(old, route)
+        known = topic in self.publish
+        if changed or not known or self.publish[topic].from_default_topic != from_default_topic:
+            self.routes[topic] = route
+            self.publish[topic] = publish_info_from_route(topic, route, from_default_topic=from_default_topic)
+            self.subscribe[topic] = subscribe_queues_from_route(topic, route)
+            new_addrs = self.brokers.rebuild(self.routes.values())
+            if new_addrs and self._nursery is not None:
+                self._nursery.start_soon(self._heartbeat_addrs, sorted(new_addrs))
+        return changed
+
+    def _lock_for(self, topic: str) -> trio.Lock:
+        lock = self._route_locks.get(topic)
+        if lock is None:
+            lock = self._route_locks[topic] = trio.Lock()
+        return lock
+
+    async def update_route(self, topic: str) -> bool:
+        """Refresh one topic's route from the name server. Returns True if a route is now held.
+
+        A TOPIC_NOT_EXIST answer keeps whatever was held (e.g. a TBW102-derived publish info);
+        transport errors are logged and likewise keep the old route.
+        """
+        async with self._lock_for(topic):
+            return await self._update_route_locked(topic)
+
+    async def _update_route_locked(self, topic: str) -> bool:
+        try:
+            route = await self.fetch_route(topic)
+        except (RemotingError, MQClientError) as e:
+            log.warning("route of %s: %s", topic, e)
+            return topic in self.routes
+        if route is None:
+            return topic in self.routes
+        if self._apply_route(topic, route):
+            log.info("route of %s changed: %s", topic, route)
+        return True
+
+    async def find_publish_info(self, topic: str, default_topic_queue_nums: int = 4) -> TopicPublishInfo:
+        """Upstream ``tryToFindTopicPublishInfo``: held info, else the name server, else TBW102.
+
+        Concurrent callers for the same unknown topic share one lookup. Raises
+        :class:`MQClientError` (code 17) when neither the topic nor TBW102 has a route.
+        """
+        info = self.publish.get(topic)
+        if info is not None and info.ok:
+            return info
+        async with self._lock_for(topic):
+            info = self.publish.get(topic)
+            if info is not None and info.ok:
+                return info
+            await self._update_route_locked(topic)
+            info = self.publish.get(topic)
+            if info is not None and info.ok:
+                return info
+            try:
+                default = await self.fetch_route(AUTO_CREATE_TOPIC_KEY)
+            except (RemotingError, MQClientError) as e:
+                raise MQClientError(
+                    f"no route info of topic {topic}: {e}", ResponseCode.TOPIC_NOT_EXIST
+                ) from e
+            if default is not None:
+                self._apply_route(
+                    topic, default_topic_route(default, default_topic_queue_nums), from_default_topic=True
+                )
+                info = self.publish.get(topic)
+                if info is not None and info.ok:
+                    log.info(
+                        "topic %s has no route yet; sending through the %s route",
+                        topic,
+                        AUTO_CREATE_TOPIC_KEY,
+                    )
+                    return info
+        raise MQClientError(f"no route info of topic {topic}", ResponseCode.TOPIC_NOT_EXIST)
+
+    async def master_addr(self, broker_name: str, topic: str | None = None) -> str:
+        """The master of ``broker_name``; refreshes ``topic``'s route once if it is unknown."""
+        addr = self.brokers.master_addr(broker_name)
+        if addr is None and topic is not None:
+            await self.update_route(topic)
+            addr = self.brokers.master_addr(broker_name)
+        if addr is None:
+            raise MQClientError(
+                f"the broker {broker_name} does not exist or has no master", ResponseCode.SYSTEM_ERROR
+            )
+        return addr
+
+    async def subscribe_addr(
+        self, broker_name: str, broker_id: int, topic: str, *, only_this_broker: bool = False
+    ) -> FindBrokerResult:
+        """An address to read ``broker_name`` from (preferring ``broker_id``)."""
+        found = self.brokers.find_subscribe(broker_name, broker_id, only_this_broker)
+        if found is None:
+            await self.update_route(topic)
+            found = self.brokers.find_subscribe(broker_name, broker_id, only_this_broker)
+        if found is None:
+            raise MQClientError(f"the broker {broker_name} does not exist", ResponseCode.SYSTEM_ERROR)
+        return found
+
+    def any_broker_addr_of_topic(self, topic: str) -> str | None:
+        """An address of some broker serving ``topic`` (masters first), for group-wide queries."""
+        route = self.routes.get(topic)
+        if route is None:
+            return None
+        for bd in sorted(route.brokerDatas, key=lambda b: b.brokerName):
+            addr = bd.brokerAddrs.get(MASTER_ID)
+            if addr:
+                return addr
+        for bd in route.brokerDatas:
+            if bd.brokerAddrs:
+                return bd.brokerAddrs[min(bd.brokerAddrs)]
+        return None
+
+    def topics_in_use(self) -> set[str]:
+        topics = set(self.publish)
+        for c in self.consumers.values():
+            topics |= c.subscribed_topics()
+        return topics
+
+    async def update_all_routes(self) -> None:
+        for topic in sorted(self.topics_in_use()):
+            await self.update_route(topic)
+
+    async def _route_loop(self) -> None:
+        while True:
+            await trio.sleep(self.poll_name_server_interval)
+            await self.update_all_routes()
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def heartbeat_data(self) -> HeartbeatData:
+        return HeartbeatData(
+            clientID=self.client_id,
+            producerDataSet=[ProducerData(groupName=g) for g in sorted(self.producers)],
+            consumerDataSet=[c.consumer_data() for _, c in sorted(self.consumers.items())],
+        )
+
+    async def send_heartbeat_to_all(self) -> None:
+        """HEART_BEAT to every known broker (masters only when there are no consumers)."""
+        addrs: list[str] = []
+        for addrs_by_id in self.brokers.table.values():
+            for bid, addr in addrs_by_id.items():
+                if bid != MASTER_ID and not self.consumers:
+                    continue
+                addrs.append(addr)
+        await self._heartbeat_addrs(sorted(set(addrs)))
+
+    async def _heartbeat_addrs(self, addrs: list[str]) -> None:
+        if not addrs or (not self.producers and not self.consumers):
+            return
+        body = self.heartbeat_data().encode()
+        async with trio.open_nursery() as n:
+            for addr in addrs:
+                n.start_soon(self._quiet_call, addr, request(RequestCode.HEART_BEAT, body=body), "heartbeat")
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await trio.sleep(self.heartbeat_interval)
+            async with self._heartbeat_lock:
+                await self.send_heartbeat_to_all()
+
+    # ------------------------------------------------------------------ server -> client
+
+    async def _on_consumer_ids_changed(
+        self, ctx: RequestContext, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        group = (cmd.ext_fields or {}).get("consumerGroup", "")
+        consumer = self.consumers.get(group)
+        log.info("broker %s: consumer ids of group %s changed", ctx.connection.remote_address, group)
+        if consumer is not None:
+            consumer.request_rebalance()
+        return None
