@@ -356,7 +356,18 @@ class FrameDecoder:
         """Bytes of an incomplete frame held back (non-zero at EOF means a truncated frame)."""
         return len(self._buf)
 
+    @property
+    def error(self) -> FrameError | None:
+        """The error that killed the decoder, if any."""
+        return self._error
+
     def feed(self, data: Buffer) -> list[RemotingCommand]:
+        """Commands completed by ``data``.
+
+        Raises the :class:`FrameError` when the input is bad and no command precedes the bad
+        part in this call; otherwise returns the good commands first and the error is raised
+        by the next call (check :attr:`error` to close the connection right after handling them).
+        """
         if self._error is not None:
             raise self._error
         buf = self._buf
@@ -365,11 +376,14 @@ class FrameDecoder:
             src: Buffer = buf
         else:
             src = data
+        out: list[RemotingCommand] = []
         try:
-            out, consumed = self._parse(src)
+            consumed = self._parse(src, out)
         except FrameError as e:
             self._error = e
-            buf.clear()
+            self._buf = bytearray()  # not clear(): the traceback may still hold a view of it
+            if out:
+                return out
             raise
         if src is buf:
             if consumed:
@@ -378,8 +392,8 @@ class FrameDecoder:
             buf += memoryview(src)[consumed:]
         return out
 
-    def _parse(self, src: Buffer) -> tuple[list[RemotingCommand], int]:
-        out: list[RemotingCommand] = []
+    def _parse(self, src: Buffer, out: list[RemotingCommand]) -> int:
+        """Append the whole frames at the start of ``src`` to ``out``; return the bytes used."""
         end = buffer_len(src)
         pos = 0
         limit = self.max_frame_size - 4
@@ -422,7 +436,7 @@ class FrameDecoder:
                     cmd.body = bytes(mv[bstart:fend])
                 out.append(cmd)
                 pos = fend
-        return out, pos
+        return pos
 
     def _length_problem(self, length: int) -> str:
         if length < 0:

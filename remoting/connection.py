@@ -393,7 +393,7 @@ class Connection:
                 return
             sock = self._sock
             decoder = self._decoder
-            while True:
+            while decoder.error is None:
                 try:
                     n = sock.recv_into(_RECV_BUFFER)
                 except BlockingIOError:
@@ -415,15 +415,16 @@ class Connection:
                     break
                 try:
                     cmds = decoder.feed(_RECV_VIEW[:n])
-                except FrameError as e:
-                    self._log.warning("closing connection %s: %s", self.remote_address, e)
-                    self.close_reason = str(e)
-                    break
+                except FrameError:
+                    cmds = []
                 if cmds and await self._dispatch(cmds):
                     return
                 # Let the other tasks run before reading again: by then the peer has often sent
                 # its next request, which saves a failed read and an epoll round trip.
                 await trio.lowlevel.checkpoint()
+            else:  # the decoder failed (possibly after frames that were handled first)
+                self._log.warning("closing connection %s: %s", self.remote_address, decoder.error)
+                self.close_reason = str(decoder.error)
         except trio.ClosedResourceError:
             pass  # closed locally while waiting to read
         except BaseException:

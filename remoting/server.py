@@ -90,6 +90,7 @@ class RemotingServer:
         self.listeners: list[Listener] = []
         self._log = logging.getLogger(name)
         self._nursery: trio.Nursery | None = None
+        self._work_scope: trio.CancelScope | None = None
         self._shutting_down = False
         self._opaque: Iterator[int] = itertools.count(1)
 
@@ -137,23 +138,39 @@ class RemotingServer:
         return [c for lst in self.listeners for c in lst.connections]
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve every listener until cancelled, then shut down gracefully."""
-        if self._nursery is not None:
+        """Serve every listener until cancelled, then shut down gracefully.
+
+        Connections and handlers run in a nursery shielded from the caller's cancellation, so
+        that in-flight handlers get the grace period; the server cancels it itself afterwards.
+        """
+        if self._work_scope is not None:
             raise RuntimeError(f"server {self.name} is already running")
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                for listener in self.listeners:
-                    await nursery.start(self._accept_loop, listener)
-                task_status.started()
-                try:
-                    await trio.sleep_forever()
-                finally:
-                    with trio.CancelScope(shield=True):
+        async with trio.open_nursery() as guard:
+            await guard.start(self._work)
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True):
+                    try:
                         await self._shutdown()
-                    nursery.cancel_scope.cancel()
+                    finally:
+                        assert self._work_scope is not None
+                        self._work_scope.cancel()
+
+    async def _work(self, *, task_status: trio.TaskStatus[None]) -> None:
+        try:
+            with trio.CancelScope(shield=True) as scope:
+                self._work_scope = scope
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    for listener in self.listeners:
+                        await nursery.start(self._accept_loop, listener)
+                    task_status.started()
+                    await trio.sleep_forever()
         finally:
             self._nursery = None
+            self._work_scope = None
 
     async def _shutdown(self) -> None:
         self._shutting_down = True

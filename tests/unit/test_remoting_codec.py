@@ -361,12 +361,18 @@ def test_decoder_dead_after_error() -> None:
         dec.feed(frame(b'{"code":1}'))
 
 
-def test_frames_before_a_bad_one_are_not_returned_twice() -> None:
+def test_good_frames_before_a_bad_one_are_returned_then_the_error() -> None:
     dec = FrameDecoder()
     good = frame(b'{"code":1}')
     assert len(dec.feed(good)) == 1
+    assert dec.error is None
+    got = dec.feed(good[:-1])
+    assert got == []
+    got = dec.feed(good[-1:] + good + frame(b"nope") + good)
+    assert [c.code for c in got] == [1, 1]
+    assert isinstance(dec.error, HeaderDecodeError)
     with pytest.raises(HeaderDecodeError):
-        dec.feed(good[:-1] + frame(b"nope"))
+        dec.feed(good)
 
 
 def test_truncated_frame_is_left_buffered() -> None:

@@ -1,0 +1,478 @@
+"""RemotingServer and RemotingClient over real loopback sockets."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+import trio.lowlevel
+
+from remoting.client import RemotingClient
+from remoting.codec import FrameDecoder, encode
+from remoting.codes import ResponseCode
+from remoting.command import FLAG_ONEWAY, RemotingCommand, SerializeType, request
+from remoting.connection import Connection, RequestContext
+from remoting.errors import RemotingClosedError, RemotingConnectError, RemotingTimeoutError
+from remoting.server import Listener, ProcessorTable, RemotingServer
+
+
+@asynccontextmanager
+async def serving(*tables: ProcessorTable, **kw: Any) -> AsyncIterator[tuple[RemotingServer, list[Listener]]]:
+    server = RemotingServer(**kw)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.run)
+        listeners = [await server.add_listener("127.0.0.1", 0, t, name=f"l{i}") for i, t in enumerate(tables)]
+        yield server, listeners
+        nursery.cancel_scope.cancel()
+
+
+async def wait_until(predicate: Any, timeout: float = 5.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.005)
+
+
+class RawPeer:
+    """A hand-driven connection: write frames/bytes, read decoded frames."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.decoder = FrameDecoder()
+        self.frames: list[RemotingCommand] = []
+
+    async def send(self, cmd: RemotingCommand) -> None:
+        await self.stream.send_all(b"".join(bytes(p) for p in encode(cmd)))
+
+    async def read(self, timeout: float = 5.0) -> RemotingCommand | None:
+        """Next frame, or None at EOF."""
+        with trio.fail_after(timeout):
+            while not self.frames:
+                data = await self.stream.receive_some(65536)
+                if not data:
+                    return None
+                self.frames += self.decoder.feed(data)
+        return self.frames.pop(0)
+
+
+@asynccontextmanager
+async def raw_peer(listener: Listener) -> AsyncIterator[RawPeer]:
+    stream = await trio.open_tcp_stream("127.0.0.1", listener.port)
+    async with stream:
+        yield RawPeer(stream)
+
+
+async def echo(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+    return req.response(ResponseCode.SUCCESS, remark=ctx.listener, **(req.ext_fields or {}))
+
+
+async def test_concurrent_invokes_share_one_connection_and_complete_out_of_order() -> None:
+    finished: list[int] = []
+
+    async def sleepy(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        n = int((req.ext_fields or {})["n"])
+        await trio.sleep((20 - n) * 0.005)  # later requests finish first
+        finished.append(n)
+        return req.response(ResponseCode.SUCCESS, n=n)
+
+    table = ProcessorTable()
+    table.register(10, sleepy)
+    async with serving(table) as (server, [lst]), RemotingClient() as client:
+        results: dict[int, str] = {}
+
+        async def call(n: int) -> None:
+            resp = await client.invoke(lst.address, request(10, {"n": n}), timeout=5)
+            results[n] = (resp.ext_fields or {})["n"]
+
+        async with trio.open_nursery() as nursery:
+            for n in range(20):
+                nursery.start_soon(call, n)
+        assert results == {n: str(n) for n in range(20)}
+        assert finished != sorted(finished)  # answered out of order
+        assert len(server.connections) == 1
+
+
+async def test_two_listeners_have_their_own_tables() -> None:
+    a, b = ProcessorTable(), ProcessorTable()
+    a.register(1, echo)
+    b.register(1, echo)
+    b.register(2, echo)
+    async with serving(a, b) as (_, [la, lb]), RemotingClient() as client:
+        assert (await client.invoke(la.address, request(1), 2)).remark == "l0"
+        assert (await client.invoke(lb.address, request(1), 2)).remark == "l1"
+        assert (await client.invoke(lb.address, request(2), 2)).code == ResponseCode.SUCCESS
+        resp = await client.invoke(la.address, request(2), 2)
+        assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+
+
+async def test_unknown_code_gets_upstream_remark() -> None:
+    async with serving(ProcessorTable()) as (_, [lst]), RemotingClient() as client:
+        resp = await client.invoke(lst.address, request(999), 2)
+        assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED == 3
+        assert resp.remark == " request type 999 not supported"
+        assert resp.is_response
+
+
+async def test_oneway_gets_no_reply() -> None:
+    seen: list[int] = []
+
+    async def record(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        seen.append(req.opaque)
+        return req.response(ResponseCode.SUCCESS)
+
+    table = ProcessorTable()
+    table.register(15, record)
+    async with serving(table) as (_, [lst]), raw_peer(lst) as peer:
+        await peer.send(RemotingCommand(code=15, opaque=1, flag=FLAG_ONEWAY))
+        await peer.send(RemotingCommand(code=15, opaque=2))
+        first = await peer.read()
+        assert first is not None
+        assert first.opaque == 2
+        assert seen == [1, 2]
+    # and through the client API
+    async with serving(table) as (_, [lst]), RemotingClient() as client:
+        await client.invoke_oneway(lst.address, request(15))
+        await wait_until(lambda: len(seen) == 3)
+
+
+async def test_handler_exception_is_system_error_and_connection_stays() -> None:
+    async def boom(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        await trio.lowlevel.checkpoint()
+        raise ValueError("boom")
+
+    table = ProcessorTable()
+    table.register(1, boom)
+    table.register(2, echo)
+    async with serving(table) as (_, [lst]), RemotingClient() as client:
+        resp = await client.invoke(lst.address, request(1), 2)
+        assert resp.code == ResponseCode.SYSTEM_ERROR
+        assert resp.remark == "ValueError: boom"
+        conn = client.connection(lst.address)
+        assert (await client.invoke(lst.address, request(2), 2)).code == ResponseCode.SUCCESS
+        assert client.connection(lst.address) is conn
+
+
+async def test_server_to_client_request_and_oneway_answered_by_client_processors() -> None:
+    notified: list[str] = []
+
+    async def running_info(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        resp = req.response(ResponseCode.SUCCESS)
+        resp.body = b"client says hi to " + (req.ext_fields or {})["who"].encode()
+        return resp
+
+    async def ids_changed(ctx: RequestContext, req: RemotingCommand) -> None:
+        notified.append((req.ext_fields or {})["consumerGroup"])
+
+    processors = ProcessorTable()
+    processors.register(307, running_info)
+    processors.register(40, ids_changed)
+
+    async def ask_back(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        await ctx.connection.oneway(request(40, {"consumerGroup": "CG"}))
+        answer = await ctx.connection.request(request(307, {"who": "broker"}), timeout=2)
+        resp = req.response(answer.code)
+        resp.body = answer.body
+        return resp
+
+    table = ProcessorTable()
+    table.register(34, ask_back)
+    async with serving(table) as (_, [lst]), RemotingClient(processors=processors) as client:
+        resp = await client.invoke(lst.address, request(34), 3)
+        assert resp.code == ResponseCode.SUCCESS
+        assert resp.body == b"client says hi to broker"
+        await wait_until(lambda: notified == ["CG"])
+
+
+async def test_server_request_to_client_without_processor_gets_not_supported() -> None:
+    async def ask_back(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        answer = await ctx.connection.request(request(307), timeout=2)
+        return req.response(ResponseCode.SUCCESS, got=answer.code)
+
+    table = ProcessorTable()
+    table.register(34, ask_back)
+    async with serving(table) as (_, [lst]), RemotingClient() as client:
+        resp = await client.invoke(lst.address, request(34), 3)
+        assert resp.ext_fields == {"got": "3"}
+
+
+async def test_on_connect_and_on_close_fire() -> None:
+    events: list[tuple[str, int]] = []
+
+    async def closed(conn: Connection) -> None:
+        await trio.lowlevel.checkpoint()
+        events.append(("close", conn.id))
+
+    table = ProcessorTable(on_connect=lambda c: events.append(("open", c.id)), on_close=closed)
+    table.register(1, echo)
+    async with serving(table) as (server, [lst]):
+        async with RemotingClient() as client:
+            await client.invoke(lst.address, request(1), 2)
+            [conn] = server.connections
+            assert conn.remote_address.startswith("127.0.0.1:")
+            assert conn.local_port == lst.port
+            assert events == [("open", conn.id)]
+        await wait_until(lambda: len(events) == 2)
+        assert events[1] == ("close", conn.id)
+        assert conn.closed
+        assert server.connections == []
+
+
+async def test_client_reconnects_after_server_closes_connection() -> None:
+    opened: list[int] = []
+    table = ProcessorTable(on_connect=lambda c: opened.append(c.id))
+    table.register(1, echo)
+    async with serving(table) as (server, [lst]), RemotingClient() as client:
+        await client.invoke(lst.address, request(1), 2)
+        [conn] = server.connections
+        await conn.aclose()
+        await wait_until(lambda: client.connection(lst.address) is None)
+        resp = await client.invoke(lst.address, request(1), 2)
+        assert resp.code == ResponseCode.SUCCESS
+        assert len(opened) == 2
+
+
+async def test_pending_call_fails_when_connection_closes() -> None:
+    async def close_me(ctx: RequestContext, req: RemotingCommand) -> None:
+        await ctx.connection.aclose()
+
+    table = ProcessorTable()
+    table.register(1, close_me)
+    table.register(2, echo)
+    async with serving(table) as (_, [lst]), RemotingClient() as client:
+        with pytest.raises(RemotingClosedError, match=lst.address):
+            await client.invoke(lst.address, request(1), 5)
+        assert (await client.invoke(lst.address, request(2), 2)).code == ResponseCode.SUCCESS
+
+
+async def test_timeout_names_address_and_connection_keeps_working() -> None:
+    async def never(ctx: RequestContext, req: RemotingCommand) -> None:
+        await trio.sleep_forever()
+
+    table = ProcessorTable()
+    table.register(1, never)
+    table.register(2, echo)
+    async with serving(table, shutdown_grace=0.1) as (_, [lst]), RemotingClient() as client:
+        with trio.fail_after(3):
+            with pytest.raises(RemotingTimeoutError, match=lst.address):
+                await client.invoke(lst.address, request(1), 0.2)
+        assert (await client.invoke(lst.address, request(2), 2)).code == ResponseCode.SUCCESS
+
+
+async def test_connect_error_names_address() -> None:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    for lst in listeners:
+        await lst.aclose()
+    async with RemotingClient() as client:
+        with pytest.raises(RemotingConnectError, match=f"127.0.0.1:{port}"):
+            await client.invoke(f"127.0.0.1:{port}", request(1), 2)
+        with pytest.raises(RemotingConnectError, match="bad address"):
+            await client.invoke("nonsense", request(1), 2)
+
+
+async def test_in_flight_bound_per_connection() -> None:
+    running = 0
+    peak = 0
+    release = trio.Event()
+
+    async def blocked(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+        return req.response(ResponseCode.SUCCESS)
+
+    table = ProcessorTable()
+    table.register(1, blocked)
+    async with serving(table, max_in_flight_per_connection=2) as (_, [lst]), RemotingClient() as client:
+        done = 0
+
+        async def call() -> None:
+            nonlocal done
+            await client.invoke(lst.address, request(1), 5)
+            done += 1
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(6):
+                nursery.start_soon(call)
+            await wait_until(lambda: running == 2)
+            await trio.sleep(0.05)  # give the server a chance to (wrongly) start more
+            assert running == 2
+            release.set()
+        assert done == 6
+        assert peak == 2
+
+
+async def test_late_response_via_ctx_respond() -> None:
+    parked: list[tuple[RequestContext, RemotingCommand]] = []
+
+    async def long_poll(ctx: RequestContext, req: RemotingCommand) -> None:
+        parked.append((ctx, req))
+
+    async def wake(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        pctx, preq = parked.pop()
+        await pctx.respond(preq.response(ResponseCode.SUCCESS, remark="woken"))
+        return req.response(ResponseCode.SUCCESS)
+
+    table = ProcessorTable()
+    table.register(11, long_poll)
+    table.register(12, wake)
+    async with serving(table) as (_, [lst]), RemotingClient() as client:
+        got: list[RemotingCommand] = []
+
+        async def pull() -> None:
+            got.append(await client.invoke(lst.address, request(11), 5))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pull)
+            await wait_until(lambda: parked)
+            await client.invoke(lst.address, request(12), 2)
+        assert got[0].remark == "woken"
+
+
+async def test_binary_request_gets_binary_response() -> None:
+    table = ProcessorTable()
+    table.register(1, echo)
+    async with serving(table) as (_, [lst]), raw_peer(lst) as peer:
+        await peer.send(
+            RemotingCommand(code=1, opaque=77, ext_fields={"k": "v"}, serialize_type=SerializeType.ROCKETMQ)
+        )
+        head = await peer.stream.receive_some(8)
+        assert head[4] == SerializeType.ROCKETMQ  # serialize type byte of the response
+        [resp] = FrameDecoder().feed(head + await peer.stream.receive_some(65536))
+        assert resp.opaque == 77
+        assert resp.ext_fields == {"k": "v"}
+
+
+async def test_large_body_parts_arrive_intact() -> None:
+    blob = bytes(range(256)) * 16384  # 4 MiB
+
+    async def big(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        resp = req.response(ResponseCode.SUCCESS)
+        view = memoryview(blob)
+        resp.body = [view[: 1 << 20], view[1 << 20 : 3 << 20], view[3 << 20 :]]
+        return resp
+
+    table = ProcessorTable()
+    table.register(11, big)
+    table.register(10, echo)
+    async with serving(table) as (_, [lst]), RemotingClient() as client:
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(client.invoke, lst.address, request(11), 10)
+        resp = await client.invoke(lst.address, request(11), 10)
+        assert resp.body == blob
+        # a request with a large body the other way
+        cmd = request(10, {"x": "1"}, body=blob)
+        assert (await client.invoke(lst.address, cmd, 10)).code == ResponseCode.SUCCESS
+
+
+async def test_remove_listener_closes_its_connections_only() -> None:
+    a, b = ProcessorTable(), ProcessorTable()
+    a.register(1, echo)
+    b.register(1, echo)
+    async with serving(a, b) as (server, [la, lb]), RemotingClient() as client:
+        await client.invoke(la.address, request(1), 2)
+        await client.invoke(lb.address, request(1), 2)
+        await server.remove_listener(la)
+        await wait_until(lambda: client.connection(la.address) is None)
+        with pytest.raises(RemotingConnectError):
+            await client.invoke(la.address, request(1), 2)
+        assert (await client.invoke(lb.address, request(1), 2)).remark == "l1"
+        # a listener added while running serves at once
+        lc = await server.add_listener("127.0.0.1", 0, a, name="late")
+        assert (await client.invoke(lc.address, request(1), 2)).remark == "late"
+
+
+async def test_graceful_shutdown_lets_in_flight_handler_finish() -> None:
+    started = trio.Event()
+
+    async def slow(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        started.set()
+        await trio.sleep(0.1)
+        return req.response(ResponseCode.SUCCESS, remark="finished")
+
+    table = ProcessorTable()
+    table.register(1, slow)
+    server = RemotingServer(shutdown_grace=2.0)
+    lst = await server.add_listener("127.0.0.1", 0, table)
+    async with trio.open_nursery() as outer:
+        stop_scope = trio.CancelScope()
+
+        async def run_server() -> None:
+            with stop_scope:
+                await server.run()
+
+        outer.start_soon(run_server)
+        await wait_until(lambda: server._nursery is not None)
+        async with raw_peer(lst) as peer:
+            await peer.send(RemotingCommand(code=1, opaque=5))
+            await started.wait()
+            stop_scope.cancel()
+            resp = await peer.read()
+            assert resp is not None
+            assert resp.remark == "finished"
+            assert await peer.read() is None  # then the server closes the connection
+
+
+async def test_go_away_for_new_requests_during_shutdown() -> None:
+    release = trio.Event()
+
+    async def hold(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        await release.wait()
+        return req.response(ResponseCode.SUCCESS)
+
+    table = ProcessorTable()
+    table.register(1, hold)
+    server = RemotingServer(shutdown_grace=5.0)
+    lst = await server.add_listener("127.0.0.1", 0, table)
+    async with trio.open_nursery() as outer:
+        stop_scope = trio.CancelScope()
+
+        async def run_server() -> None:
+            with stop_scope:
+                await server.run()
+
+        outer.start_soon(run_server)
+        await wait_until(lambda: server._nursery is not None)
+        async with raw_peer(lst) as peer:
+            await peer.send(RemotingCommand(code=1, opaque=1))
+            await wait_until(lambda: any(c.in_flight for c in server.connections))
+            stop_scope.cancel()
+            await wait_until(lambda: server._shutting_down)
+            await peer.send(RemotingCommand(code=1, opaque=2, version=479))
+            resp = await peer.read()
+            assert resp is not None
+            assert (resp.opaque, resp.code) == (2, ResponseCode.GO_AWAY)
+            release.set()
+            resp = await peer.read()
+            assert resp is not None
+            assert (resp.opaque, resp.code) == (1, ResponseCode.SUCCESS)
+
+
+async def test_response_with_unknown_opaque_is_dropped() -> None:
+    table = ProcessorTable()
+    table.register(1, echo)
+    async with serving(table) as (server, [lst]), RemotingClient() as client:
+        await client.invoke(lst.address, request(1), 2)
+        [conn] = server.connections
+        stray = RemotingCommand(code=0, opaque=123456)
+        await conn.respond(stray)
+        assert (await client.invoke(lst.address, request(1), 2)).code == ResponseCode.SUCCESS
+
+
+async def test_frame_with_length_prefix_split_across_writes() -> None:
+    table = ProcessorTable()
+    table.register(1, echo)
+    async with serving(table) as (_, [lst]), raw_peer(lst) as peer:
+        data = b"".join(bytes(p) for p in encode(RemotingCommand(code=1, opaque=9, body=b"abc")))
+        for i in range(len(data)):
+            await peer.stream.send_all(data[i : i + 1])
+        resp = await peer.read()
+        assert resp is not None
+        assert resp.opaque == 9
+        assert struct.unpack(">i", data[:4])[0] == len(data) - 4
