@@ -53,6 +53,7 @@ from store.results import (
 log = logging.getLogger("store")
 
 _SIZE_MAGIC = struct.Struct(">ii")
+_PUT_OK = PutMessageStatus.PUT_OK
 _I32 = struct.Struct(">i")
 _BODY_LEN_POS = 84  # BODY length field for IPv4 born and store hosts; +12 per IPv6 host
 
@@ -123,7 +124,10 @@ class DefaultMessageStore:
         self._roll_lock = trio.Lock()
         self._rolling = 0
         self._max_record_size = config.maxMessageSize + 64 * 1024
+        self._max_body_size = config.maxMessageSize
+        self._sync_flush = config.flushDiskType is FlushDiskType.SYNC_FLUSH
         self._sync_flush_timeout = config.syncFlushTimeout / 1000
+        self._queue_tables = self.queues.tables
         self.disk_full = False
         self._truncating = False
         self.running = False
@@ -322,11 +326,14 @@ class DefaultMessageStore:
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the message store is in slave mode"
             )
         n = len(encoded)
-        if n > self.config.maxMessageSize:
+        if n > self._max_body_size:
             illegal = self._check_size(encoded, sys_flag)
             if illegal is not None:
                 return illegal
-        cq = self.queues.get(topic, queue_id) or self.queues.get_or_create(topic, queue_id)
+        table = self._queue_tables.get(topic)
+        cq = table.get(queue_id) if table is not None else None
+        if cq is None:
+            cq = self.queues.get_or_create(topic, queue_id)
         t = sys_flag & 0xC
         counts = t == 0 or t == 8
         ts_pos = 68 if sys_flag & 0x10 else 56
@@ -356,10 +363,10 @@ class DefaultMessageStore:
                     await self._catch_up()
             else:
                 await self._catch_up()
-        status = PutMessageStatus.PUT_OK
+        status = _PUT_OK
         if (
             wait_store_msg_ok
-            and self.config.flushDiskType is FlushDiskType.SYNC_FLUSH
+            and self._sync_flush
             and not await self.cl_flusher.wait_flushed(end, self._sync_flush_timeout)
         ):
             log.warning("sync flush of offset %d timed out after %ss", end, self._sync_flush_timeout)
@@ -416,7 +423,7 @@ class DefaultMessageStore:
         status = PutMessageStatus.PUT_OK
         if (
             wait_store_msg_ok
-            and self.config.flushDiskType is FlushDiskType.SYNC_FLUSH
+            and self._sync_flush
             and not await self.cl_flusher.wait_flushed(end, self._sync_flush_timeout)
         ):
             status = PutMessageStatus.FLUSH_DISK_TIMEOUT

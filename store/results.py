@@ -13,6 +13,8 @@ import struct
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+import msgspec
+
 _PORT_OFFSET = struct.Struct(">iq")
 
 
@@ -55,47 +57,25 @@ class BoundaryType(enum.Enum):
     UPPER = "upper"
 
 
-class PutMessageResult:
+class PutMessageResult(msgspec.Struct):
     """Outcome of :meth:`DefaultMessageStore.put_message` / ``put_messages``.
 
     ``wrote_offset`` / ``wrote_bytes`` locate the appended bytes in the commit log: a replication
-    gate awaits acks up to ``wrote_offset + wrote_bytes``. ``logics_offset`` is the queue offset of
-    the (first) message; ``msg_id`` the offset message id (comma-separated for a batch).
+    gate awaits acks up to :attr:`end_offset`. ``logics_offset`` is the queue offset of the (first)
+    message; :attr:`msg_id` the offset message id (comma-separated for a batch).
     """
 
-    __slots__ = (
-        "_host",
-        "_offsets",
-        "logics_offset",
-        "msg_num",
-        "remark",
-        "status",
-        "store_timestamp",
-        "wrote_bytes",
-        "wrote_offset",
-    )
-
-    def __init__(
-        self,
-        status: PutMessageStatus,
-        wrote_offset: int = -1,
-        wrote_bytes: int = 0,
-        logics_offset: int = 0,
-        store_timestamp: int = 0,
-        msg_num: int = 1,
-        remark: str = "",
-        host: bytes = b"",
-        offsets: list[int] | None = None,
-    ) -> None:
-        self.status = status
-        self.wrote_offset = wrote_offset
-        self.wrote_bytes = wrote_bytes
-        self.logics_offset = logics_offset
-        self.store_timestamp = store_timestamp
-        self.msg_num = msg_num
-        self.remark = remark
-        self._host = host
-        self._offsets = offsets
+    status: PutMessageStatus
+    wrote_offset: int = -1
+    wrote_bytes: int = 0
+    logics_offset: int = 0
+    store_timestamp: int = 0
+    msg_num: int = 1
+    remark: str = ""
+    #: store IP bytes + port (4 bytes), for :attr:`msg_id`
+    store_host: bytes = b""
+    #: physical offsets of every message of a batch (None for a single message)
+    offsets: list[int] | None = None
 
     @property
     def is_ok(self) -> bool:
@@ -109,19 +89,12 @@ class PutMessageResult:
     @property
     def msg_id(self) -> str:
         """Offset message id(s): store IP + port + physical offset as uppercase hex (ref. §5.7)."""
-        if self.wrote_offset < 0:
+        if self.wrote_offset < 0 or not self.store_host:
             return ""
-        ip, port = self._host[:-4], int.from_bytes(self._host[-4:], "big", signed=True)
-        offsets = self._offsets if self._offsets is not None else [self.wrote_offset]
+        host = self.store_host
+        ip, port = host[:-4], int.from_bytes(host[-4:], "big", signed=True)
+        offsets = self.offsets if self.offsets is not None else [self.wrote_offset]
         return ",".join((ip + _PORT_OFFSET.pack(port, off)).hex().upper() for off in offsets)
-
-    def __repr__(self) -> str:
-        return (
-            f"PutMessageResult({self.status.name}, wrote_offset={self.wrote_offset}, "
-            f"wrote_bytes={self.wrote_bytes}, logics_offset={self.logics_offset}"
-            + (f", remark={self.remark!r}" if self.remark else "")
-            + ")"
-        )
 
 
 class GetMessageResult:
