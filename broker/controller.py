@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 
 import trio
-from store.message_store import DefaultMessageStore
 
 from broker.clients import ConsumerManager, ProducerManager
 from broker.config import BrokerConfig
@@ -36,6 +35,7 @@ from remoting.protocol.broker import NotifyConsumerIdsChangedRequestHeader
 from remoting.protocol.common import DataVersion, PermName, TopicConfigAndMappingSerializeWrapper
 from store.config import BrokerRole, MessageStoreConfig
 from store.message import UniqIdGenerator
+from store.message_store import DefaultMessageStore
 
 
 def wall_clock_ms() -> int:
@@ -207,6 +207,14 @@ class BrokerController:
         if port != bc.listenPort:  # an ephemeral port was asked for (tests)
             bc.listenPort = port
             self.addr = f"{bc.brokerIP1}:{port}"
+            if self.store_config.haListenPort <= 0:
+                self.ha_port = port + 1
+                self.ha_addr = f"{bc.brokerIP2}:{self.ha_port}"
+            # The store host (in every stored record and offset message id) is the real port.
+            self.store = DefaultMessageStore(
+                self.store_config, store_host=(bc.brokerIP1, port), now_ms=self.now_ms
+            )
+            self.uniq_ids = UniqIdGenerator(bc.brokerIP1, now_ms=self.now_ms)
 
     async def bind(self, server: object, host: str | None = None) -> object:
         """Add this broker's listener on ``listenPort`` of ``server`` and attach it."""
@@ -228,10 +236,8 @@ class BrokerController:
             if server is None:
                 raise RuntimeError(f"broker {self.name}: no listener attached and no server given")
             await self.bind(server)
-        bc = self.broker_config
         os.makedirs(self.store_config.config_dir, exist_ok=True)
         await trio.to_thread.run_sync(self._load_metadata)
-        self.store.set_store_host((bc.brokerIP1, bc.listenPort))
         await self.store.start()
         self.store.add_arrival_listener(self.hold.notify_message_arriving)
         try:

@@ -105,7 +105,8 @@ class QueryProcessor:
         if (cmd.ext_fields or {}).get(UNIQUE_KEY_QUERY) == "true":
             max_num = self.broker.store_config.defaultQueryMaxNum
         result = self.broker.store.query_message(h.topic, h.key, max_num, h.beginTimestamp, h.endTimestamp)
-        views, last_ts, last_phy = result
+        views = result.message_views
+        last_ts, last_phy = result.index_last_update_timestamp, result.index_last_update_phyoffset
         if not views:
             resp = cmd.response(
                 ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct"

@@ -318,7 +318,7 @@ class SendProcessor:
         queue_id = self._pick_queue(config, h.queueId)
         born_host = parse_host(remote)
         store_host = self._store_host()
-        encoded = []
+        encoded = bytearray()
         uniqs = []
         try:
             for item in items:
@@ -333,24 +333,22 @@ class SendProcessor:
                 if not props.get(PROPERTY_UNIQ_KEY):
                     props[PROPERTY_UNIQ_KEY] = self.broker.uniq_ids.create()
                 uniqs.append(props[PROPERTY_UNIQ_KEY])
-                encoded.append(
-                    encode_message(
-                        topic=h.topic,
-                        queue_id=queue_id,
-                        flag=item.flag,
-                        body=item.body,
-                        properties=properties_to_string(props),
-                        sys_flag=h.sysFlag,
-                        born_timestamp=h.bornTimestamp,
-                        born_host=born_host,
-                        store_host=store_host,
-                    )
+                encoded += encode_message(
+                    topic=h.topic,
+                    queue_id=queue_id,
+                    flag=item.flag,
+                    body=item.body,
+                    properties=properties_to_string(props),
+                    sys_flag=h.sysFlag,
+                    born_timestamp=h.bornTimestamp,
+                    born_host=born_host,
+                    store_host=store_host,
                 )
         except MessageFormatError as e:
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(e))
         result = await self.broker.store.put_messages(encoded, h.topic, queue_id, sys_flag=h.sysFlag)
         if result.is_ok:
-            self.broker.stats.on_put(h.topic, len(encoded))
+            self.broker.stats.on_put(h.topic, len(uniqs))
         return self._response(cmd, result, queue_id, ",".join(uniqs))
 
     async def send_back(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
