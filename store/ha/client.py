@@ -221,6 +221,23 @@ class HAClient:
             except EpochFileError as exc:
                 return [self._close(f"master sent an inconsistent epoch history: {exc}", RECONNECT_RETRY)]
             point = local.find_consistent_point(master, local_max_offset=rlog.max_offset)
+            first_local, first_master = local.first_entry(), master.first_entry()
+            if (
+                point < 0
+                and first_local is not None
+                and first_master is not None
+                and first_local.start_offset == first_master.start_offset == rlog.min_offset
+            ):
+                # No shared epoch, but both histories begin where our log begins: nothing we hold
+                # was ever the master's (e.g. our only epoch was a mastership nobody replicated).
+                # Upstream stops here for manual repair; the empty prefix is a safe common point.
+                point = first_local.start_offset
+                log.warning(
+                    "no common epoch with master %s (ours %s); both begin at %d: discarding our log",
+                    master.pairs(),
+                    local.pairs(),
+                    point,
+                )
             if point < 0:
                 return [
                     self._close(

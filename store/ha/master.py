@@ -6,14 +6,15 @@ Upstream: the SyncStateSet parts of ``AutoSwitchHAService`` and ``ReplicasManage
   (``propose_sync_state_set``) and adopted only when the controller accepts it
   (``on_sync_state_set_accepted``). While a proposal is in flight the union of both sets is used for
   the confirm offset and for counting acks, and ``in_sync_replicas_nums`` is the larger size.
-* Confirm offset (§3.6): with a one-member set or without ``allAckInSyncStateSet`` it is the max offset;
+* Confirm offset (§3.6): with a one-member set (confirmed ∪ in flight) or without
+  ``allAckInSyncStateSet`` it is the max offset;
   else the minimum ack over the connected members (the master counts with its max offset). If a member
   other than the master has no connection or no ack yet, the previous value is kept.
 * Caught-up time (§3.7): on an ack ``>= lastMasterMaxOffset`` of the connection's last batch,
   ``lastCaughtUpTime = max(old, now if ack == max offset else lastTransferTime)``; also refreshed when the
   slave has acked everything. Async learners are never caught up and never join.
 * Expand: a connected non-learner outside the set whose ack ``>= confirm offset`` and ``>=`` the start of
-  the current epoch. Shrink: members not caught up for ``haMaxTimeSlaveNotCatchup`` and members without
+  the current epoch, checked on the ack and again when the proposal is made. Shrink: members not caught up for ``haMaxTimeSlaveNotCatchup`` and members without
   a connection. ``propose_sync_state_set`` returns at most one proposal at a time.
 """
 
@@ -118,8 +119,10 @@ class HAMasterState:
         return min([max_offset, *acks])
 
     def confirm_offset(self) -> int:
-        """The master's confirm offset now (§3.6)."""
-        if len(self.sync_state_set) <= 1 or not self.config.allAckInSyncStateSet:
+        """The master's confirm offset now (§3.6). Deviation: while a proposal is in flight the union
+        of both sets decides (upstream looks at the confirmed set only, so a joining slave's lag could
+        be exposed and the confirm offset move backwards once the controller accepts)."""
+        if len(self.effective_sync_state_set) <= 1 or not self.config.allAckInSyncStateSet:
             return self.log.max_offset
         return min(self._confirm, self.log.max_offset)
 
@@ -132,12 +135,13 @@ class HAMasterState:
 
     # ------------------------------------------------------------------ SyncStateSet
 
-    def _maybe_expand(self, slave_id: int, ack: int) -> None:
-        if slave_id in self.effective_sync_state_set:
-            return
+    def _may_join(self, ack: int) -> bool:
         last = self.log.epoch_file.last_entry()
         epoch_start = last.start_offset if last is not None else 0
-        if ack >= self.confirm_offset() and ack >= epoch_start:
+        return ack >= self.confirm_offset() and ack >= epoch_start
+
+    def _maybe_expand(self, slave_id: int, ack: int) -> None:
+        if slave_id not in self.effective_sync_state_set and self._may_join(ack):
             self._pending_expand.add(slave_id)
 
     def propose_sync_state_set(self, now: float) -> set[int] | None:
@@ -151,8 +155,9 @@ class HAMasterState:
         limit = self.config.haMaxTimeSlaveNotCatchup / 1000
         new = set(self.sync_state_set)
         for slave_id in list(self._pending_expand):
+            # Re-check: the master may have written more since the ack that qualified the slave.
             conn = self.connections.get(slave_id)
-            if conn is not None and not conn.is_async_learner:
+            if conn is not None and not conn.is_async_learner and self._may_join(conn.ack_offset):
                 new.add(slave_id)
         for member in list(new):
             if member == self.self_id:

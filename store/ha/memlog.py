@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import struct
+from collections.abc import Callable
 
 from store.epoch import EpochFile
 
@@ -41,6 +42,8 @@ class MemLog:
         self._durable_epochs: list[tuple[int, int]] = self._epoch_file.pairs()
         self._durable_confirm = 0
         self.truncations: list[tuple[int, int, int]] = []
+        #: Called as ``before_truncate(log, offset)`` before a truncation takes effect (simulation checks).
+        self.before_truncate: Callable[[MemLog, int], None] | None = None
 
     # ------------------------------------------------------------------ ReplicaLog
 
@@ -91,6 +94,8 @@ class MemLog:
             return
         if offset < self._base:
             raise ValueError(f"truncate to {offset} below the log start {self._base}")
+        if self.before_truncate is not None:
+            self.before_truncate(self, offset)
         self.truncations.append((offset, self.max_offset, self._confirm_offset))
         del self._data[offset - self._base :]
         del self._boundaries[bisect.bisect_right(self._boundaries, offset) :]

@@ -218,3 +218,14 @@ def test_upstream_samples_as_logs(
     point, _, max_after = sync(build_from(master), slave)
     assert max_after == expected
     assert point == (expected if expected < 700 else None)
+
+
+def test_no_shared_epoch_but_same_beginning_discards_the_slaves_unreplicated_log() -> None:
+    # Found by the simulation: B led epoch 2 from offset 0 and nobody copied its writes; C (which had
+    # nothing) was elected for epoch 3 at 0. Upstream finds no consistent point and stalls forever;
+    # both histories begin where B's log begins, so the empty prefix is a safe common point.
+    b = build((2, 0, 800))
+    c = build((3, 0, 300))
+    point, epochs, max_after = sync(master=c, slave=b)
+    assert (point, epochs, max_after) == (0, [], 0)
+    assert_identical(c, b)
