@@ -14,6 +14,7 @@ raise :class:`remoting.errors.RemotingError` subclasses.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 import msgspec
 
@@ -21,7 +22,24 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.errors import RemotingConnectError, RemotingError
-from remoting.protocol.common import GroupList, KVTable, TopicList
+from remoting.headers import encode_header
+from remoting.protocol.broker import (
+    ConsumerConnection,
+    ConsumeStats,
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    GetConsumeStatsRequestHeader,
+    SubscriptionGroupConfig,
+    SubscriptionGroupWrapper,
+    TopicStatsTable,
+)
+from remoting.protocol.common import (
+    GroupList,
+    KVTable,
+    TopicConfig,
+    TopicConfigAndMappingSerializeWrapper,
+    TopicList,
+)
 from remoting.protocol.namesrv import (
     MASTER_ID,
     BrokerMemberGroup,
@@ -30,11 +48,21 @@ from remoting.protocol.namesrv import (
     TopicRouteData,
 )
 
-__all__ = ["AdminError", "MQAdmin", "parse_namesrv_addrs"]
+__all__ = ["CLUSTER_NOT_FOUND", "AdminError", "MQAdmin", "attributes_to_string", "parse_namesrv_addrs"]
 
 log = logging.getLogger("client.admin")
 
 DEFAULT_TIMEOUT = 5.0
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+#: mqadmin's message when a cluster name is not known to the name server.
+CLUSTER_NOT_FOUND = "Make sure the specified clusterName exists or the name server connected to is correct."
+
+
+def attributes_to_string(attributes: dict[str, str]) -> str | None:
+    """A parsed attribute modification back to ``+k=v,-k`` (upstream ``AttributeParser.parseToString``)."""
+    if not attributes:
+        return None
+    return ",".join(f"{k}={v}" if k.startswith("+") else k for k, v in attributes.items())
 
 
 class AdminError(Exception):
@@ -195,3 +223,189 @@ class MQAdmin:
                 except (ValueError, msgspec.ValidationError) as e:
                     raise AdminError(ResponseCode.SYSTEM_ERROR, f"bad GroupList body: {e}", addr) from None
         return None
+
+    # --- cluster membership (upstream ``CommandUtil``) -------------------------------------------
+
+    async def fetch_master_addrs_by_cluster(self, cluster: str) -> list[str]:
+        """Master addresses of the broker groups of ``cluster`` (sorted); ValueError if unknown."""
+        info = await self.examine_broker_cluster_info()
+        names = info.clusterAddrTable.get(cluster)
+        if names is None:
+            raise ValueError(CLUSTER_NOT_FOUND)
+        addrs = []
+        for name in sorted(names):
+            bd = info.brokerAddrTable.get(name)
+            if bd is not None and MASTER_ID in bd.brokerAddrs:
+                addrs.append(bd.brokerAddrs[MASTER_ID])
+            else:
+                log.warning("broker group %s of cluster %s has no master", name, cluster)
+        return addrs
+
+    async def fetch_master_and_slave_addrs_by_cluster(self, cluster: str) -> list[str]:
+        info = await self.examine_broker_cluster_info()
+        names = info.clusterAddrTable.get(cluster)
+        if names is None:
+            raise ValueError(CLUSTER_NOT_FOUND)
+        addrs: list[str] = []
+        for name in sorted(names):
+            bd = info.brokerAddrTable.get(name)
+            if bd is not None:
+                addrs.extend(addr for _, addr in sorted(bd.brokerAddrs.items()))
+        return addrs
+
+    async def fetch_broker_names_by_cluster(self, cluster: str) -> list[str]:
+        info = await self.examine_broker_cluster_info()
+        names = info.clusterAddrTable.get(cluster)
+        if names is None:
+            raise ValueError(CLUSTER_NOT_FOUND)
+        return sorted(names)
+
+    async def fetch_broker_name_by_addr(self, addr: str) -> str:
+        info = await self.examine_broker_cluster_info()
+        for name, bd in info.brokerAddrTable.items():
+            if addr in bd.brokerAddrs.values():
+                return name
+        raise ValueError(f"broker {addr} is not registered with the name server")
+
+    async def delete_topic_in_namesrvs(self, topic: str, cluster: str | None = None) -> None:
+        """DELETE_TOPIC_IN_NAMESRV on every configured name server (mqadmin deleteTopic)."""
+        cmd_fields = {"topic": topic, "clusterName": cluster}
+        for addr in self.namesrv_addrs:
+            await self._call(addr, request(RequestCode.DELETE_TOPIC_IN_NAMESRV, cmd_fields))
+
+    # --- broker topics ----------------------------------------------------------------------------
+
+    async def create_and_update_topic_config(
+        self, broker_addr: str, config: TopicConfig, attributes: dict[str, str] | None = None
+    ) -> None:
+        """UPDATE_AND_CREATE_TOPIC; ``attributes`` is a parsed modification (``{"+k": "v", "-k": ""}``)."""
+        header = CreateTopicRequestHeader(
+            topic=config.topicName,
+            defaultTopic="TBW102",
+            readQueueNums=config.readQueueNums,
+            writeQueueNums=config.writeQueueNums,
+            perm=config.perm,
+            topicFilterType=config.topicFilterType.value,
+            topicSysFlag=config.topicSysFlag,
+            order=config.order,
+            attributes=attributes_to_string(attributes or {}),
+        )
+        await self._call(
+            broker_addr, request(RequestCode.UPDATE_AND_CREATE_TOPIC, dict(encode_header(header)))
+        )
+
+    async def delete_topic_in_broker(self, broker_addrs: Iterable[str], topic: str) -> None:
+        for addr in broker_addrs:
+            await self._call(addr, request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}))
+
+    async def get_topic_config(self, broker_addr: str, topic: str) -> TopicConfig:
+        response = await self._call(broker_addr, request(RequestCode.GET_TOPIC_CONFIG, {"topic": topic}))
+        return TopicConfig.decode(_body(response))
+
+    async def get_all_topic_config(self, broker_addr: str) -> TopicConfigAndMappingSerializeWrapper:
+        response = await self._call(broker_addr, request(RequestCode.GET_ALL_TOPIC_CONFIG))
+        return TopicConfigAndMappingSerializeWrapper.decode(_body(response))
+
+    async def examine_topic_stats_of(self, broker_addr: str, topic: str) -> TopicStatsTable:
+        response = await self._call(broker_addr, request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic}))
+        return TopicStatsTable.decode(_body(response))
+
+    async def examine_topic_stats(self, topic: str, route_topic: str | None = None) -> TopicStatsTable:
+        """Stats of ``topic`` from every broker group of the route of ``route_topic`` (default: ``topic``)."""
+        route = await self.examine_topic_route_info(route_topic or topic)
+        merged = TopicStatsTable()
+        for bd in route.brokerDatas:
+            addr = bd.brokerAddrs.get(MASTER_ID) or next(iter(bd.brokerAddrs.values()), None)
+            if addr is not None:
+                merged.offsetTable.update((await self.examine_topic_stats_of(addr, topic)).offsetTable)
+        if not merged.offsetTable:
+            raise AdminError(ResponseCode.TOPIC_NOT_EXIST, "Not found the topic stats info", "")
+        return merged
+
+    # --- subscription groups and consumers ----------------------------------------------------------
+
+    async def create_and_update_subscription_group_config(
+        self, broker_addr: str, config: SubscriptionGroupConfig
+    ) -> None:
+        cmd = request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=config.encode())
+        await self._call(broker_addr, cmd)
+
+    async def get_subscription_group_config(self, broker_addr: str, group: str) -> SubscriptionGroupConfig:
+        response = await self._call(
+            broker_addr, request(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": group})
+        )
+        return SubscriptionGroupConfig.decode(_body(response))
+
+    async def get_all_subscription_group(self, broker_addr: str) -> SubscriptionGroupWrapper:
+        response = await self._call(broker_addr, request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        return SubscriptionGroupWrapper.decode(_body(response))
+
+    async def delete_subscription_group(
+        self, broker_addr: str, group: str, clean_offset: bool = False
+    ) -> None:
+        header = DeleteSubscriptionGroupRequestHeader(groupName=group, cleanOffset=clean_offset)
+        await self._call(
+            broker_addr, request(RequestCode.DELETE_SUBSCRIPTIONGROUP, dict(encode_header(header)))
+        )
+
+    async def examine_consume_stats_of(
+        self, broker_addr: str, group: str, topic: str | None = None
+    ) -> ConsumeStats:
+        header = GetConsumeStatsRequestHeader(consumerGroup=group, topic=topic)
+        response = await self._call(
+            broker_addr, request(RequestCode.GET_CONSUME_STATS, dict(encode_header(header)))
+        )
+        return ConsumeStats.decode(_body(response))
+
+    async def examine_consume_stats(
+        self, group: str, topic: str | None = None, cluster: str | None = None
+    ) -> ConsumeStats:
+        """The group's progress on every broker group of its retry topic's route (or of ``topic``'s)."""
+        route_topic = cluster or topic or RETRY_GROUP_TOPIC_PREFIX + group
+        route = await self.examine_topic_route_info(route_topic)
+        merged = ConsumeStats()
+        for bd in route.brokerDatas:
+            addr = bd.brokerAddrs.get(MASTER_ID)
+            if addr is None:
+                continue
+            stats = await self.examine_consume_stats_of(addr, group, topic)
+            merged.offsetTable.update(stats.offsetTable)
+            merged.consumeTps += stats.consumeTps
+        if not merged.offsetTable and topic is None:
+            raise AdminError(
+                ResponseCode.SYSTEM_ERROR,
+                "Not found the consumer group consume stats, because return offset table is empty, "
+                "maybe the consumer not consume any message",
+                "",
+            )
+        return merged
+
+    async def examine_consumer_connection_info(self, group: str) -> ConsumerConnection:
+        """Who is online in ``group`` (asked of the first broker of its retry topic's route)."""
+        route = await self.examine_topic_route_info(RETRY_GROUP_TOPIC_PREFIX + group)
+        for bd in route.brokerDatas:
+            addr = bd.brokerAddrs.get(MASTER_ID) or next(iter(bd.brokerAddrs.values()), None)
+            if addr is None:
+                continue
+            response = await self._call(
+                addr, request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+            )
+            connection = ConsumerConnection.decode(_body(response))
+            if connection.connectionSet:
+                return connection
+        raise AdminError(ResponseCode.CONSUMER_NOT_ONLINE, "Not found the consumer group connection", "")
+
+    # --- broker config ------------------------------------------------------------------------------
+
+    async def get_broker_config(self, broker_addr: str) -> dict[str, str]:
+        response = await self._call(broker_addr, request(RequestCode.GET_BROKER_CONFIG))
+        result: dict[str, str] = {}
+        for line in _body(response).decode("utf-8").splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                result[key.strip()] = value.strip()
+        return result
+
+    async def update_broker_config(self, broker_addr: str, properties: dict[str, str]) -> None:
+        body = "".join(f"{k}={v}\n" for k, v in properties.items()).encode("utf-8")
+        await self._call(broker_addr, request(RequestCode.UPDATE_BROKER_CONFIG, body=body))

@@ -1,6 +1,7 @@
 """``rmq-admin``: mqadmin's command names and output shapes, against our (or any) name server.
 
-Commands: ``clusterList``, ``topicList``, ``topicRoute``. The name server comes from ``-n``
+Commands: ``clusterList``, ``topicList``, ``topicRoute`` (name server); ``updateTopic``,
+``deleteTopic``, ``topicStatus``, ``updateSubGroup``, ``consumerProgress``, ``brokerStatus`` (brokers). The name server comes from ``-n``
 (``host:port``, several separated by ``;``), else ``$NAMESRV_ADDR``, else ``127.0.0.1:9876``.
 Failures print a short message to stderr and exit with status 1.
 """
@@ -14,14 +15,24 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec
 
 import click
+import msgspec
 import trio
 
 from client.admin import AdminError, MQAdmin
+from client.admin_output import (
+    all_groups_progress_lines,
+    group_config_str,
+    group_progress_lines,
+    parse_attribute_modification,
+    topic_config_str,
+    topic_status_lines,
+)
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from remoting.fastjson import dumps_pretty
-from remoting.protocol.common import KVTable
-from remoting.protocol.namesrv import ClusterInfo
+from remoting.protocol.broker import SubscriptionGroupConfig
+from remoting.protocol.common import KVTable, TopicConfig
+from remoting.protocol.namesrv import NAMESPACE_ORDER_TOPIC_CONFIG, ClusterInfo
 
 P = ParamSpec("P")
 
@@ -293,6 +304,271 @@ def topic_route(namesrv: str, timeout: float, topic: str, list_format: bool) -> 
         click.echo(ROUTE_FORMAT.format("Total:", len(queues), "", total_read, total_write, ""))
 
     _run("topicRoute", go, namesrv, timeout)
+
+
+# --- shared helpers of the broker commands ---------------------------------------------------------
+
+
+def _java_bool(value: str) -> bool:
+    """Java ``Boolean.parseBoolean``: true only for "true" (any case)."""
+    return value.strip().lower() == "true"
+
+
+def _one_target(broker_addr: str | None, cluster_name: str | None) -> None:
+    if not broker_addr and not cluster_name:
+        raise click.UsageError("one of -b/--brokerAddr or -c/--clusterName is required")
+
+
+def _attributes_option(text: str | None) -> dict[str, str]:
+    try:
+        return parse_attribute_modification(text.strip()) if text else {}
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+# --- updateTopic -------------------------------------------------------------------------------------
+
+
+@main.command("updateTopic")
+@_namesrv_option
+@click.option("-b", "--brokerAddr", "broker_addr", help="create topic to which broker")
+@click.option("-c", "--clusterName", "cluster_name", help="create topic to which cluster")
+@click.option("-t", "--topic", required=True, help="topic name")
+@click.option("-r", "--readQueueNums", "read_queues", type=int, default=8, help="set read queue nums")
+@click.option("-w", "--writeQueueNums", "write_queues", type=int, default=8, help="set write queue nums")
+@click.option("-p", "--perm", type=int, default=6, help="set topic's permission(2|4|6), intro[2:W 4:R; 6:RW]")
+@click.option("-o", "--order", default="false", help="set topic's order(true|false)")
+@click.option("-a", "--attributes", default=None, help="attribute(+a=b,+c=d,-e)")
+def update_topic(
+    namesrv: str,
+    timeout: float,
+    broker_addr: str | None,
+    cluster_name: str | None,
+    topic: str,
+    read_queues: int,
+    write_queues: int,
+    perm: int,
+    order: str,
+    attributes: str | None,
+) -> None:
+    """Update or create topic."""
+    _one_target(broker_addr, cluster_name)
+    modification = _attributes_option(attributes)
+    is_order = _java_bool(order)
+    config = TopicConfig(
+        topicName=topic.strip(),
+        readQueueNums=read_queues,
+        writeQueueNums=write_queues,
+        perm=perm,
+        order=is_order,
+    )
+
+    async def go(admin: MQAdmin) -> None:
+        if broker_addr:
+            addr = broker_addr.strip()
+            await admin.create_and_update_topic_config(addr, config, modification)
+            if is_order:
+                order_conf = f"{await admin.fetch_broker_name_by_addr(addr)}:{config.writeQueueNums}"
+                await admin.put_kv_config(NAMESPACE_ORDER_TOPIC_CONFIG, config.topicName, order_conf)
+                click.echo(f"set broker orderConf. isOrder={order}, orderConf=[{order_conf}]")
+            click.echo(f"create topic to {addr} success.")
+        else:
+            assert cluster_name is not None
+            cluster = cluster_name.strip()
+            for addr in await admin.fetch_master_addrs_by_cluster(cluster):
+                await admin.create_and_update_topic_config(addr, config, modification)
+                click.echo(f"create topic to {addr} success.")
+            if is_order:
+                names = await admin.fetch_broker_names_by_cluster(cluster)
+                order_conf = ";".join(f"{n}:{config.writeQueueNums}" for n in names)
+                await admin.put_kv_config(NAMESPACE_ORDER_TOPIC_CONFIG, config.topicName, order_conf)
+                click.echo(f"set cluster orderConf. isOrder={order}, orderConf=[{order_conf}]")
+        click.echo(topic_config_str(config, modification))
+
+    _run("updateTopic", go, namesrv, timeout)
+
+
+# --- deleteTopic -------------------------------------------------------------------------------------
+
+
+@main.command("deleteTopic")
+@_namesrv_option
+@click.option("-t", "--topic", required=True, help="topic name")
+@click.option("-c", "--clusterName", "cluster_name", required=True, help="delete topic from which cluster")
+def delete_topic(namesrv: str, timeout: float, topic: str, cluster_name: str) -> None:
+    """Delete topic from broker and NameServer."""
+    topic = topic.strip()
+    cluster = cluster_name.strip()
+
+    async def go(admin: MQAdmin) -> None:
+        await admin.delete_topic_in_broker(await admin.fetch_master_addrs_by_cluster(cluster), topic)
+        click.echo(f"delete topic [{topic}] from cluster [{cluster}] success.")
+        await admin.delete_topic_in_namesrvs(topic, cluster)
+        click.echo(f"delete topic [{topic}] from NameServer success.")
+
+    _run("deleteTopic", go, namesrv, timeout)
+
+
+# --- topicStatus -------------------------------------------------------------------------------------
+
+
+@main.command("topicStatus")
+@_namesrv_option
+@click.option("-t", "--topic", required=True, help="topic name")
+@click.option("-c", "--cluster", "cluster_name", default=None, help="cluster name, used to find the route")
+def topic_status(namesrv: str, timeout: float, topic: str, cluster_name: str | None) -> None:
+    """Examine topic Status info."""
+    topic = topic.strip()
+
+    async def go(admin: MQAdmin) -> None:
+        stats = await admin.examine_topic_stats(topic, cluster_name.strip() if cluster_name else None)
+        for line in topic_status_lines(stats):
+            click.echo(line)
+
+    _run("topicStatus", go, namesrv, timeout)
+
+
+# --- updateSubGroup ----------------------------------------------------------------------------------
+
+
+@main.command("updateSubGroup")
+@_namesrv_option
+@click.option("-b", "--brokerAddr", "broker_addr", help="create subscription group to which broker")
+@click.option("-c", "--clusterName", "cluster_name", help="create subscription group to which cluster")
+@click.option("-g", "--groupName", "group", required=True, help="consumer group name")
+@click.option("-s", "--consumeEnable", "consume_enable", default=None, help="consume enable")
+@click.option("-m", "--consumeFromMinEnable", "from_min", default=None, help="from min offset")
+@click.option("-d", "--consumeBroadcastEnable", "broadcast", default=None, help="broadcast")
+@click.option("-o", "--consumeMessageOrderly", "orderly", default=None, help="consume message orderly")
+@click.option("-q", "--retryQueueNums", "retry_queues", type=int, default=None, help="retry queue nums")
+@click.option("-r", "--retryMaxTimes", "retry_max", type=int, default=None, help="retry max times")
+@click.option("-i", "--brokerId", "broker_id", type=int, default=None, help="consumer from which broker id")
+@click.option(
+    "-w",
+    "--whichBrokerWhenConsumeSlowly",
+    "slow_broker",
+    type=int,
+    default=None,
+    help="which broker id when consume slowly",
+)
+@click.option("-a", "--notifyConsumerIdsChanged", "notify", default=None, help="notify consumerId changed")
+@click.option("--attributes", default=None, help="attribute(+a=b,+c=d,-e)")
+def update_sub_group(
+    namesrv: str,
+    timeout: float,
+    broker_addr: str | None,
+    cluster_name: str | None,
+    group: str,
+    consume_enable: str | None,
+    from_min: str | None,
+    broadcast: str | None,
+    orderly: str | None,
+    retry_queues: int | None,
+    retry_max: int | None,
+    broker_id: int | None,
+    slow_broker: int | None,
+    notify: str | None,
+    attributes: str | None,
+) -> None:
+    """Update or create subscription group."""
+    _one_target(broker_addr, cluster_name)
+    # like mqadmin: broadcast and from-min default to false here (the struct defaults are true)
+    config = SubscriptionGroupConfig(
+        groupName=group.strip(), consumeBroadcastEnable=False, consumeFromMinEnable=False
+    )
+    changes: dict[str, object] = {}
+    for name, value in (
+        ("consumeEnable", consume_enable),
+        ("consumeFromMinEnable", from_min),
+        ("consumeBroadcastEnable", broadcast),
+        ("consumeMessageOrderly", orderly),
+        ("notifyConsumerIdsChangedEnable", notify),
+    ):
+        if value is not None:
+            changes[name] = _java_bool(value)
+    for name, number in (
+        ("retryQueueNums", retry_queues),
+        ("retryMaxTimes", retry_max),
+        ("brokerId", broker_id),
+        ("whichBrokerWhenConsumeSlowly", slow_broker),
+    ):
+        if number is not None:
+            changes[name] = number
+    if attributes:
+        changes["attributes"] = _attributes_option(attributes)
+    config = msgspec.structs.replace(config, **changes)
+
+    async def go(admin: MQAdmin) -> None:
+        if broker_addr:
+            await admin.create_and_update_subscription_group_config(broker_addr.strip(), config)
+            click.echo(f"create subscription group to {broker_addr.strip()} success.")
+        else:
+            assert cluster_name is not None
+            for addr in await admin.fetch_master_addrs_by_cluster(cluster_name.strip()):
+                await admin.create_and_update_subscription_group_config(addr, config)
+                click.echo(f"create subscription group to {addr} success.")
+        click.echo(group_config_str(config))
+
+    _run("updateSubGroup", go, namesrv, timeout)
+
+
+# --- consumerProgress --------------------------------------------------------------------------------
+
+
+@main.command("consumerProgress")
+@_namesrv_option
+@click.option("-g", "--groupName", "group", default=None, help="consumer group name")
+@click.option("-t", "--topicName", "topic", default=None, help="topic name")
+@click.option("-c", "--cluster", "cluster_name", default=None, help="Cluster name, used to find the route.")
+def consumer_progress(
+    namesrv: str, timeout: float, group: str | None, topic: str | None, cluster_name: str | None
+) -> None:
+    """Query consumer's progress, speed."""
+
+    async def go(admin: MQAdmin) -> None:
+        if group:
+            lines = await group_progress_lines(
+                admin,
+                group.strip(),
+                topic.strip() if topic else None,
+                cluster_name.strip() if cluster_name else None,
+            )
+        else:
+            lines = await all_groups_progress_lines(admin)
+        for line in lines:
+            click.echo(line)
+
+    _run("consumerProgress", go, namesrv, timeout)
+
+
+# --- brokerStatus ------------------------------------------------------------------------------------
+
+
+@main.command("brokerStatus")
+@_namesrv_option
+@click.option("-b", "--brokerAddr", "broker_addr", help="Broker address")
+@click.option("-c", "--clusterName", "cluster_name", help="which cluster")
+def broker_status(namesrv: str, timeout: float, broker_addr: str | None, cluster_name: str | None) -> None:
+    """Fetch broker runtime status data."""
+    _one_target(broker_addr, cluster_name)
+
+    async def go(admin: MQAdmin) -> None:
+        if broker_addr:
+            stats = await admin.fetch_broker_runtime_stats(broker_addr.strip())
+            for key in sorted(stats.table):
+                click.echo(f"{key:<32}: {stats.table[key]}")
+            return
+        assert cluster_name is not None
+        for addr in await admin.fetch_master_and_slave_addrs_by_cluster(cluster_name.strip()):
+            try:
+                stats = await admin.fetch_broker_runtime_stats(addr)
+            except (AdminError, RemotingError) as e:
+                click.echo(f"broker {addr}: {e}", err=True)
+                continue
+            for key in sorted(stats.table):
+                click.echo(f"{addr:<24} {key:<32}: {stats.table[key]}")
+
+    _run("brokerStatus", go, namesrv, timeout)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,178 @@
+"""mqadmin-shaped text for the broker admin commands of ``rmq-admin`` (tables, ``toString`` forms).
+
+Pure formatting plus the two multi-call reports of ``consumerProgress``; the click commands live
+in :mod:`client.admin_cli`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from client.admin import RETRY_GROUP_TOPIC_PREFIX, AdminError, MQAdmin
+from remoting.errors import RemotingError
+from remoting.protocol.broker import SubscriptionGroupConfig, TopicStatsTable
+from remoting.protocol.common import MessageQueue, PermName, TopicConfig
+
+__all__ = [
+    "all_groups_progress_lines",
+    "group_config_str",
+    "group_progress_lines",
+    "human_ms",
+    "java_date",
+    "java_map_str",
+    "mq_key",
+    "parse_attribute_modification",
+    "topic_config_str",
+    "topic_status_lines",
+    "version_desc",
+]
+
+log = logging.getLogger("client.admin")
+
+
+def java_map_str(m: dict[str, str]) -> str:
+    return "{" + ", ".join(f"{k}={v}" for k, v in m.items()) + "}"
+
+
+def human_ms(ms: int) -> str:
+    """Upstream ``UtilAll.timeMillisToHumanString2``: local time ``yyyy-MM-dd HH:mm:ss,SSS``."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) + f",{ms % 1000:03d}"
+
+
+def mq_key(mq: MessageQueue) -> tuple[str, str, int]:
+    return (mq.topic, mq.brokerName, mq.queueId)
+
+
+def parse_attribute_modification(text: str) -> dict[str, str]:
+    """``+a=1,-b`` -> ``{"+a": "1", "-b": ""}`` (upstream ``AttributeParser.parseToMap``)."""
+    result: dict[str, str] = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if sep and "+" not in key:
+            raise ValueError(f"add/alter attribute format is wrong: {key}")
+        if not sep and "-" not in key:
+            raise ValueError(f"delete attribute format is wrong: {key}")
+        if key in result:
+            raise ValueError(f"key duplication: {key}")
+        result[key] = value
+    return result
+
+
+def topic_config_str(c: TopicConfig, attributes: dict[str, str]) -> str:
+    """Upstream ``TopicConfig.toString`` (attributes as given on the command line)."""
+    return (
+        f"TopicConfig [topicName={c.topicName}, readQueueNums={c.readQueueNums}, "
+        f"writeQueueNums={c.writeQueueNums}, perm={PermName.to_string(c.perm)}, "
+        f"topicFilterType={c.topicFilterType.value}, topicSysFlag={c.topicSysFlag}, "
+        f"order={'true' if c.order else 'false'}, attributes={java_map_str(attributes)}]"
+    )
+
+
+def group_config_str(c: SubscriptionGroupConfig) -> str:
+    """Upstream ``SubscriptionGroupConfig.toString`` (Guava toStringHelper form)."""
+
+    def b(v: bool) -> str:
+        return "true" if v else "false"
+
+    return (
+        f"SubscriptionGroupConfig{{groupName={c.groupName}, consumeEnable={b(c.consumeEnable)}, "
+        f"consumeFromMinEnable={b(c.consumeFromMinEnable)}, "
+        f"consumeBroadcastEnable={b(c.consumeBroadcastEnable)}, "
+        f"consumeMessageOrderly={b(c.consumeMessageOrderly)}, retryQueueNums={c.retryQueueNums}, "
+        f"retryMaxTimes={c.retryMaxTimes}, brokerId={c.brokerId}, "
+        f"whichBrokerWhenConsumeSlowly={c.whichBrokerWhenConsumeSlowly}, "
+        f"notifyConsumerIdsChangedEnable={b(c.notifyConsumerIdsChangedEnable)}, "
+        f"groupSysFlag={c.groupSysFlag}, consumeTimeoutMinute={c.consumeTimeoutMinute}, "
+        f"attributes={java_map_str(c.attributes)}}}"
+    )
+
+
+def java_date(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+async def group_progress_lines(
+    admin: MQAdmin, group: str, topic: str | None, cluster: str | None
+) -> list[str]:
+    stats = await admin.examine_consume_stats(group, topic, cluster)
+    lines = [
+        f"{'#Topic':<64}  {'#Broker Name':<32}  {'#QID':<4}  {'#Broker Offset':<20}  "
+        f"{'#Consumer Offset':<20}  {'#Diff':<20} {'#Inflight':<20}#LastTime"
+    ]
+    diff_total = inflight_total = 0
+    for mq in sorted(stats.offsetTable, key=mq_key):
+        o = stats.offsetTable[mq]
+        diff = o.brokerOffset - o.consumerOffset
+        inflight = o.pullOffset - o.consumerOffset
+        diff_total += diff
+        inflight_total += inflight
+        last = java_date(o.lastTimestamp) if o.lastTimestamp else "N/A"
+        lines.append(
+            f"{mq.topic:<64}  {mq.brokerName:<32}  {mq.queueId:<4}  {o.brokerOffset:<20}  "
+            f"{o.consumerOffset:<20}  {diff:<20} {inflight:<20} {last}"
+        )
+    lines += [
+        "",
+        f"Consume TPS: {stats.consumeTps:.2f}",
+        f"Consume Diff Total: {diff_total}",
+        f"Consume Inflight Total: {inflight_total}",
+    ]
+    return lines
+
+
+async def all_groups_progress_lines(admin: MQAdmin) -> list[str]:
+    lines = [
+        f"{'#Group':<64}  {'#Count':<6}  {'#Version':<24} {'#Type':<5}  {'#Model':<14}  {'#TPS':<7}  #Diff Total"
+    ]
+    for topic in (await admin.fetch_all_topic_list()).topicList:
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            continue
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        tps = diff_total = count = 0
+        version = consume_type = model = ""
+        try:
+            stats = await admin.examine_consume_stats(group)
+            tps = int(stats.consumeTps)
+            diff_total = sum(o.brokerOffset - o.consumerOffset for o in stats.offsetTable.values())
+        except (AdminError, RemotingError, ValueError) as e:
+            log.debug("consume stats of %s: %s", group, e)
+        try:
+            cc = await admin.examine_consumer_connection_info(group)
+            count = len(cc.connectionSet)
+            if count:
+                version = version_desc(min(c.version for c in cc.connectionSet))
+                consume_type = "PULL" if cc.consumeType == "CONSUME_ACTIVELY" else "PUSH"
+                model = cc.messageModel or "" if consume_type == "PUSH" else ""
+        except (AdminError, RemotingError, ValueError) as e:
+            log.debug("connections of %s: %s", group, e)
+        lines.append(
+            f"{group:<64}  {count:<6}  {version if count else 'OFFLINE':<24} {consume_type:<5}  "
+            f"{model:<14}  {tps:<7}  {diff_total}"
+        )
+    return lines
+
+
+def version_desc(version: int) -> str:
+    """Upstream ``MQVersion.getVersionDesc`` for versions from V4_0_0_SNAPSHOT (212) on."""
+    if version < 212:
+        return f"V_OLD({version})"
+    index = min(version, 611) - 212
+    n = index // 2
+    name = f"V{4 + n // 100}_{(n // 10) % 10}_{n % 10}"
+    return name if index % 2 else name + "_SNAPSHOT"
+
+
+def topic_status_lines(stats: TopicStatsTable) -> list[str]:
+    """mqadmin ``topicStatus`` output."""
+    lines = [f"{'#Broker Name':<32}  {'#QID':<4}  {'#Min Offset':<20}  {'#Max Offset':<20}    #Last Updated"]
+    for mq in sorted(stats.offsetTable, key=mq_key):
+        o = stats.offsetTable[mq]
+        updated = human_ms(o.lastUpdateTimestamp) if o.lastUpdateTimestamp > 0 else ""
+        lines.append(
+            f"{mq.brokerName:<32}  {mq.queueId:<4}  {o.minOffset:<20}  {o.maxOffset:<20}    {updated}"
+        )
+    lines.append("")
+    # upstream's TopicStatsTable also carries topicPutTps; printed once our struct has it
+    lines.append(f"Topic Put TPS: {getattr(stats, 'topicPutTps', 0.0)}")
+    return lines
