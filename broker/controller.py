@@ -83,6 +83,7 @@ class BrokerController:
             broker_permission=bc.brokerPermission,
             now_ms=now_ms,
             on_change=self.request_register,
+            logger=self.log,
         )
         self.groups = SubscriptionGroupManager(
             config_dir=config_dir, auto_create=bc.autoCreateSubscriptionGroup, now_ms=now_ms

@@ -26,7 +26,15 @@ SYSTEM_GROUPS = (
 
 
 class SubscriptionGroupManager:
-    def __init__(self, *, config_dir: str, auto_create: bool, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        *,
+        config_dir: str,
+        auto_create: bool,
+        now_ms: Callable[[], int],
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.log = logger or log
         self.path = os.path.join(config_dir, "subscriptionGroup.json")
         self.auto_create = auto_create
         self.now_ms = now_ms
@@ -66,7 +74,7 @@ class SubscriptionGroupManager:
         if config is None and self.auto_create:
             config = SubscriptionGroupConfig(groupName=group)
             self.table[group] = config
-            log.info("auto-created subscription group %s", group)
+            self.log.info("auto-created subscription group %s", group)
             self._changed()
         return config
 
@@ -74,7 +82,7 @@ class SubscriptionGroupManager:
         old = self.table.get(config.groupName)
         self.table[config.groupName] = config
         if old != config:
-            log.info("subscription group %s: %s -> %s", config.groupName, old, config)
+            self.log.info("subscription group %s: %s -> %s", config.groupName, old, config)
             self._changed()
 
     def delete(self, group: str) -> SubscriptionGroupConfig | None:

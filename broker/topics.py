@@ -111,7 +111,9 @@ class TopicConfigManager:
         broker_permission: int = PermName.PERM_READ | PermName.PERM_WRITE,
         now_ms: Callable[[], int],
         on_change: Callable[[], None] = lambda: None,
+        logger: logging.Logger | None = None,
     ) -> None:
+        self.log = logger or log
         self.path = os.path.join(config_dir, "topics.json")
         self.now_ms = now_ms
         self.on_change = on_change
@@ -195,13 +197,13 @@ class TopicConfigManager:
         old = self.table.get(config.topicName)
         self.table[config.topicName] = config
         if old != config:
-            log.info("topic config %s: %s -> %s", config.topicName, old, config)
+            self.log.info("topic config %s: %s -> %s", config.topicName, old, config)
             self._changed()
 
     def delete(self, topic: str) -> TopicConfig | None:
         old = self.table.pop(topic, None)
         if old is not None:
-            log.info("deleted topic config %s", old)
+            self.log.info("deleted topic config %s", old)
             self._changed()
         return old
 
@@ -222,7 +224,7 @@ class TopicConfigManager:
         if default_topic == AUTO_CREATE_TOPIC_KEY_TOPIC and not self.auto_create_topic_enable:
             perm = PermName.PERM_READ | PermName.PERM_WRITE
         if not PermName.is_inherited(perm):
-            log.warning(
+            self.log.warning(
                 "create topic %s refused: template %s has perm %d without INHERIT", topic, default_topic, perm
             )
             return None
