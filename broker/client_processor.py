@@ -135,6 +135,14 @@ class ClientProcessor:
         data = _decode_body(request, HeartbeatData)
         if isinstance(data, str):
             return request.response(ResponseCode.SYSTEM_ERROR, data)
+        for consumer in data.consumerDataSet:
+            try:
+                _ = (consumer.consume_type, consumer.message_model, consumer.consume_from_where)
+            except (KeyError, ValueError) as e:
+                return request.response(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"bad HeartbeatData body: consumer group {consumer.groupName}: unknown enum value {e}",
+                )
         broker = self.broker
         now = broker.now_ms()
         conn = ctx.connection

@@ -288,6 +288,11 @@ async def test_bad_heartbeat_body_is_a_readable_error(tmp_path: os.PathLike[str]
         response = await env.call(request(RequestCode.HEART_BEAT, body=b"not json"))
         assert response.code == ResponseCode.SYSTEM_ERROR
         assert (response.remark or "").startswith("bad HeartbeatData body")
+        odd = b'{"clientID":"c","consumerDataSet":[{"groupName":"G","messageModel":"SIDEWAYS"}]}'
+        response = await env.call(request(RequestCode.HEART_BEAT, body=odd))
+        assert response.code == ResponseCode.SYSTEM_ERROR
+        assert "SIDEWAYS" in (response.remark or "")
+        assert (await consumer_ids(env, "G")).code == ResponseCode.SYSTEM_ERROR
 
 
 async def test_check_client_config_accepts_tags_and_refuses_sql_without_property_filter(
