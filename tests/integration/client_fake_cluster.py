@@ -74,6 +74,8 @@ class FakeBroker:
         self.suggest_broker_id = 0
         #: when False, topics unknown to this broker are refused with 17 even with TBW102
         self.auto_create = True
+        #: answer CONSUMER_SEND_MSG_BACK with SYSTEM_ERROR
+        self.fail_send_back = False
         self.topics: set[str] = set()
         self.auto_created: list[str] = []
         self._arrival = trio.Event()
@@ -340,6 +342,8 @@ class FakeBroker:
 
     async def _send_back(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(cmd, ConsumerSendMsgBackRequestHeader)
+        if self.fail_send_back:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
         rec = self.commitlog.get(h.offset)
         if rec is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")

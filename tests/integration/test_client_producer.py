@@ -37,11 +37,15 @@ async def test_send_stores_message_with_properties_and_reports_ids() -> None:
         assert result.msg_id == props["UNIQ_KEY"] == msg.uniq_key
         assert len(result.msg_id) == 32
         assert result.offset_msg_id == stored[0]["m"].offset_msg_id
-        assert result.message_queue == MessageQueue(topic=TOPIC, brokerName="broker-a", queueId=stored[0]["queue_id"])
+        assert result.message_queue == MessageQueue(
+            topic=TOPIC, brokerName="broker-a", queueId=stored[0]["queue_id"]
+        )
         assert result.queue_offset == 0
         # V2 header by default, with the TBW102 default topic
         (ext,) = broker.requests_with(RequestCode.SEND_MESSAGE_V2)
-        assert ext["a"] == "PG" and ext["b"] == TOPIC and ext["c"] == "TBW102"
+        assert ext["a"] == "PG"
+        assert ext["b"] == TOPIC
+        assert ext["c"] == "TBW102"
 
 
 async def test_v1_header_when_configured() -> None:
@@ -51,7 +55,9 @@ async def test_v1_header_when_configured() -> None:
         async with Producer("PG", cluster.namesrv_addr, use_v2_header=False) as producer:
             await producer.send(Message(TOPIC, b"x"))
         (ext,) = broker.requests_with(RequestCode.SEND_MESSAGE)
-        assert ext["producerGroup"] == "PG" and ext["topic"] == TOPIC and ext["defaultTopic"] == "TBW102"
+        assert ext["producerGroup"] == "PG"
+        assert ext["topic"] == TOPIC
+        assert ext["defaultTopic"] == "TBW102"
 
 
 async def test_round_robin_covers_every_writable_queue_of_both_brokers() -> None:
@@ -60,7 +66,11 @@ async def test_round_robin_covers_every_writable_queue_of_both_brokers() -> None
         async with Producer("PG", cluster.namesrv_addr) as producer:
             results = [await producer.send(Message(TOPIC, b"x")) for _ in range(8)]
         used = {r.message_queue for r in results}
-        assert used == {MessageQueue(topic=TOPIC, brokerName=b, queueId=q) for b in ("broker-a", "broker-b") for q in range(4)}
+        assert used == {
+            MessageQueue(topic=TOPIC, brokerName=b, queueId=q)
+            for b in ("broker-a", "broker-b")
+            for q in range(4)
+        }
 
 
 async def test_retryable_code_is_retried_on_the_other_broker() -> None:
@@ -71,7 +81,10 @@ async def test_retryable_code_is_retried_on_the_other_broker() -> None:
         async with Producer("PG", cluster.namesrv_addr) as producer:
             results = [await producer.send(Message(TOPIC, b"x")) for _ in range(8)]
         assert all(r.message_queue.brokerName == "broker-b" for r in results)
-        failed_ids = {ext["i"].split("UNIQ_KEY\x01")[1].split("\x02")[0] for ext in a.requests_with(RequestCode.SEND_MESSAGE_V2)}
+        failed_ids = {
+            ext["i"].split("UNIQ_KEY\x01")[1].split("\x02")[0]
+            for ext in a.requests_with(RequestCode.SEND_MESSAGE_V2)
+        }
         assert failed_ids, "round robin never chose broker-a"
         stored_ids = {m["properties"]["UNIQ_KEY"] for m in b.messages(TOPIC)}
         # the retried message kept its id (Java semantics) and was stored once, on broker-b
@@ -127,7 +140,9 @@ async def test_unknown_topic_is_sent_through_the_tbw102_route() -> None:
         # producer's defaultTopicQueueNums (4) caps the TBW102 queue count
         assert [q.queueId for q in queues] == [0, 1, 2, 3]
         (ext,) = broker.requests_with(RequestCode.SEND_MESSAGE_V2)
-        assert ext["b"] == "BrandNewTopic" and ext["c"] == "TBW102" and ext["d"] == "4"
+        assert ext["b"] == "BrandNewTopic"
+        assert ext["c"] == "TBW102"
+        assert ext["d"] == "4"
 
 
 async def test_no_route_at_all_raises_topic_not_exist() -> None:
@@ -173,7 +188,9 @@ async def test_selector_pins_the_queue_and_does_not_retry() -> None:
 
         async with Producer("PG", cluster.namesrv_addr) as producer:
             results = [await producer.send(Message(TOPIC, b"x"), selector=by_arg, arg=5) for _ in range(3)]
-            assert {r.message_queue for r in results} == {MessageQueue(topic=TOPIC, brokerName="broker-b", queueId=1)}
+            assert {r.message_queue for r in results} == {
+                MessageQueue(topic=TOPIC, brokerName="broker-b", queueId=1)
+            }
             cluster.brokers["broker-b"].fail_sends = [ResponseCode.SYSTEM_BUSY]
             with pytest.raises(MQBrokerError):
                 await producer.send(Message(TOPIC, b"x"), selector=by_arg, arg=5)
@@ -222,18 +239,19 @@ async def test_heartbeat_announces_group_and_shutdown_unregisters() -> None:
         assert hb.clientID == client_id
         assert [p.groupName for p in hb.producerDataSet] == ["PG"]
         (unreg,) = broker.requests_with(RequestCode.UNREGISTER_CLIENT)
-        assert unreg["clientID"] == client_id and unreg["producerGroup"] == "PG"
+        assert unreg["clientID"] == client_id
+        assert unreg["producerGroup"] == "PG"
 
 
 async def test_route_refresh_picks_up_a_new_broker() -> None:
     async with fake_cluster("broker-a", "broker-b") as cluster:
         cluster.add_topic(TOPIC, ["broker-a"])
-        async with ClientInstance(cluster.namesrv_addr, poll_name_server_interval=0.05) as instance:
-            async with Producer("PG", instance=instance) as producer:
-                await producer.send(Message(TOPIC, b"x"))
-                cluster.add_topic(TOPIC, ["broker-a", "broker-b"])
-                await wait_until(lambda: len(instance.publish[TOPIC].message_queues) == 8)
-                results = [await producer.send(Message(TOPIC, b"x")) for _ in range(8)]
+        instance = ClientInstance(cluster.namesrv_addr, poll_name_server_interval=0.05)
+        async with instance, Producer("PG", instance=instance) as producer:
+            await producer.send(Message(TOPIC, b"x"))
+            cluster.add_topic(TOPIC, ["broker-a", "broker-b"])
+            await wait_until(lambda: len(instance.publish[TOPIC].message_queues) == 8)
+            results = [await producer.send(Message(TOPIC, b"x")) for _ in range(8)]
         assert {r.message_queue.brokerName for r in results} == {"broker-a", "broker-b"}
 
 
