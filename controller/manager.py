@@ -33,7 +33,13 @@ from controller.config import ControllerConfig
 from controller.elect_policy import DefaultElectPolicy
 from controller.events import encode_events
 from controller.heartbeat import BrokerHeartbeatManager, BrokerLiveInfo
-from controller.raft.errors import LeadershipLostError, NotLeaderError, ProposalDroppedError, RaftTimeoutError
+from controller.raft.errors import (
+    LeadershipLostError,
+    NotLeaderError,
+    ProposalDroppedError,
+    RaftError,
+    RaftTimeoutError,
+)
 from controller.replicas import ControllerResult, ReplicasInfoManager
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
@@ -215,6 +221,8 @@ class ControllerManager:
             return cmd.response(
                 ResponseCode.SYSTEM_ERROR, "controller request timed out waiting for the raft log"
             )
+        except RaftError as exc:  # e.g. the driver stopping under the request
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"controller raft error: {exc}")
 
     def codes(self) -> frozenset[int]:
         """The request codes :meth:`handle` serves (register each with the remoting server)."""

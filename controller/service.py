@@ -14,6 +14,8 @@ the periodic work on its schedule, and sends role-change notifications:
   newer master epoch replaces or cancels an older one).
 
 The Raft driver is started by whoever owns it (``run_driver=True`` makes this service start it).
+:class:`ControllerPeer` builds the whole peer (state machine, file-backed Raft driver, remoting
+Raft transport, service) for a process that has a remoting server and client.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ import trio
 from controller.config import ControllerConfig
 from controller.heartbeat import BrokerIdentityInfo
 from controller.manager import ControllerManager, RaftHandle
+from controller.raft.driver import RaftDriver
+from controller.raft_transport import RAFT_MESSAGE, RemotingRaftTransport, raft_message_handler
 from controller.replicas import ReplicasInfoManager
+from remoting.client import RemotingClient
 from remoting.command import RemotingCommand
 from remoting.connection import ProcessorTable
 from remoting.errors import RemotingError
@@ -187,3 +192,86 @@ class ControllerService:
             await self.manager.on_broker_inactive(
                 identity.clusterName, identity.brokerName, identity.brokerId
             )
+
+
+def raft_timing(config: ControllerConfig) -> dict[str, float | int]:
+    """RaftDriver timer arguments from ``rmqRaftHeartbeatIntervalMillis`` / ``rmqRaftElectionTimeoutMillis``.
+
+    The tick is at most 100 ms (and at most a quarter of the heartbeat interval), so timeouts
+    are honoured to within a tick; the election timeout stays above the heartbeat interval.
+    """
+    heartbeat = max(1, config.rmqRaftHeartbeatIntervalMillis) / 1000.0
+    election = max(1, config.rmqRaftElectionTimeoutMillis) / 1000.0
+    tick = max(0.005, min(0.1, heartbeat / 4))
+    heartbeat_tick = max(1, round(heartbeat / tick))
+    election_tick = max(heartbeat_tick + 1, round(election / tick))
+    return {"tick_interval": tick, "heartbeat_tick": heartbeat_tick, "election_tick": election_tick}
+
+
+class ControllerPeer:
+    """Everything one controller peer needs in a process that already has a remoting server and
+    client: the state machine, a Raft driver on ``controllerStorePath`` talking to the other peers
+    through :class:`~controller.raft_transport.RemotingRaftTransport`, and the
+    :class:`ControllerService`.
+
+    Usage (the container does this)::
+
+        peer = ControllerPeer(config, client)
+        await server.add_listener(host, port_of(config.self_address), peer.processor_table())
+        await nursery.start(peer.run)
+    """
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        client: RemotingClient,
+        *,
+        storage: Any | None = None,
+        clock_ms: Callable[[], float] | None = None,
+    ) -> None:
+        if config.controllerType != "DLedger":
+            raise ValueError(f"controllerType={config.controllerType} is not supported (only DLedger)")
+        self_id = config.controllerDLegerSelfId or ""
+        peers = config.peers
+        self.config = config
+        self.replicas = ReplicasInfoManager(enable_elect_unclean_master=config.enableElectUncleanMaster)
+        self.transport = RemotingRaftTransport(client, self_id, peers)
+        self.driver = RaftDriver(
+            self_id,
+            peers,
+            None if storage is not None else config.store_path,
+            self.transport,
+            self.replicas,
+            storage=storage,
+            **raft_timing(config),  # type: ignore[arg-type]
+        )
+
+        async def send_oneway(address: str, cmd: RemotingCommand, timeout: float) -> None:
+            await client.invoke_oneway(address, cmd, timeout)
+
+        self.service = ControllerService(
+            config,
+            self.driver,
+            replicas=self.replicas,
+            send_oneway=send_oneway,
+            clock_ms=clock_ms,
+            run_driver=True,
+        )
+        self.manager = self.service.manager
+
+    def register(self, table: ProcessorTable) -> None:
+        """Add the controller API and the Raft message code to ``table`` (a shared listener)."""
+        self.service.register(table)
+        table.register(RAFT_MESSAGE, raft_message_handler(self.driver))
+
+    def processor_table(self) -> ProcessorTable:
+        """A table for a listener serving only this controller peer."""
+        table = ProcessorTable(on_close=self.service.connection_closed)
+        self.register(table)
+        return table
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.transport.run)
+            await nursery.start(self.service.run)
+            task_status.started()

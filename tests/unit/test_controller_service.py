@@ -12,7 +12,7 @@ from controller.raft.driver import RaftDriver
 from controller.raft.storage import MemoryStorage
 from controller.raft.transport import MemoryNetwork
 from controller.replicas import ReplicasInfoManager
-from controller.service import ControllerService, RoleChangeNotifier
+from controller.service import ControllerService, RoleChangeNotifier, raft_timing
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.errors import RemotingConnectError
@@ -235,3 +235,13 @@ async def test_three_peers_register_elect_fail_over_broker_and_controller(
         assert r.ext_fields["isLeader"] == "true"
         assert r.ext_fields["controllerLeaderId"] == new_leader.config.controllerDLegerSelfId
         nursery.cancel_scope.cancel()
+
+
+def test_raft_timing_from_config() -> None:
+    defaults = raft_timing(ControllerConfig())
+    assert defaults == {"tick_interval": 0.1, "heartbeat_tick": 20, "election_tick": 60}
+    fast = raft_timing(ControllerConfig(rmqRaftHeartbeatIntervalMillis=100, rmqRaftElectionTimeoutMillis=300))
+    assert fast["tick_interval"] == 0.025
+    assert (fast["heartbeat_tick"], fast["election_tick"]) == (4, 12)
+    odd = raft_timing(ControllerConfig(rmqRaftHeartbeatIntervalMillis=1000, rmqRaftElectionTimeoutMillis=500))
+    assert odd["election_tick"] > odd["heartbeat_tick"], "the election timeout stays above the heartbeat"
