@@ -76,7 +76,8 @@ class MemLog:
             raise ValueError(f"read at {offset} outside [{self.min_offset}, {self.max_offset}]")
         file_end = (offset // self._file_size + 1) * self._file_size
         end = min(self.max_offset, offset + max_bytes, file_end)
-        return memoryview(self._data)[offset - self._base : end - self._base]
+        # A copy: a view into the growable bytearray would forbid later appends while it is alive.
+        return memoryview(bytes(self._data[offset - self._base : end - self._base]))
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> None:
         if self.min_offset == self.max_offset:

@@ -1,0 +1,367 @@
+"""``HAService``: the trio edge of auto-switch replication (upstream ``AutoSwitchHAService``).
+
+Moves bytes between the sans-IO objects (``HAConnection``, ``HAClient``, ``HAMasterState``) and trio
+streams; all protocol decisions live in those objects.
+
+* ``run()`` (start it in a nursery) listens on ``listen_port`` (``haListenPort``) when given, and hosts
+  the tasks of the current role.
+* ``change_to_master(epoch)``: truncate to the last message boundary, start ``epoch`` at the max offset,
+  persist the epoch file (before any write is accepted), close every connection, accept slaves.
+* ``change_to_slave(master_ha_address, epoch)``: truncate to the last boundary, then keep a session to
+  the master (reconnecting after failures); the address may be set later (``set_master_address``),
+  upstream learns it from the name server.
+* ``notify_appended()``: the store calls it after each append (wakes the streaming connections,
+  refreshes the confirm offset).
+* ``check_before_put()`` / ``wait_for_replication(end_offset, timeout)``: send gating of a
+  SYNC_MASTER (PutMessageStatus results).
+* SyncStateSet changes go through ``alter_sync_state_set(proposal) -> (new_set, epoch) | None`` (the
+  controller round trip, supplied by the broker), every ``check_period`` seconds and right after an
+  ack or close that calls for one.
+
+``connect(address)`` opens a stream to a master (default: TCP); tests pass in-memory streams and call
+``handle_connection`` themselves.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from store.config import MessageStoreConfig
+from store.ha.client import RECONNECT_RETRY, HAClient
+from store.ha.connection import HAConnection
+from store.ha.events import CloseConnection, PersistRequired
+from store.ha.gating import PutMessageStatus
+from store.ha.master import HAMasterState
+from store.ha.replica_log import ReplicaLog
+from store.ha.role import become_master, become_slave
+
+log = logging.getLogger("store.ha.service")
+
+RECEIVE_SIZE = 256 * 1024
+AlterSyncStateSet = Callable[[set[int]], Awaitable[tuple[set[int], int] | None]]
+
+
+class _Signal:
+    """A level-triggered wake-up: take ``event`` *before* checking a condition, then wait on it."""
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+
+    def notify(self) -> None:
+        self.event.set()
+        self.event = trio.Event()
+
+
+async def tcp_connect(address: str) -> trio.abc.Stream:
+    host, _, port = address.rpartition(":")
+    return await trio.open_tcp_stream(host, int(port))
+
+
+class HAService:
+    """Replication for one broker's log. Roles change only through ``change_to_*``."""
+
+    def __init__(
+        self,
+        rlog: ReplicaLog,
+        config: MessageStoreConfig,
+        *,
+        broker_id: int,
+        listen_port: int | None = None,
+        listen_host: str = "127.0.0.1",
+        connect: Callable[[str], Awaitable[trio.abc.Stream]] = tcp_connect,
+        persist: Callable[[], Awaitable[None]] | None = None,
+        alter_sync_state_set: AlterSyncStateSet | None = None,
+        check_period: float = 5.0,
+    ) -> None:
+        self.log = rlog
+        self.config = config
+        self.broker_id = broker_id
+        self.listen_port = listen_port
+        self.listen_host = listen_host
+        self._connect = connect
+        self._persist_fn = persist
+        self._alter = alter_sync_state_set
+        self.check_period = check_period
+        self.role: str | None = None
+        self.epoch = -1
+        self.group: HAMasterState | None = None
+        self.client: HAClient | None = None
+        self.master_address: str | None = None
+        #: Bound port after ``run`` started listening.
+        self.bound_port: int | None = None
+        self._nursery: trio.Nursery | None = None
+        self._role_scope: trio.CancelScope | None = None
+        self._connection_scopes: set[trio.CancelScope] = set()
+        self._conn_wakes: set[_Signal] = set()
+        self._acked = _Signal()
+        self._sss = _Signal()
+        self._address = _Signal()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            if self.listen_port is not None:
+                listeners = await nursery.start(
+                    functools.partial(
+                        trio.serve_tcp, self.handle_connection, self.listen_port, host=self.listen_host
+                    )
+                )
+                self.bound_port = listeners[0].socket.getsockname()[1]
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+
+    async def _persist(self) -> None:
+        if self._persist_fn is not None:
+            await self._persist_fn()
+        else:
+            await trio.to_thread.run_sync(self.log.epoch_file.persist)
+
+    def _start_role(self, role: str, epoch: int, task: Callable[[], Awaitable[None]]) -> None:
+        if self._nursery is None:
+            raise RuntimeError("HAService.run() is not running")
+        if self._role_scope is not None:
+            self._role_scope.cancel()
+        for scope in list(self._connection_scopes):
+            scope.cancel()
+        self.role, self.epoch = role, epoch
+        scope = self._role_scope = trio.CancelScope()
+
+        async def runner() -> None:
+            with scope:
+                await task()
+
+        self._nursery.start_soon(runner)
+
+    async def change_to_master(self, epoch: int, sync_state_set: set[int] | None = None) -> None:
+        """Become master of ``epoch`` (raises ``RoleChangeError`` for a stale epoch)."""
+        become_master(self.log, epoch)
+        await self._persist()
+        self.client = None
+        self.group = HAMasterState(
+            self.log,
+            self.config,
+            self_id=self.broker_id,
+            sync_state_set=sync_state_set or {self.broker_id},
+            sync_state_set_epoch=0,
+        )
+        self._start_role("master", epoch, self._sync_state_set_loop)
+        self._acked.notify()
+        log.info("broker %d is master of epoch %d", self.broker_id, epoch)
+
+    async def change_to_slave(self, master_ha_address: str | None, epoch: int) -> None:
+        """Follow the master of ``epoch`` at ``master_ha_address`` (may be None until known)."""
+        become_slave(self.log, epoch)
+        self.group = None
+        self.master_address = master_ha_address
+        self.client = HAClient(self.log, self.config, broker_id=self.broker_id, now=trio.current_time())
+        self._start_role("slave", epoch, self._slave_loop)
+        self._acked.notify()
+        log.info("broker %d follows %s in epoch %d", self.broker_id, master_ha_address, epoch)
+
+    def stop_role(self) -> None:
+        """Leave the current role: close every connection, stop following/serving (role None)."""
+        if self._role_scope is not None:
+            self._role_scope.cancel()
+            self._role_scope = None
+        for scope in list(self._connection_scopes):
+            scope.cancel()
+        self.role = None
+        self.group = None
+        self.client = None
+        self._acked.notify()
+
+    def set_master_address(self, address: str | None) -> None:
+        if address != self.master_address:
+            self.master_address = address
+            self._address.notify()
+            for scope in list(self._connection_scopes):
+                if self.role == "slave":
+                    scope.cancel()
+
+    # ------------------------------------------------------------------ store hooks and gating
+
+    def notify_appended(self) -> None:
+        """New bytes in the log: refresh the confirm offset and wake the streaming connections."""
+        if self.group is not None:
+            self.group.refresh_confirm_offset()
+        for wake in list(self._conn_wakes):
+            wake.notify()
+
+    def confirm_offset(self) -> int:
+        return self.group.confirm_offset() if self.group is not None else self.log.confirm_offset
+
+    def check_before_put(self) -> PutMessageStatus | None:
+        if self.group is None:
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE
+        return self.group.check_before_put()
+
+    async def wait_for_replication(self, end_offset: int, timeout: float) -> PutMessageStatus:
+        """Wait until a message ending at ``end_offset`` has the acks the config asks for."""
+        with trio.move_on_after(timeout):
+            while True:
+                event = self._acked.event
+                group = self.group
+                if group is None:
+                    return PutMessageStatus.SLAVE_NOT_AVAILABLE
+                need = group.need_ack_nums()
+                if 0 <= need <= 1 or group.is_acked(end_offset, need):
+                    return PutMessageStatus.PUT_OK
+                await event.wait()
+        return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+
+    # ------------------------------------------------------------------ master side
+
+    async def _sync_state_set_loop(self) -> None:
+        group = self.group
+        assert group is not None
+        if self._alter is None:
+            await trio.sleep_forever()
+        next_check = trio.current_time() + self.check_period
+        while True:
+            event = self._sss.event
+            if not group.wants_proposal:
+                with trio.move_on_at(next_check):
+                    await event.wait()
+            now = trio.current_time()
+            if now >= next_check:
+                next_check = now + self.check_period
+            elif not group.wants_proposal:
+                continue
+            proposal = group.propose_sync_state_set(now)
+            if proposal is None:
+                continue
+            result = await self._alter(proposal)
+            if result is None:
+                group.on_sync_state_set_rejected()
+            else:
+                group.on_sync_state_set_accepted(result[0], result[1])
+            self._acked.notify()
+
+    async def handle_connection(self, stream: trio.abc.Stream) -> None:
+        """Serve one slave on ``stream`` while this broker is master (else close it)."""
+        group = self.group
+        if self.role != "master" or group is None:
+            await trio.aclose_forcefully(stream)
+            return
+        conn = HAConnection(self.log, self.config, now=trio.current_time(), group=group)
+        wake = _Signal()
+        scope = trio.CancelScope()
+        self._connection_scopes.add(scope)
+        self._conn_wakes.add(wake)
+
+        async def reader() -> None:
+            while not conn.closed:
+                data = await stream.receive_some(RECEIVE_SIZE)
+                if not data:
+                    return
+                conn.receive_data(data, trio.current_time())
+                wake.notify()
+                self._acked.notify()
+                if group.wants_proposal:
+                    self._sss.notify()
+
+        async def writer() -> None:
+            while not conn.closed:
+                event = wake.event
+                now = trio.current_time()
+                conn.tick(now)
+                while not conn.closed and (bufs := conn.poll_send(now)):
+                    for buf in bufs:
+                        await stream.send_all(buf)
+                if conn.closed:
+                    return
+                with trio.move_on_at(conn.next_deadline()):
+                    await event.wait()
+
+        try:
+            with scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_run_then_cancel, reader, nursery.cancel_scope)
+                    nursery.start_soon(_run_then_cancel, writer, nursery.cancel_scope)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            log.info("HA connection of slave %d ended: %r", conn.slave_id, exc)
+        finally:
+            self._connection_scopes.discard(scope)
+            self._conn_wakes.discard(wake)
+            conn.connection_lost()
+            self._acked.notify()
+            self._sss.notify()
+            await trio.aclose_forcefully(stream)
+
+    # ------------------------------------------------------------------ slave side
+
+    async def _slave_loop(self) -> None:
+        client = self.client
+        assert client is not None
+        while True:
+            address = self.master_address
+            if address is None:
+                await self._address.event.wait()
+                continue
+            client.prepare_connect()
+            try:
+                stream = await self._connect(address)
+            except OSError as exc:
+                log.warning("cannot connect to master %s: %s", address, exc)
+                await trio.sleep(RECONNECT_RETRY)
+                continue
+            retry = await self._client_session(stream, client)
+            client.connection_lost()
+            await trio.sleep(retry)
+
+    async def _client_session(self, stream: trio.abc.Stream, client: HAClient) -> float:
+        """One connection to the master; returns how long to wait before reconnecting."""
+        scope = trio.CancelScope()
+        self._connection_scopes.add(scope)
+        retry = RECONNECT_RETRY
+        try:
+            with scope:
+                client.connection_made(trio.current_time())
+                while True:
+                    out = client.data_to_send()
+                    if out:
+                        await stream.send_all(out)
+                    data: bytes | bytearray | None = None
+                    deadline = client.next_deadline()
+                    with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf):
+                        data = await stream.receive_some(RECEIVE_SIZE)
+                    now = trio.current_time()
+                    if data is None:
+                        events = client.tick(now)
+                    elif not data:
+                        log.info("master %s closed the HA connection", self.master_address)
+                        return retry
+                    else:
+                        events = client.receive_data(data, now)
+                    for event in events:
+                        if isinstance(event, PersistRequired):
+                            await self._persist()
+                            client.persisted(trio.current_time())
+                        elif isinstance(event, CloseConnection):
+                            return event.retry_after
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            log.info("HA connection to master %s ended: %r", self.master_address, exc)
+        finally:
+            self._connection_scopes.discard(scope)
+            await trio.aclose_forcefully(stream)
+        return retry if not scope.cancelled_caught else 0.0
+
+
+async def _run_then_cancel(fn: Callable[[], Awaitable[None]], scope: trio.CancelScope) -> None:
+    """Run one half of a connection; when it ends (EOF, broken socket, close) end the other half."""
+    try:
+        await fn()
+    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        log.info("HA connection ended: %r", exc)
+    finally:
+        scope.cancel()

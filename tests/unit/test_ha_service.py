@@ -1,0 +1,123 @@
+"""HAService over real loopback sockets with two in-memory logs (fast; 127.0.0.1, ephemeral ports)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+from store.config import MessageStoreConfig
+from store.ha.gating import PutMessageStatus
+from store.ha.memlog import MemLog
+from store.ha.service import HAService
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.005)
+
+
+def write(log: MemLog, service: HAService, count: int, tag: bytes = b"x") -> int:
+    end = 0
+    for i in range(count):
+        _, end = log.append_message(tag + str(i).encode() * 20)
+        service.notify_appended()
+    return end
+
+
+def same(a: MemLog, b: MemLog) -> bool:
+    return a.max_offset == b.max_offset and a.bytes_range(0, a.max_offset) == b.bytes_range(0, b.max_offset)
+
+
+def config(**kw: object) -> MessageStoreConfig:
+    return MessageStoreConfig(haTransferBatchSize=1000, haSendHeartbeatInterval=200, **kw)  # type: ignore[arg-type]
+
+
+async def test_slave_follows_master_over_tcp_and_survives_a_role_swap() -> None:
+    log1, log2 = MemLog(mapped_file_size=4096), MemLog(mapped_file_size=4096)
+    s1 = HAService(log1, config(), broker_id=1, listen_port=0)
+    s2 = HAService(log2, config(), broker_id=2, listen_port=0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(s1.run)
+        await nursery.start(s2.run)
+        await s1.change_to_master(1)
+        write(log1, s1, 50)
+        await s2.change_to_slave(f"127.0.0.1:{s1.bound_port}", 1)
+        await wait_until(lambda: same(log1, log2))
+        assert log2.epoch_file.pairs() == [(1, 0)]
+        write(log1, s1, 30)
+        await wait_until(lambda: same(log1, log2))
+
+        # Unreplicated tail on broker 1, then broker 2 is promoted with epoch 2.
+        await s2.change_to_master(2)
+        start2 = log2.max_offset
+        write(log1, s1, 5, tag=b"lost")
+        write(log2, s2, 7, tag=b"new")
+        await s1.change_to_slave(f"127.0.0.1:{s2.bound_port}", 2)
+        await wait_until(lambda: same(log1, log2))
+        assert log1.epoch_file.pairs() == [(1, 0), (2, start2)]
+        assert all(b"lost" not in payload for _, payload in log1.records())
+        nursery.cancel_scope.cancel()
+
+
+async def test_wait_for_replication_with_all_ack_in_sync_state_set() -> None:
+    log1, log2 = MemLog(mapped_file_size=4096), MemLog(mapped_file_size=4096)
+    proposals: list[set[int]] = []
+    controller_up = True
+
+    async def alter(proposal: set[int]) -> tuple[set[int], int] | None:
+        proposals.append(proposal)
+        return (proposal, len(proposals)) if controller_up else None
+
+    cfg = config(allAckInSyncStateSet=True, haMaxTimeSlaveNotCatchup=60_000)
+    s1 = HAService(log1, cfg, broker_id=1, listen_port=0, alter_sync_state_set=alter, check_period=0.05)
+    s2 = HAService(log2, cfg, broker_id=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(s1.run)
+        await nursery.start(s2.run)
+        await s1.change_to_master(1)
+        end = write(log1, s1, 3)
+        assert await s1.wait_for_replication(end, 0.5) is PutMessageStatus.PUT_OK  # set is {1}
+        await s2.change_to_slave(f"127.0.0.1:{s1.bound_port}", 1)
+        assert s1.group is not None
+        group = s1.group
+        await wait_until(lambda: group.sync_state_set == {1, 2})
+        assert proposals[0] == {1, 2}
+        end = write(log1, s1, 2)
+        assert await s1.wait_for_replication(end, 5.0) is PutMessageStatus.PUT_OK
+        assert log2.max_offset >= end
+        assert s1.check_before_put() is None
+
+        # The controller is unreachable and the slave stops: the SyncStateSet cannot shrink, so a new
+        # message cannot be acknowledged by every member.
+        controller_up = False
+        s2.stop_role()
+        end = write(log1, s1, 1)
+        assert await s1.wait_for_replication(end, 0.3) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        assert proposals[-1] == {1}
+        controller_up = True
+        await wait_until(lambda: group.sync_state_set == {1})
+        assert await s1.wait_for_replication(end, 0.3) is PutMessageStatus.PUT_OK
+        nursery.cancel_scope.cancel()
+
+
+async def test_slave_waits_for_the_master_address_and_non_master_refuses_slaves() -> None:
+    log1, log2 = MemLog(), MemLog()
+    s1 = HAService(log1, config(), broker_id=1, listen_port=0)
+    s2 = HAService(log2, config(), broker_id=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(s1.run)
+        await nursery.start(s2.run)
+        await s2.change_to_slave(None, 1)
+        # Broker 1 has no role yet: a connection is closed at once.
+        stream = await trio.open_tcp_stream("127.0.0.1", s1.bound_port)
+        with trio.fail_after(2):
+            assert await stream.receive_some(10) == b""
+        await stream.aclose()
+        await s1.change_to_master(1)
+        write(log1, s1, 10)
+        s2.set_master_address(f"127.0.0.1:{s1.bound_port}")
+        await wait_until(lambda: same(log1, log2))
+        assert s2.check_before_put() is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        nursery.cancel_scope.cancel()
