@@ -65,8 +65,9 @@ def baddr(broker_id: int) -> str:
 
 
 class Cluster:
-    def __init__(self, nursery: trio.Nursery) -> None:
+    def __init__(self, nursery: trio.Nursery, **driver_kw: object) -> None:
         self.nursery = nursery
+        self.driver_kw = driver_kw
         self.net = MemoryNetwork()
         self.services: dict[str, ControllerService] = {}
         self.notified: list[tuple[str, RemotingCommand]] = []
@@ -93,6 +94,7 @@ class Cluster:
                 replicas,
                 storage=MemoryStorage(),
                 rng=random.Random(nid),
+                **self.driver_kw,  # type: ignore[arg-type]
             )
             self.net.attach(nid, driver.receive)
             service = ControllerService(
@@ -245,3 +247,39 @@ def test_raft_timing_from_config() -> None:
     assert (fast["heartbeat_tick"], fast["election_tick"]) == (4, 12)
     odd = raft_timing(ControllerConfig(rmqRaftHeartbeatIntervalMillis=1000, rmqRaftElectionTimeoutMillis=500))
     assert odd["election_tick"] > odd["heartbeat_tick"], "the election timeout stays above the heartbeat"
+
+
+async def test_lagging_peer_catches_up_from_a_controller_snapshot(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, snapshot_interval=3)
+        await cluster.start()
+        leader = await cluster.leader()
+        lagging = next(nid for nid, s in cluster.services.items() if s is not leader)
+        cluster.net.isolate(lagging)
+        for bid in range(1, 7):
+            r = await cluster.call(
+                leader,
+                RequestCode.CONTROLLER_APPLY_BROKER_ID,
+                {
+                    "clusterName": C,
+                    "brokerName": B,
+                    "appliedBrokerId": bid,
+                    "registerCheckCode": f"{baddr(bid)};{bid}",
+                },
+            )
+            assert r.code == ResponseCode.SUCCESS, r.remark
+        cluster.start_heartbeats(1)
+        r = await cluster.call(
+            leader, RequestCode.CONTROLLER_ELECT_MASTER, {"clusterName": C, "brokerName": B, "brokerId": 1}
+        )
+        assert r.code == ResponseCode.SUCCESS
+        assert cluster.services[lagging].manager.replicas.broker_names() == []
+        cluster.net.heal()
+        expected = leader.manager.replicas.snapshot()
+        await cluster.converged(lambda sm: sm.snapshot() == expected)
+        lagging_sm = cluster.services[lagging].manager.replicas
+        assert lagging_sm.replica_info(B).all_brokers() == {1, 2, 3, 4, 5, 6}
+        assert lagging_sm.sync_state_info(B).masterBrokerId == 1
+        nursery.cancel_scope.cancel()
