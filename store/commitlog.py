@@ -2,7 +2,9 @@
 
 Upstream: ``CommitLog`` (+ ``DefaultAppendMessageCallback``). Records arrive already encoded
 (:func:`store.message.encode_message`); at append the log writes the queue offset, physical offset
-and store timestamp into the record and copies it into the map. A record never spans two files:
+and store timestamp into the record and copies it into the map. The first 4 bytes (TOTALSIZE) of a record are copied last, so a
+copy interrupted by a crash leaves a zero size, which recovery reads as the end of the data. A record
+never spans two files:
 when ``record + 8`` bytes do not fit, an 8-byte BLANK filler (remaining size, BLANK_MAGIC) ends the
 file and the record goes to the next one.
 
@@ -96,7 +98,10 @@ class CommitLog:
         phys = mf.file_from_offset + pos
         _QO_PO.pack_into(buf, 20, queue_offset, phys)
         _I64.pack_into(buf, ts_pos, store_timestamp)
-        mf.view[pos : pos + n] = buf
+        # TOTALSIZE goes in last: a copy cut short by a crash leaves it 0, the end of the data
+        view = mf.view
+        view[pos + 4 : pos + n] = memoryview(buf)[4:]
+        view[pos : pos + 4] = buf[:4]
         mf.wrote_position = pos + n
         mf.last_store_timestamp = store_timestamp
         if phys >= self._next_mark:
@@ -126,7 +131,9 @@ class CommitLog:
             _I64.pack_into(buf, rel + (68 if sys_flag & BORNHOST_V6_FLAG else 56), store_timestamp)
             if count_qo:
                 qo += 1
-        mf.view[pos : pos + n] = buf
+        view = mf.view
+        view[pos + 4 : pos + n] = memoryview(buf)[4:]
+        view[pos : pos + 4] = buf[:4]
         mf.wrote_position = pos + n
         mf.last_store_timestamp = store_timestamp
         if base >= self._next_mark:

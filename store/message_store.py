@@ -210,6 +210,18 @@ class DefaultMessageStore:
         self._lock_file.release()
         self.shutdown_done = True
 
+    def abandon(self) -> None:
+        """Close maps and the lock without flushing, checkpointing or removing the abort marker:
+        what a crash leaves behind (tests; a container dropping a broker without shutdown)."""
+        self.running = False
+        self._refuse = "the message store was abandoned"
+        self.commit_log.mfq.close_all()
+        self.queues.close()
+        if self.index is not None:
+            self.index.close()
+        self._lock_file.release()
+        self.shutdown_done = True
+
     # ------------------------------------------------------------------ state
 
     @property

@@ -147,8 +147,8 @@ def get_message(
     result.status = status
     result.next_begin_offset = next_begin
     result.buffer_total_size = total
-    if max_phy_pulling:
-        result.suggest_pulling_from_slave = max_phy - max_phy_pulling > memory
+    # upstream measures from 0 when nothing was read
+    result.suggest_pulling_from_slave = max_phy - max_phy_pulling > memory
     return result
 
 

@@ -1,0 +1,143 @@
+"""Helpers for the message-store tests: configs with small files, record encoding, a started store."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from store.config import MessageStoreConfig
+from store.message import encode_message, tags_hash_code
+from store.message_store import DefaultMessageStore
+from store.results import PutMessageResult
+
+STORE_HOST = ("127.0.0.1", 10911)
+BORN_HOST = ("127.0.0.1", 40000)
+T0 = 1_700_000_000_000
+
+
+class Clock:
+    """An injectable wall clock (ms) that advances by ``step`` per call."""
+
+    def __init__(self, start: int = T0, step: int = 1) -> None:
+        self.ms = start
+        self.step = step
+
+    def __call__(self) -> int:
+        self.ms += self.step
+        return self.ms
+
+
+def small_config(root: Path | str, **overrides: Any) -> MessageStoreConfig:
+    """Upstream defaults with small files: 64 KiB commit-log files, 100-unit consume-queue files,
+    a small index, and timers that stay out of the way of tests."""
+    kw: dict[str, Any] = dict(
+        storePathRootDir=str(root),
+        mappedFileSizeCommitLog=64 * 1024,
+        mappedFileSizeConsumeQueue=100 * 20,
+        maxHashSlotNum=1000,
+        maxIndexNum=4000,
+        maxMessageSize=16 * 1024,
+    )
+    kw.update(overrides)
+    return MessageStoreConfig(**kw)
+
+
+def props(tags: str | None = None, keys: str | None = None, uniq: str | None = None, **extra: str) -> str:
+    out = ""
+    if tags is not None:
+        out += f"TAGS\x01{tags}\x02"
+    if keys is not None:
+        out += f"KEYS\x01{keys}\x02"
+    if uniq is not None:
+        out += f"UNIQ_KEY\x01{uniq}\x02"
+    for k, v in extra.items():
+        out += f"{k}\x01{v}\x02"
+    return out
+
+
+def encode(
+    topic: str,
+    queue_id: int,
+    body: bytes,
+    *,
+    tags: str | None = None,
+    keys: str | None = None,
+    uniq: str | None = None,
+    sys_flag: int = 0,
+    prepared_offset: int = 0,
+    **extra: str,
+) -> bytearray:
+    return encode_message(
+        topic=topic,
+        queue_id=queue_id,
+        flag=0,
+        body=body,
+        properties=props(tags, keys, uniq, **extra),
+        sys_flag=sys_flag,
+        born_timestamp=T0,
+        born_host=BORN_HOST,
+        store_host=STORE_HOST,
+        prepared_transaction_offset=prepared_offset,
+    )
+
+
+async def put(
+    store: DefaultMessageStore,
+    topic: str,
+    queue_id: int,
+    body: bytes,
+    *,
+    tags: str | None = None,
+    keys: str | None = None,
+    uniq: str | None = None,
+    sys_flag: int = 0,
+    hints: bool = True,
+    **extra: str,
+) -> PutMessageResult:
+    """Encode and put one message (with dispatch hints unless ``hints`` is False)."""
+    rec = encode(topic, queue_id, body, tags=tags, keys=keys, uniq=uniq, sys_flag=sys_flag, **extra)
+    if hints:
+        return await store.put_message(
+            rec, topic, queue_id, sys_flag=sys_flag, tags_code=tags_hash_code(tags), keys=keys, uniq_key=uniq
+        )
+    return await store.put_message(rec, topic, queue_id, sys_flag=sys_flag)
+
+
+@contextlib.asynccontextmanager
+async def running_store(
+    config: MessageStoreConfig, *, background: bool = False, **kw: Any
+) -> AsyncIterator[DefaultMessageStore]:
+    """A started store (optionally with its background services), shut down cleanly on exit."""
+    store = DefaultMessageStore(config, store_host=STORE_HOST, **kw)
+    await store.start()
+    try:
+        if background:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(store.run)
+                try:
+                    yield store
+                finally:
+                    nursery.cancel_scope.cancel()
+        else:
+            yield store
+    finally:
+        await store.shutdown()
+
+
+def read_queue(store: DefaultMessageStore, topic: str, queue_id: int) -> list[bytes]:
+    """Every message of a queue, in queue order, as bytes (pulls in batches of 32)."""
+    out: list[bytes] = []
+    offset = store.get_min_offset_in_queue(topic, queue_id)
+    while True:
+        res = store.get_message("g", topic, queue_id, offset, 32)
+        assert res is not None
+        if not res.message_views:
+            break
+        out.extend(bytes(v) for v in res.message_views)
+        offset = res.next_begin_offset
+        res.release()
+    return out

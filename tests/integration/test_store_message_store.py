@@ -1,0 +1,346 @@
+"""DefaultMessageStore on real files: send path, read path, statuses, lookups, filters, modes."""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from pathlib import Path
+
+import pytest
+import trio
+
+from store.config import BrokerRole, FlushDiskType
+from store.message import (
+    BLANK_MAGIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    decode_message,
+    offset_msg_id,
+    tags_hash_code,
+)
+from store.message_store import DefaultMessageStore
+from store.results import BoundaryType, GetMessageStatus, PutMessageStatus, TagsCodeFilter
+from tests.integration.storekit import STORE_HOST, Clock, encode, put, read_queue, running_store, small_config
+
+
+async def test_put_then_get_returns_the_messages_in_queue_order(tmp_path: Path) -> None:
+    async with running_store(small_config(tmp_path)) as store:
+        for i in range(10):
+            res = await put(store, "TopicA", i % 2, f"body-{i}".encode(), tags="t")
+            assert res.status is PutMessageStatus.PUT_OK
+            assert res.logics_offset == i // 2
+        got = store.get_message("g", "TopicA", 1, 0, 32)
+        assert got is not None
+        assert got.status is GetMessageStatus.FOUND
+        bodies = [decode_message(v).body for v in got.message_views]
+        assert bodies == [f"body-{i}".encode() for i in range(1, 10, 2)]
+        assert got.message_queue_offsets == [0, 1, 2, 3, 4]
+        assert (got.next_begin_offset, got.min_offset, got.max_offset) == (5, 0, 5)
+        assert got.buffer_total_size == sum(len(v) for v in got.message_views)
+        got.release()
+
+
+async def test_get_message_returns_zero_copy_views_of_the_commit_log_maps(tmp_path: Path) -> None:
+    async with running_store(small_config(tmp_path)) as store:
+        for i in range(5):
+            await put(store, "TopicA", 0, bytes([i]) * 100)
+        got = store.get_message("g", "TopicA", 0, 0, 32)
+        assert got is not None
+        maps = [mf.mm for mf in store.commit_log.mfq.files]
+        for view in got.message_views:
+            assert isinstance(view.obj, mmap.mmap)
+            assert any(view.obj is m for m in maps)
+        # the same memory: a change in the map shows through the view
+        first = got.message_views[0]
+        mf = store.commit_log.mfq.files[0]
+        before = first[-1]
+        mf.mm[len(first) - 1] = (before + 1) % 256
+        assert first[-1] == (before + 1) % 256
+        mf.mm[len(first) - 1] = before
+        got.release()
+
+
+async def test_stored_record_carries_offsets_store_time_and_offset_msg_id(tmp_path: Path) -> None:
+    clock = Clock(step=0)
+    async with running_store(small_config(tmp_path), now_ms=clock) as store:
+        await put(store, "TopicA", 0, b"first")
+        clock.ms += 7
+        res = await put(store, "TopicA", 0, b"second", keys="k1 k2", uniq="U1")
+        view = store.look_message_by_offset(res.wrote_offset)
+        assert view is not None
+        msg = decode_message(view)
+        assert msg.physical_offset == res.wrote_offset
+        assert msg.queue_offset == 1
+        assert msg.store_timestamp == res.store_timestamp == clock.ms
+        assert msg.total_size == res.wrote_bytes == len(view)
+        assert res.msg_id == offset_msg_id(STORE_HOST, res.wrote_offset)
+        assert len(res.msg_id) == 32
+        view.release()
+
+
+async def test_records_never_span_files_and_files_end_with_a_blank_filler(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path)
+    async with running_store(cfg) as store:
+        results = [await put(store, "TopicA", 0, b"x" * 3000) for _ in range(60)]
+        size = cfg.mappedFileSizeCommitLog
+        assert len(store.commit_log.mfq.files) >= 3
+        for r in results:
+            assert r.wrote_offset // size == (r.end_offset - 1) // size
+        first = store.commit_log.mfq.files[0]
+        last_end = max(r.end_offset for r in results if r.wrote_offset < size)
+        blank_size, magic = struct.unpack_from(">ii", first.mm, last_end)
+        assert magic == BLANK_MAGIC
+        assert blank_size == size - last_end
+        assert [decode_message(b).body for b in read_queue(store, "TopicA", 0)] == [b"x" * 3000] * 60
+
+
+async def test_offset_statuses_follow_upstream(tmp_path: Path) -> None:
+    async with running_store(small_config(tmp_path)) as store:
+        none = store.get_message("g", "Nope", 0, 0, 32)
+        assert none is not None
+        assert none.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+        for i in range(3):
+            await put(store, "TopicA", 0, b"m%d" % i)
+        one = store.get_message("g", "TopicA", 0, 3, 32)
+        assert one is not None
+        assert one.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+        assert one.next_begin_offset == 3
+        badly = store.get_message("g", "TopicA", 0, 10, 32)
+        assert badly is not None
+        assert badly.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY
+        assert badly.next_begin_offset == 3
+        # a slave keeps the requested offset unless offsetCheckInSlave
+        store.config.brokerRole = BrokerRole.SLAVE
+        badly = store.get_message("g", "TopicA", 0, 10, 32)
+        assert badly is not None
+        assert badly.next_begin_offset == 10
+        store.config.brokerRole = BrokerRole.ASYNC_MASTER
+
+
+async def test_tag_filter_skips_units_by_tags_code(tmp_path: Path) -> None:
+    async with running_store(small_config(tmp_path)) as store:
+        for i in range(6):
+            await put(store, "TopicA", 0, b"m%d" % i, tags="A" if i % 3 == 0 else "B")
+        only_a = TagsCodeFilter({tags_hash_code("A")})
+        got = store.get_message("g", "TopicA", 0, 0, 32, tag_filter=only_a)
+        assert got is not None
+        assert got.status is GetMessageStatus.FOUND
+        assert got.message_queue_offsets == [0, 3]
+        assert got.next_begin_offset == 6
+        none = store.get_message("g", "TopicA", 0, 0, 32, tag_filter=lambda code: code == tags_hash_code("C"))
+        assert none is not None
+        assert none.status is GetMessageStatus.NO_MATCHED_MESSAGE
+        assert none.next_begin_offset == 6
+
+
+async def test_transfer_caps_limit_messages_per_pull(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path, maxTransferCountOnMessageInMemory=4)
+    async with running_store(cfg) as store:
+        for i in range(10):
+            await put(store, "TopicA", 0, b"m%d" % i)
+        got = store.get_message("g", "TopicA", 0, 0, 32)
+        assert got is not None
+        assert got.message_queue_offsets == [0, 1, 2, 3]
+        got = store.get_message("g", "TopicA", 0, 4, 2)
+        assert got is not None
+        assert got.message_queue_offsets == [4, 5]
+        got = store.get_message("g", "TopicA", 0, 0, 32, max_bytes=len(encode("TopicA", 0, b"m0")) * 2)
+        assert got is not None
+        assert got.message_queue_offsets == [0, 1]
+
+
+async def test_suggest_pulling_from_slave_when_reading_far_behind(tmp_path: Path) -> None:
+    # 40% of a pretend 10 KiB of RAM: anything more than 4 KiB behind the end is "on disk"
+    async with running_store(small_config(tmp_path), total_physical_memory=10 * 1024) as store:
+        for _i in range(20):
+            await put(store, "TopicA", 0, b"x" * 500)
+        old = store.get_message("g", "TopicA", 0, 0, 1)
+        new = store.get_message("g", "TopicA", 0, 19, 1)
+        assert old is not None
+        assert old.suggest_pulling_from_slave
+        assert new is not None
+        assert not new.suggest_pulling_from_slave
+
+
+async def test_transaction_types_decide_queue_offsets_and_dispatch(tmp_path: Path) -> None:
+    async with running_store(small_config(tmp_path)) as store:
+        await put(store, "TopicA", 0, b"plain", uniq="U0")
+        half = await put(store, "TopicA", 0, b"half", sys_flag=TRANSACTION_PREPARED_TYPE, uniq="U1")
+        back = await put(store, "TopicA", 0, b"rollback", sys_flag=TRANSACTION_ROLLBACK_TYPE, uniq="U2")
+        commit = await put(store, "TopicA", 0, b"commit", sys_flag=TRANSACTION_COMMIT_TYPE, uniq="U3")
+        assert half.logics_offset == 0
+        assert back.logics_offset == 0
+        assert commit.logics_offset == 1
+        assert store.get_max_offset_in_queue("TopicA", 0) == 2
+        bodies = [decode_message(b).body for b in read_queue(store, "TopicA", 0)]
+        assert bodies == [b"plain", b"commit"]
+        # the index takes prepared messages but not rollbacks (upstream)
+        assert store.query_message("TopicA", "U1", 10, 0, 2**62).phy_offsets == [half.wrote_offset]
+        assert store.query_message("TopicA", "U2", 10, 0, 2**62).phy_offsets == []
+
+
+async def test_decoded_and_hinted_dispatch_agree(tmp_path: Path) -> None:
+    async with running_store(small_config(tmp_path)) as store:
+        await put(store, "TopicA", 0, b"a", tags="T1", keys="K1", hints=True)
+        await put(store, "TopicA", 0, b"b", tags="T1", keys="K1", hints=False)
+        units = [store.queues.get("TopicA", 0).unit(i) for i in range(2)]  # type: ignore[union-attr]
+        assert units[0][2] == units[1][2] == tags_hash_code("T1")  # type: ignore[index]
+        assert len(store.query_message("TopicA", "K1", 10, 0, 2**62).phy_offsets) == 2
+
+
+async def test_query_by_key_and_unique_key(tmp_path: Path) -> None:
+    async with running_store(small_config(tmp_path)) as store:
+        a = await put(store, "TopicA", 0, b"a", keys="order-1 order-2", uniq="UNIQ-A")
+        b = await put(store, "TopicA", 1, b"b", keys="order-2", uniq="UNIQ-B")
+        await put(store, "TopicB", 0, b"c", keys="order-2")
+        found = store.query_message("TopicA", "order-2", 32, 0, 2**62)
+        assert sorted(found.phy_offsets) == sorted([a.wrote_offset, b.wrote_offset])
+        assert [decode_message(v).body for v in found.message_views] == [b"b", b"a"]
+        assert store.query_message("TopicA", "UNIQ-B", 32, 0, 2**62).phy_offsets == [b.wrote_offset]
+        found.release()
+
+
+async def test_offset_in_queue_by_time_lower_and_upper(tmp_path: Path) -> None:
+    clock = Clock(step=0)
+    async with running_store(small_config(tmp_path), now_ms=clock) as store:
+        stamps = [100, 200, 200, 200, 300]
+        for ts in stamps:
+            clock.ms = ts
+            await put(store, "TopicA", 0, b"m")
+        by_time = store.get_offset_in_queue_by_time
+        assert by_time("TopicA", 0, 200, BoundaryType.LOWER) == 1
+        assert by_time("TopicA", 0, 200, BoundaryType.UPPER) == 3
+        assert by_time("TopicA", 0, 250, BoundaryType.LOWER) == 4
+        assert by_time("TopicA", 0, 250, BoundaryType.UPPER) == 3
+        assert by_time("TopicA", 0, 50, BoundaryType.LOWER) == 0
+        assert by_time("TopicA", 0, 999, BoundaryType.LOWER) == 5
+        assert store.get_earliest_message_time("TopicA", 0) == 100
+        assert store.get_message_store_timestamp("TopicA", 0, 4) == 300
+        assert store.get_earliest_store_time() == 100
+
+
+async def test_lookups_by_queue_offset(tmp_path: Path) -> None:
+    async with running_store(small_config(tmp_path)) as store:
+        results = [await put(store, "TopicA", 3, b"m%d" % i) for i in range(4)]
+        assert store.get_commit_log_offset_in_queue("TopicA", 3, 2) == results[2].wrote_offset
+        assert store.get_commit_log_offset_in_queue("TopicA", 3, 9) == 0
+        assert (store.get_min_offset_in_queue("TopicA", 3), store.get_max_offset_in_queue("TopicA", 3)) == (
+            0,
+            4,
+        )
+        assert store.topics() == ["TopicA"]
+        assert store.queue_ids("TopicA") == [3]
+        assert store.min_phy_offset == 0
+        assert store.max_phy_offset == results[-1].end_offset
+
+
+async def test_batch_put_gets_consecutive_queue_offsets(tmp_path: Path) -> None:
+    async with running_store(small_config(tmp_path)) as store:
+        await put(store, "TopicA", 0, b"single")
+        block = bytearray()
+        for i in range(5):
+            block += encode("TopicA", 0, b"batch-%d" % i, uniq=f"B{i}")
+        res = await store.put_messages(block, "TopicA", 0, sys_flag=0)
+        assert res.status is PutMessageStatus.PUT_OK
+        assert (res.logics_offset, res.msg_num, res.wrote_bytes) == (1, 5, len(block))
+        assert len(res.msg_id.split(",")) == 5
+        msgs = [decode_message(b) for b in read_queue(store, "TopicA", 0)]
+        assert [m.queue_offset for m in msgs] == list(range(6))
+        assert [m.body for m in msgs[1:]] == [b"batch-%d" % i for i in range(5)]
+        assert store.query_message("TopicA", "B3", 4, 0, 2**62).phy_offsets == [msgs[4].physical_offset]
+        tx = await store.put_messages(block, "TopicA", 0, sys_flag=TRANSACTION_PREPARED_TYPE)
+        assert tx.status is PutMessageStatus.MESSAGE_ILLEGAL
+
+
+async def test_oversized_messages_are_illegal(tmp_path: Path) -> None:
+    async with running_store(small_config(tmp_path, maxMessageSize=1000)) as store:
+        res = await put(store, "TopicA", 0, b"x" * 1001)
+        assert res.status is PutMessageStatus.MESSAGE_ILLEGAL
+        assert "maxMessageSize" in res.remark
+        assert (await put(store, "TopicA", 0, b"x" * 1000)).is_ok
+        assert store.get_max_offset_in_queue("TopicA", 0) == 1
+
+
+async def test_sync_flush_returns_after_the_bytes_are_flushed(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path, flushDiskType=FlushDiskType.SYNC_FLUSH)
+    async with running_store(cfg) as store:
+        for _ in range(5):
+            res = await put(store, "TopicA", 0, b"durable")
+            assert res.is_ok
+            assert store.flushed_offset >= res.end_offset
+
+
+async def test_slave_refuses_puts(tmp_path: Path) -> None:
+    async with running_store(small_config(tmp_path, brokerRole=BrokerRole.SLAVE)) as store:
+        res = await put(store, "TopicA", 0, b"no")
+        assert res.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert "slave" in res.remark
+
+
+async def test_arrival_listener_hears_every_dispatch(tmp_path: Path) -> None:
+    heard: list[tuple[str, int, int]] = []
+    async with running_store(small_config(tmp_path)) as store:
+        store.add_arrival_listener(lambda t, q, m: heard.append((t, q, m)))
+        await put(store, "TopicA", 0, b"a")
+        await put(store, "TopicA", 1, b"b", hints=False)
+        await put(store, "TopicA", 0, b"c")
+    assert heard == [("TopicA", 0, 1), ("TopicA", 1, 1), ("TopicA", 0, 2)]
+
+
+async def test_controller_mode_dispatches_only_up_to_the_confirm_offset(tmp_path: Path) -> None:
+    async with running_store(small_config(tmp_path), controller_mode=True, background=True) as store:
+        r = [await put(store, "TopicA", 0, b"m%d" % i) for i in range(4)]
+        assert store.get_max_offset_in_queue("TopicA", 0) == 0
+        store.set_confirm_offset(r[1].end_offset)  # the queue's first file is created in the background
+        with trio.fail_after(5):
+            while store.get_max_offset_in_queue("TopicA", 0) < 2:
+                await trio.sleep(0.001)
+        assert store.get_max_offset_in_queue("TopicA", 0) == 2
+        store.confirm_offset = r[1].end_offset + 10  # not a record end: the next record waits
+        await store.reput()
+        assert store.get_max_offset_in_queue("TopicA", 0) == 2
+        store.set_confirm_offset(store.max_phy_offset)
+        assert store.get_max_offset_in_queue("TopicA", 0) == 4
+        assert [decode_message(b).body for b in read_queue(store, "TopicA", 0)] == [
+            b"m0",
+            b"m1",
+            b"m2",
+            b"m3",
+        ]
+
+
+async def test_new_queue_needs_a_file_and_still_reads_its_first_message(tmp_path: Path) -> None:
+    async with running_store(small_config(tmp_path)) as store:
+        for q in range(20):
+            await put(store, f"T{q}", q, b"hello")
+        for q in range(20):
+            assert [decode_message(b).body for b in read_queue(store, f"T{q}", q)] == [b"hello"]
+
+
+async def test_delete_topics_drops_their_queues(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path)
+    async with running_store(cfg) as store:
+        await put(store, "Gone", 0, b"a")
+        await put(store, "Kept", 0, b"b")
+        await store.delete_topics(["Gone"])
+        assert store.topics() == ["Kept"]
+        res = store.get_message("g", "Gone", 0, 0, 1)
+        assert res is not None
+        assert res.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+    assert not (tmp_path / "consumequeue" / "Gone").exists()
+    store2 = DefaultMessageStore(cfg, store_host=STORE_HOST)
+    report = await store2.start()
+    assert store2.topics() == ["Kept"]
+    assert not report.rebuilt_queues
+    await store2.shutdown()
+
+
+@pytest.mark.parametrize("hints", [True, False])
+async def test_schedule_topic_units_carry_the_delivery_time(tmp_path: Path, hints: bool) -> None:
+    clock = Clock(step=0)
+    async with running_store(small_config(tmp_path), now_ms=clock) as store:
+        res = await put(store, "SCHEDULE_TOPIC_XXXX", 2, b"later", hints=hints, DELAY="3")
+        unit = store.queues.get("SCHEDULE_TOPIC_XXXX", 2).unit(0)  # type: ignore[union-attr]
+        assert unit is not None
+        assert unit[2] == res.store_timestamp + 10_000

@@ -1,0 +1,138 @@
+"""Retention and disk space: expired files, deleteWhen, disk-full refusal, the shared-partition rule."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from store.message import decode_message
+from store.results import GetMessageStatus, PutMessageStatus
+from tests.integration.storekit import Clock, put, read_queue, running_store, small_config
+
+HOUR = 3_600_000
+
+
+class Disk:
+    """An injectable partition: ``used`` of ``total`` bytes."""
+
+    def __init__(self, total: int = 100 * 2**30, used: float = 0.10) -> None:
+        self.total = total
+        self.used = used
+
+    def __call__(self, path: str) -> tuple[int, int]:
+        return self.total, int(self.total * (1 - self.used))
+
+
+def _age_files(paths: list[str], now_ms: int, hours: float) -> None:
+    stamp = (now_ms - hours * HOUR) / 1000
+    for p in paths:
+        os.utime(p, (stamp, stamp))
+
+
+def _clock_at_hour(hour: int) -> Clock:
+    t = time.localtime()
+    start = time.mktime((t.tm_year, t.tm_mon, t.tm_mday, hour, 30, 0, 0, 0, -1))
+    return Clock(start=int(start * 1000), step=0)
+
+
+async def _fill(store, files: int) -> None:  # type: ignore[no-untyped-def]
+    i = 0
+    while len(store.commit_log.mfq.files) < files:
+        await put(store, "TopicA", 0, b"x" * 2000, uniq=f"U{i}")
+        i += 1
+
+
+async def test_expired_files_are_deleted_at_the_delete_hour(tmp_path: Path) -> None:
+    clock = _clock_at_hour(4)
+    cfg = small_config(tmp_path, fileReservedTime=1, deleteWhen="04")
+    async with running_store(cfg, now_ms=clock, disk_space=Disk()) as store:
+        await _fill(store, 4)
+        files = [mf.path for mf in store.commit_log.mfq.files]
+        _age_files(files[:2], clock.ms, 2)
+        _age_files(files[2:], clock.ms, 0.5)
+        before = len(read_queue(store, "TopicA", 0))
+        deleted = await store.run_clean_once()
+        assert deleted == files[:2]
+        assert set(os.listdir(cfg.commitlog_dir)).isdisjoint(os.path.basename(p) for p in files[:2])
+        assert store.min_phy_offset == store.commit_log.mfq.files[0].file_from_offset
+        # consume queue: the min offset moved to the first message still in the log
+        min_q = store.get_min_offset_in_queue("TopicA", 0)
+        assert min_q > 0
+        first = decode_message(
+            store.look_message_by_offset(store.get_commit_log_offset_in_queue("TopicA", 0, min_q))
+        )  # type: ignore[arg-type]
+        assert first.physical_offset >= store.min_phy_offset
+        res = store.get_message("g", "TopicA", 0, 0, 32)
+        assert res is not None
+        assert res.status is GetMessageStatus.OFFSET_TOO_SMALL
+        assert res.next_begin_offset == min_q
+        assert len(read_queue(store, "TopicA", 0)) == before - min_q
+
+
+async def test_nothing_is_deleted_outside_the_delete_hour_with_room_on_disk(tmp_path: Path) -> None:
+    clock = _clock_at_hour(10)
+    cfg = small_config(tmp_path, fileReservedTime=1, deleteWhen="04;05")
+    async with running_store(cfg, now_ms=clock, disk_space=Disk()) as store:
+        await _fill(store, 3)
+        _age_files([mf.path for mf in store.commit_log.mfq.files], clock.ms, 5)
+        assert await store.run_clean_once() == []
+        store.request_manual_delete()
+        assert len(await store.run_clean_once()) == 2  # never the current file
+
+
+async def test_disk_full_refuses_writes_and_cleans_forcibly(tmp_path: Path) -> None:
+    clock = _clock_at_hour(10)
+    disk = Disk()
+    cfg = small_config(tmp_path, fileReservedTime=72)
+    async with running_store(cfg, now_ms=clock, disk_space=disk) as store:
+        await _fill(store, 3)
+        disk.used = 0.95
+        deleted = await store.run_clean_once()
+        assert len(deleted) == 2  # young files, deleted anyway above diskSpaceCleanForciblyRatio
+        res = await put(store, "TopicA", 0, b"refused")
+        assert res.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert "disk is full" in res.remark
+        disk.used = 0.50
+        await store.run_clean_once()
+        assert (await put(store, "TopicA", 0, b"accepted")).is_ok
+
+
+async def test_clean_forcibly_ratio_deletes_without_refusing(tmp_path: Path) -> None:
+    clock = _clock_at_hour(10)
+    disk = Disk(used=0.87)  # above diskSpaceCleanForciblyRatio 0.85, below the warning level 0.90
+    async with running_store(small_config(tmp_path), now_ms=clock, disk_space=disk) as store:
+        await _fill(store, 3)
+        assert len(await store.run_clean_once()) == 2
+        assert (await put(store, "TopicA", 0, b"ok")).is_ok
+
+
+async def test_shared_partition_share_triggers_cleaning(tmp_path: Path) -> None:
+    clock = _clock_at_hour(10)
+    cfg = small_config(tmp_path, replicasPerDiskPartition=4, logicalDiskSpaceCleanForciblyThreshold=0.8)
+    # 4 replicas share 1 MiB: this store's share is 256 KiB; 4 x 64 KiB commit-log files exceed 80 %
+    disk = Disk(total=1024 * 1024, used=0.10)
+    async with running_store(cfg, now_ms=clock, disk_space=disk) as store:
+        await _fill(store, 4)
+        assert len(await store.run_clean_once()) >= 1
+    cfg2 = small_config(tmp_path / "b", replicasPerDiskPartition=1)
+    async with running_store(cfg2, now_ms=clock, disk_space=disk) as store:
+        await _fill(store, 4)
+        assert await store.run_clean_once() == []
+
+
+async def test_epoch_file_prefix_follows_retention(tmp_path: Path) -> None:
+    clock = _clock_at_hour(4)
+    async with running_store(
+        small_config(tmp_path, fileReservedTime=1), now_ms=clock, disk_space=Disk()
+    ) as store:
+        store.epoch_file.append(1, 0)
+        await _fill(store, 3)
+        store.epoch_file.append(2, store.max_phy_offset)
+        await _fill(store, 4)
+        _age_files([mf.path for mf in store.commit_log.mfq.files[:2]], clock.ms, 3)
+        await store.run_clean_once()
+        first = store.epoch_file.first_entry()
+        assert first is not None
+        assert first.epoch == 1
+        assert first.start_offset == store.min_phy_offset
