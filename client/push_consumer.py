@@ -312,8 +312,9 @@ class PushConsumer:
         if not self._started:
             return
         self._started = False
-        with trio.CancelScope(shield=True):
-            try:
+        try:
+            # shielded: offsets must be committed even when shutdown happens during cancellation
+            with trio.CancelScope(shield=True):
                 self._stop.set()
                 await self._done.wait()
                 mqs = list(self._queues)
@@ -325,9 +326,10 @@ class PushConsumer:
                     await self._inner_producer.shutdown()
                     self._inner_producer = None
                 await self.instance.unregister_consumer(self.group)
-            finally:
-                if self._owns_instance:
-                    await self.instance.shutdown()
+        finally:
+            # outside the shield: the instance's nursery was opened outside it
+            if self._owns_instance:
+                await self.instance.shutdown()
 
     async def __aenter__(self) -> Self:
         await self.start()
