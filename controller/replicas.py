@@ -7,7 +7,8 @@ Two tables, both keyed by brokerName (ha-controller-container §2.2):
 * ``syncStateSetInfoTable`` → :class:`SyncStateInfo`: SyncStateSet, master broker id, master
   epoch, SyncStateSet epoch.
 
-A broker-set "exists" only when it is in both tables.
+A broker-set "exists" only when it is in both tables. The table entries and the snapshot
+encoding live in :mod:`controller.replica_tables`.
 
 Two phases, as upstream:
 
@@ -25,11 +26,8 @@ from __future__ import annotations
 
 import logging
 import re
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-
-import msgspec
 
 from controller.elect_policy import BrokerValidPredicate, DefaultElectPolicy
 from controller.events import (
@@ -40,6 +38,13 @@ from controller.events import (
     Event,
     UpdateBrokerAddressEvent,
     decode_events,
+)
+from controller.replica_tables import (
+    FIRST_BROKER_CONTROLLER_ID,
+    BrokerReplicaInfo,
+    SyncStateInfo,
+    decode_snapshot,
+    encode_snapshot,
 )
 from remoting.codes import ResponseCode
 from remoting.headers import CommandHeader
@@ -67,79 +72,6 @@ from remoting.protocol.controller import (
 
 log = logging.getLogger("controller.replicas")
 
-#: Upstream ``MixAll.FIRST_BROKER_CONTROLLER_ID``: the first id the controller hands out.
-FIRST_BROKER_CONTROLLER_ID = 1
-
-
-# ---------------------------------------------------------------------------------------------
-# State
-# ---------------------------------------------------------------------------------------------
-
-
-class BrokerIdEntry(msgspec.Struct, kw_only=True):
-    """What the controller remembers of one broker id (upstream ``Pair<address, checkCode>``)."""
-
-    brokerAddress: str
-    registerCheckCode: str | None = None
-
-
-class BrokerReplicaInfo(msgspec.Struct, kw_only=True):
-    """Registered replicas of one broker-set (upstream ``BrokerReplicaInfo``)."""
-
-    clusterName: str
-    brokerName: str
-    nextAssignBrokerId: int = FIRST_BROKER_CONTROLLER_ID
-    brokerIdInfo: dict[int, BrokerIdEntry] = msgspec.field(default_factory=dict)
-
-    def add_broker(self, broker_id: int, address: str, register_check_code: str | None) -> None:
-        self.brokerIdInfo[broker_id] = BrokerIdEntry(
-            brokerAddress=address, registerCheckCode=register_check_code
-        )
-        self.nextAssignBrokerId += 1
-
-    def is_broker_exist(self, broker_id: int | None) -> bool:
-        return broker_id in self.brokerIdInfo
-
-    def broker_address(self, broker_id: int | None) -> str | None:
-        entry = self.brokerIdInfo.get(broker_id) if broker_id is not None else None
-        return entry.brokerAddress if entry is not None else None
-
-    def register_check_code(self, broker_id: int | None) -> str | None:
-        entry = self.brokerIdInfo.get(broker_id) if broker_id is not None else None
-        return entry.registerCheckCode if entry is not None else None
-
-    def broker_id_table(self) -> dict[int, str]:
-        """brokerId → address, ordered by id."""
-        return {bid: self.brokerIdInfo[bid].brokerAddress for bid in sorted(self.brokerIdInfo)}
-
-    def all_brokers(self) -> set[int]:
-        return set(self.brokerIdInfo)
-
-
-class SyncStateInfo(msgspec.Struct, kw_only=True):
-    """Master and SyncStateSet of one broker-set (upstream ``SyncStateInfo``)."""
-
-    clusterName: str
-    brokerName: str
-    masterEpoch: int = 0
-    syncStateSetEpoch: int = 0
-    syncStateSet: set[int] = msgspec.field(default_factory=set)
-    masterBrokerId: int | None = None
-
-    def update_master_info(self, master_broker_id: int | None) -> None:
-        self.masterBrokerId = master_broker_id
-        self.masterEpoch += 1
-
-    def update_sync_state_set_info(self, new_set: Iterable[int]) -> None:
-        self.syncStateSet = set(new_set)
-        self.syncStateSetEpoch += 1
-
-    def is_first_time_for_elect(self) -> bool:
-        return self.masterEpoch == 0
-
-    def is_master_exist(self) -> bool:
-        return self.masterBrokerId is not None
-
 
 @dataclass(slots=True)
 class ControllerResult:
@@ -161,19 +93,7 @@ class ControllerResult:
         return self
 
 
-def _normalized(entry: msgspec.Struct) -> msgspec.Struct:
-    """A copy with ids sorted, so equal states snapshot to equal bytes."""
-    if isinstance(entry, BrokerReplicaInfo):
-        return msgspec.structs.replace(
-            entry, brokerIdInfo={k: entry.brokerIdInfo[k] for k in sorted(entry.brokerIdInfo)}
-        )
-    if isinstance(entry, SyncStateInfo):
-        return msgspec.structs.replace(entry, syncStateSet=sorted(entry.syncStateSet))  # type: ignore[arg-type]
-    return entry
-
-
 _ID_TOKEN = re.compile(r"[+-]?\d+")
-_INT = struct.Struct(">i")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -650,43 +570,9 @@ class ReplicasInfoManager:
         return len(events)
 
     def snapshot(self) -> bytes:
-        """The whole state in §2.3's framing: ``int n, n×(int nameLen, name, int len, JSON)`` for
-        the replica table, then the same for the SyncStateSet table (JSON instead of Hessian2)."""
-        parts: list[bytes] = []
-        for table in (self._replica_info, self._sync_state):
-            parts.append(_INT.pack(len(table)))
-            for name in sorted(table):
-                raw_name = name.encode()
-                blob = msgspec.json.encode(_normalized(table[name]))
-                parts += [_INT.pack(len(raw_name)), raw_name, _INT.pack(len(blob)), blob]
-        return b"".join(parts)
+        """The whole state (see :func:`controller.replica_tables.encode_snapshot`)."""
+        return encode_snapshot(self._replica_info, self._sync_state)
 
     def restore(self, data: bytes) -> None:
         """Replace the state with a :meth:`snapshot`."""
-        view = memoryview(data)
-        pos = 0
-
-        def take(n: int) -> memoryview:
-            nonlocal pos
-            if n < 0 or pos + n > len(view):
-                raise ValueError(f"truncated controller snapshot at byte {pos}")
-            chunk = view[pos : pos + n]
-            pos += n
-            return chunk
-
-        def table(cls: type[msgspec.Struct]) -> dict[str, msgspec.Struct]:
-            out: dict[str, msgspec.Struct] = {}
-            (count,) = _INT.unpack(take(4))
-            for _ in range(count):
-                (name_len,) = _INT.unpack(take(4))
-                name = bytes(take(name_len)).decode()
-                (blob_len,) = _INT.unpack(take(4))
-                out[name] = msgspec.json.decode(take(blob_len), type=cls)
-            return out
-
-        replica_info = table(BrokerReplicaInfo)
-        sync_state = table(SyncStateInfo)
-        if pos != len(view):
-            raise ValueError(f"{len(view) - pos} trailing bytes after the controller snapshot")
-        self._replica_info = replica_info  # type: ignore[assignment]
-        self._sync_state = sync_state  # type: ignore[assignment]
+        self._replica_info, self._sync_state = decode_snapshot(data)
