@@ -1,23 +1,27 @@
 """One remoting connection, shared by the server and the client side.
 
-A :class:`Connection` owns a trio stream, a :class:`~remoting.codec.FrameDecoder`, the table
-of requests it sent and is waiting on (matched by opaque), and the dispatch of the requests it
-receives to a :class:`ProcessorTable`. Both directions are symmetric: a server connection can
-send requests to the client (``request``/``oneway``) and a client connection serves requests
-from the server through the client's processors.
+A :class:`Connection` owns a connected socket, a :class:`~remoting.codec.FrameDecoder`, the
+table of requests it sent and is waiting on (matched by opaque), and the dispatch of the
+requests it receives to a :class:`ProcessorTable`. Both directions are symmetric: a server
+connection can send requests to the client (``request``/``oneway``) and a client connection
+serves requests from the server through the client's processors.
 
-Dispatch. Each received request runs its handler concurrently with the others, bounded by
-``max_in_flight`` per connection (when that many are running the reader stops reading — that
-is the backpressure). To avoid a task per request, the reader first runs the handler inline:
-a handler that finishes without blocking costs no task at all; a handler that blocks keeps the
-current task and a new reader task takes over reading (the reader "hands off"). Either way
-handlers run concurrently and every request gets exactly one outcome.
+Dispatch. Each received request runs its handler concurrently with the others, at most
+``max_in_flight`` at a time per connection. To avoid a task per request, the reader first runs
+the handler inline: a handler that finishes without blocking costs no task at all; a handler
+that blocks keeps the current task and a new task takes over reading (the reader "hands
+off"). Requests that arrive while every slot is busy wait in a backlog, served in order by
+whichever handler task finishes first; when the backlog is as long as ``max_in_flight`` the
+reader stops reading (backpressure) — except while this side waits for responses from the
+peer, which only the reader can deliver. Every request gets exactly one outcome: the
+handler's response, none (oneway, or the handler returned None), SYSTEM_ERROR when the
+handler raised, or GO_AWAY while the server shuts down.
 
 Writes. Frames are queued and written at once with ``send``/``sendmsg`` (gather write: header
 and body parts go out without being joined) as far as the socket takes them; only when the
 socket is full does a task wait for writability, and frames queued meanwhile are left to that
-task. When more than ``HIGH_WATER`` bytes are queued, writers wait for the queue to drain.
-Responses produced by one read batch go out in one system call.
+task. When more than ``HIGH_WATER`` bytes are queued, writers wait for the queue to drain and
+the reader stops reading. Responses produced by one read batch go out in one system call.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ import itertools
 import logging
 import socket
 import types
-from collections.abc import Awaitable, Callable, Generator, Iterator
+from collections import deque
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import outcome
@@ -38,6 +43,7 @@ from remoting.codes import ResponseCode
 from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from remoting.errors import RemotingClosedError, RemotingSendError, RemotingTimeoutError
 from remoting.headers import HeaderError
+from remoting.processor import ConnectionCallback, Handler, ProcessorTable, RequestContext
 
 __all__ = [
     "Connection",
@@ -51,61 +57,6 @@ __all__ = [
 HIGH_WATER = 4 * 1024 * 1024
 RECEIVE_SIZE = 64 * 1024
 GO_AWAY_MIN_VERSION = 475  # upstream answers GO_AWAY only to peers newer than V5_3_1
-
-
-class RequestContext:
-    """What a handler knows about the request besides the command itself."""
-
-    __slots__ = ("connection", "listener", "received_at")
-
-    def __init__(self, connection: Connection, listener: str, received_at: float) -> None:
-        self.connection = connection
-        #: name of the listener (server side) the request came in on; "client" on the client side
-        self.listener = listener
-        #: trio.current_time() when the frame was decoded
-        self.received_at = received_at
-
-    async def respond(self, response: RemotingCommand) -> None:
-        """Send a late response (e.g. after long polling) on the request's connection."""
-        await self.connection.respond(response)
-
-
-Handler = Callable[[RequestContext, RemotingCommand], Awaitable[RemotingCommand | None]]
-ConnectionCallback = Callable[["Connection"], Awaitable[None] | None]
-
-
-async def _not_supported(ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
-    # upstream remark text, leading space included
-    return request.response(
-        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
-    )
-
-
-class ProcessorTable:
-    """Request code -> handler, plus connection open/close callbacks (for liveness tracking).
-
-    Codes without a handler go to ``default`` (REQUEST_CODE_NOT_SUPPORTED unless replaced).
-    A handler returns the response, or None when it answers later through
-    ``ctx.respond`` or not at all.
-    """
-
-    def __init__(
-        self,
-        *,
-        on_connect: ConnectionCallback | None = None,
-        on_close: ConnectionCallback | None = None,
-        default: Handler | None = None,
-    ) -> None:
-        self.handlers: dict[int, Handler] = {}
-        self.on_connect = on_connect
-        self.on_close = on_close
-        self.default: Handler = default or _not_supported
-
-    def register(self, code: int, handler: Handler) -> None:
-        self.handlers[int(code)] = handler
-
-    def get(self, code: int) -> Handler:
-        return self.handlers.get(code, self.default)
 
 
 class _Call:
@@ -173,7 +124,6 @@ class Connection:
         listener: str = "client",
         max_in_flight: int = 256,
         max_frame_size: int = 16 * 1024 * 1024,
-        is_shutting_down: Callable[[], bool] = lambda: False,
         on_finish: Callable[[Connection], None] | None = None,
     ) -> None:
         self.id = next(_connection_ids)
@@ -188,10 +138,13 @@ class Connection:
         self._log = logger
         self._max_in_flight = max_in_flight
         self._decoder = FrameDecoder(max_frame_size)
-        self._is_shutting_down = is_shutting_down
+        self._handlers = table.handlers  # the table's dict itself: later registrations count
+        #: set by the server while it shuts down: new requests get GO_AWAY (peers newer than V5_3_1)
+        self.going_away = False
         self._on_finish = on_finish
         self._pending: dict[int, _Call] = {}
         self._in_flight = 0
+        self._backlog: deque[tuple[RemotingCommand, float]] = deque()
         self._slot_lot = trio.lowlevel.ParkingLot()
         self._out: list[Buffer] = []
         self._out_bytes = 0
@@ -199,13 +152,20 @@ class Connection:
         self._drain_lot = trio.lowlevel.ParkingLot()
         self._closed = False
         self._finished = False
+        #: "ip:port" of the peer
+        self.remote_address = "?"
+        #: the local port the connection arrived at (or left from)
+        self.local_port = 0
         try:
-            host, port = sock.getpeername()[:2]
-            self.remote_address = f"{host}:{port}"
-            self.local_port: int = sock.getsockname()[1]
+            peer, local = sock.getpeername(), sock.getsockname()
         except OSError:
-            self.remote_address = "?"
-            self.local_port = 0
+            pass
+        else:
+            if isinstance(peer, tuple):
+                self.remote_address = f"{peer[0]}:{peer[1]}"
+                self.local_port = local[1]
+            else:  # AF_UNIX (tests)
+                self.remote_address = str(peer) or "unix"
 
     def __repr__(self) -> str:
         return f"<Connection #{self.id} {self.remote_address} on {self.listener}>"
@@ -216,8 +176,8 @@ class Connection:
 
     @property
     def in_flight(self) -> int:
-        """Requests received on this connection whose handlers are still running."""
-        return self._in_flight
+        """Requests received on this connection not answered yet (running or waiting for a slot)."""
+        return self._in_flight + len(self._backlog)
 
     # ------------------------------------------------------------------ outgoing
 
@@ -233,6 +193,8 @@ class Connection:
             raise RemotingSendError(f"connection to {self.remote_address} is closed")
         call = _Call()
         self._pending[opaque] = call
+        if self._slot_lot:
+            self._slot_lot.unpark()  # a reader parked for backpressure must read the response
         try:
             with trio.move_on_after(timeout):
                 self._queue(encode(cmd))
@@ -293,6 +255,7 @@ class Connection:
             self._sock.close()
         self._out.clear()
         self._out_bytes = 0
+        self._backlog.clear()
         self._drain_lot.unpark_all()
         self._slot_lot.unpark_all()
 
@@ -313,6 +276,10 @@ class Connection:
         try:
             while out:
                 sent = sock.send(out[0]) if len(out) == 1 else sock.sendmsg(out[:_IOV_MAX])
+                if sent == self._out_bytes:
+                    out.clear()
+                    self._out_bytes = 0
+                    break
                 self._out_bytes -= sent
                 # drop what went out; keep the unsent tail of a partly written buffer
                 i = 0
@@ -394,6 +361,16 @@ class Connection:
             sock = self._sock
             decoder = self._decoder
             while decoder.error is None:
+                if len(self._backlog) >= self._max_in_flight and not self._pending:
+                    # Every slot busy and as many requests waiting: stop reading (backpressure).
+                    # Not while we wait for responses from this peer: handlers may be waiting
+                    # for exactly those, and only this task can read them.
+                    await self._slot_lot.park()
+                    continue
+                if self._out_bytes > HIGH_WATER:
+                    # the peer is not reading its responses: stop reading its requests
+                    await self._flush_quietly()
+                    continue
                 try:
                     n = sock.recv_into(_RECV_BUFFER)
                 except BlockingIOError:
@@ -470,73 +447,91 @@ class Connection:
             call.task = None
 
     async def _dispatch(self, cmds: list[RemotingCommand]) -> bool:
-        """Handle one read batch. Returns True if this task handed reading off to a new task."""
-        i = 0
-        while True:
-            i, coro, trap = self._run_handlers(cmds, i)
-            if coro is not None:
-                # The handler at i blocks. Keep driving it in this task and let a new task read
-                # on; nothing may be awaited before the trap is yielded back to trio.
-                cmd = cmds[i]
-                self._nursery.start_soon(self._read_loop, cmds[i + 1 :])
-                try:
-                    result = await _resume(coro, trap)
-                except Exception as exc:
-                    result = self._error_response(cmd, exc)
-                self._handler_done(cmd, result)
-                if self._out:
-                    await self._flush_quietly()
-                return True
-            if self._out:
-                await self._flush_quietly()
-            if i >= len(cmds) or self._closed:
-                return False
-            # the in-flight limit is reached: stop reading until a handler finishes
-            while self._in_flight >= self._max_in_flight and not self._closed:
-                await self._slot_lot.park()
-
-    def _run_handlers(self, cmds: list[RemotingCommand], i: int) -> tuple[int, Any, Any]:
-        """Run handlers from ``cmds[i]`` on while they complete without blocking.
-
-        Returns (index, coro, trap) of a handler that blocked, or (index, None, None) where it
-        stopped: the end of the batch, a closed connection or a full in-flight limit.
-        """
+        """Handle one read batch (reader only). Returns True if this task handed reading off."""
         now = trio.current_time()
-        table = self._table
-        end = len(cmds)
-        while i < end:
-            cmd = cmds[i]
+        backlog = self._backlog
+        for i, cmd in enumerate(cmds):
             if cmd.flag & FLAG_RESPONSE:
                 self._complete(cmd)
-                i += 1
                 continue
-            if self._closed or self._in_flight >= self._max_in_flight:
-                break
-            if self._is_shutting_down() and cmd.version > GO_AWAY_MIN_VERSION:
-                self._queue_response(
-                    cmd, cmd.response(ResponseCode.GO_AWAY, "server is shutting down, reconnect elsewhere")
-                )
-                i += 1
+            if backlog or self._in_flight >= self._max_in_flight:
+                backlog.append((cmd, now))
                 continue
-            self._in_flight += 1
+            started = self._start(cmd, now)
+            if started is not None:
+                # The handler blocks: this task keeps driving it and a new task reads on.
+                self._nursery.start_soon(self._read_loop, cmds[i + 1 :])
+                await self._drive(cmd, *started)
+                return True
+        self._send_soon()
+        return False
+
+    def _start(self, cmd: RemotingCommand, received_at: float) -> tuple[Any, Any] | None:
+        """Run the handler of ``cmd`` until it completes (None) or blocks (its coroutine and trap)."""
+        if self._closed:
+            return None
+        if self.going_away and cmd.version > GO_AWAY_MIN_VERSION:
+            self._queue_response(
+                cmd, cmd.response(ResponseCode.GO_AWAY, "server is shutting down, reconnect elsewhere")
+            )
+            return None
+        self._in_flight += 1
+        try:
+            handler = self._handlers.get(cmd.code) or self._table.default
+            coro = handler(RequestContext(self, self.listener, received_at), cmd)
+            trap = coro.send(None)
+        except StopIteration as stop:
+            self._in_flight -= 1
+            if stop.value is not None:
+                self._queue_response(cmd, stop.value)
+            return None
+        except Exception as exc:
+            self._handler_done(cmd, self._error_response(cmd, exc))
+            return None
+        return coro, trap
+
+    async def _drive(self, cmd: RemotingCommand, coro: Any, trap: Any) -> None:
+        """Drive a blocked handler to completion in this task, then take over waiting requests.
+
+        Nothing may be awaited between ``_start`` and handing its trap back to trio, so queued
+        responses are written synchronously (``_send_soon``).
+        """
+        self._send_soon()
+        while True:
             try:
-                coro = table.get(cmd.code)(RequestContext(self, self.listener, now), cmd)
-                trap = coro.send(None)
-            except StopIteration as stop:
-                self._handler_done(cmd, stop.value)
+                result = await _resume(coro, trap)
             except Exception as exc:
-                self._handler_done(cmd, self._error_response(cmd, exc))
-            else:
-                return i, coro, trap
-            i += 1
-        return i, None, None
+                result = self._error_response(cmd, exc)
+            self._handler_done(cmd, result)
+            # A slot is free: serve the requests that arrived while every slot was busy.
+            started = None
+            backlog = self._backlog
+            while backlog and started is None and self._in_flight < self._max_in_flight:
+                cmd, received_at = backlog.popleft()
+                started = self._start(cmd, received_at)
+                if self._slot_lot:
+                    self._slot_lot.unpark()  # the reader may read again
+            self._send_soon()
+            if started is None:
+                return
+            coro, trap = started
 
     def _handler_done(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         self._in_flight -= 1
-        if self._slot_lot:
-            self._slot_lot.unpark()
         if response is not None:
             self._queue_response(request, response)
+
+    def _send_soon(self) -> None:
+        """Write queued frames without awaiting; a helper task waits for the socket if it is full."""
+        if not self._out or self._writing or self._closed:
+            return
+        try:
+            if self._write_now():
+                return
+        except RemotingSendError as e:
+            self._log.debug("connection %s: %s", self.remote_address, e)
+            return
+        self._nursery.start_soon(self._flush_quietly)
 
     def _queue_response(self, request: RemotingCommand, response: RemotingCommand) -> None:
         if request.flag & FLAG_ONEWAY or self._closed:
@@ -552,7 +547,12 @@ class Connection:
                 "cannot encode response to code %d from %s", request.code, self.remote_address
             )
             parts = encode(request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"))
-        self._queue(parts)
+        if len(parts) == 1:  # header only: the common case
+            head = parts[0]
+            self._out.append(head)
+            self._out_bytes += len(head)
+        else:
+            self._queue(parts)
 
     def _error_response(self, request: RemotingCommand, exc: Exception) -> RemotingCommand:
         if isinstance(exc, HeaderError):

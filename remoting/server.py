@@ -100,9 +100,6 @@ class RemotingServer:
             self._opaque = itertools.count(1)
         return o
 
-    def _is_shutting_down(self) -> bool:
-        return self._shutting_down
-
     async def add_listener(self, host: str, port: int, table: ProcessorTable, *, name: str = "") -> Listener:
         """Bind ``host:port`` (0 = ephemeral) and serve it with ``table`` (now, or once ``run`` starts)."""
         if self._shutting_down:
@@ -176,6 +173,8 @@ class RemotingServer:
         self._shutting_down = True
         for listener in self.listeners:
             await self._close_listener(listener)
+        for conn in self.connections:
+            conn.going_away = True
         with trio.move_on_after(self.shutdown_grace):
             while any(c.in_flight for c in self.connections):
                 await trio.sleep(0.01)
@@ -216,7 +215,6 @@ class RemotingServer:
                 listener=listener.name,
                 max_in_flight=self.max_in_flight_per_connection,
                 max_frame_size=self.max_frame_size,
-                is_shutting_down=self._is_shutting_down,
                 on_finish=listener.connections.discard,
             )
             listener.connections.add(conn)

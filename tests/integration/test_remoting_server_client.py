@@ -476,3 +476,62 @@ async def test_frame_with_length_prefix_split_across_writes() -> None:
         assert resp is not None
         assert resp.opaque == 9
         assert struct.unpack(">i", data[:4])[0] == len(data) - 4
+
+
+async def test_blocked_handler_does_not_hold_up_later_requests_of_the_same_batch() -> None:
+    release = trio.Event()
+
+    async def hold(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        await release.wait()
+        return req.response(ResponseCode.SUCCESS)
+
+    table = ProcessorTable()
+    table.register(1, hold)
+    table.register(2, echo)
+    async with serving(table) as (_, [lst]), raw_peer(lst) as peer:
+        frames = [
+            RemotingCommand(code=1, opaque=1),
+            RemotingCommand(code=2, opaque=2),
+            RemotingCommand(code=2, opaque=3),
+        ]
+        await peer.stream.send_all(b"".join(b"".join(bytes(p) for p in encode(f)) for f in frames))
+        first, second = await peer.read(), await peer.read()
+        assert first is not None
+        assert second is not None
+        assert {first.opaque, second.opaque} == {2, 3}
+        release.set()
+        last = await peer.read()
+        assert last is not None
+        assert last.opaque == 1
+
+
+async def test_full_connection_still_reads_responses_to_its_own_requests() -> None:
+    """Handlers that call back to the client must not deadlock when every slot is busy."""
+
+    async def ask_back(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        answer = await ctx.connection.request(request(307), timeout=3)
+        return req.response(ResponseCode.SUCCESS, got=answer.code)
+
+    async def client_side(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        await trio.sleep(0.01)
+        return req.response(ResponseCode.SUCCESS)
+
+    processors = ProcessorTable()
+    processors.register(307, client_side)
+    table = ProcessorTable()
+    table.register(34, ask_back)
+    async with (
+        serving(table, max_in_flight_per_connection=1) as (_, [lst]),
+        RemotingClient(processors=processors) as client,
+    ):
+        codes: list[str] = []
+
+        async def call() -> None:
+            resp = await client.invoke(lst.address, request(34), 5)
+            codes.append((resp.ext_fields or {})["got"])
+
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(call)
+        assert codes == ["0"] * 4

@@ -1,0 +1,76 @@
+"""Request handlers and the table that maps request codes to them.
+
+Upstream: ``NettyRequestProcessor`` and the processor table of ``NettyRemotingAbstract``.
+A handler is an ``async def`` taking the :class:`RequestContext` and the request command and
+returning the response (or None when it answers later through ``ctx.respond``, or never).
+Handlers that finish without blocking run inline in the connection's reader (see
+:mod:`remoting.connection`), so a fast handler costs no task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from remoting.codes import ResponseCode
+from remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from remoting.connection import Connection
+
+__all__ = ["ConnectionCallback", "Handler", "ProcessorTable", "RequestContext"]
+
+
+class RequestContext:
+    """What a handler knows about the request besides the command itself."""
+
+    __slots__ = ("connection", "listener", "received_at")
+
+    def __init__(self, connection: Connection, listener: str, received_at: float) -> None:
+        self.connection = connection
+        #: name of the listener (server side) the request came in on; "client" on the client side
+        self.listener = listener
+        #: trio.current_time() when the frame was decoded
+        self.received_at = received_at
+
+    async def respond(self, response: RemotingCommand) -> None:
+        """Send a late response (e.g. after long polling) on the request's connection."""
+        await self.connection.respond(response)
+
+
+Handler = Callable[["RequestContext", RemotingCommand], Awaitable[RemotingCommand | None]]
+ConnectionCallback = Callable[["Connection"], Awaitable[None] | None]
+
+
+async def _not_supported(ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    # upstream remark text, leading space included
+    return request.response(
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+    )
+
+
+class ProcessorTable:
+    """Request code -> handler, plus connection open/close callbacks (for liveness tracking).
+
+    Codes without a handler go to ``default`` (REQUEST_CODE_NOT_SUPPORTED unless replaced).
+    A handler returns the response, or None when it answers later through
+    ``ctx.respond`` or not at all.
+    """
+
+    def __init__(
+        self,
+        *,
+        on_connect: ConnectionCallback | None = None,
+        on_close: ConnectionCallback | None = None,
+        default: Handler | None = None,
+    ) -> None:
+        self.handlers: dict[int, Handler] = {}
+        self.on_connect = on_connect
+        self.on_close = on_close
+        self.default: Handler = default or _not_supported
+
+    def register(self, code: int, handler: Handler) -> None:
+        self.handlers[int(code)] = handler
+
+    def get(self, code: int) -> Handler:
+        return self.handlers.get(code, self.default)
