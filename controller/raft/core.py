@@ -216,6 +216,8 @@ class RaftNode:
         up to ``index`` and send this snapshot to peers that need them. The caller must have
         stored the snapshot durably first."""
         self._check_not_in_ready()
+        if self.log.pending_snapshot is not None:
+            raise ValueError("cannot compact while a received snapshot is pending")
         term = self.log.term(index)
         if term is None:
             raise ValueError(f"cannot compact to {index}: not in log")
