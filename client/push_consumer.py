@@ -48,23 +48,20 @@ Behaviour (Java semantics):
 
 from __future__ import annotations
 
-import inspect
 import logging
-import random
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Self
 
 import trio
 
+from client.consumer import ConsumerBrokerCalls, ConsumeService, QueueState, by_broker
 from client.instance import ClientInstance
 from client.message import (
     ConsumeStatus,
-    Message,
     MessageExt,
-    MQBrokerError,
     MQClientError,
     PullStatus,
     build_subscription,
@@ -76,30 +73,19 @@ from client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from client.producer import Producer
 from client.pull_consumer import PullAPI
 from client.rebalance import ProcessQueue, allocate_averagely, mq_sort_key
-from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
+from remoting.codes import ResponseCode
 from remoting.errors import RemotingError
 from remoting.protocol.broker import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
-    GetConsumerListByGroupResponseBody,
-    LockBatchRequestBody,
-    LockBatchResponseBody,
     MessageModel,
     PullSysFlag,
     SubscriptionData,
-    UnlockBatchRequestBody,
 )
 from remoting.protocol.common import MessageQueue
 from store.message import (
-    PROPERTY_MAX_OFFSET,
-    PROPERTY_MAX_RECONSUME_TIMES,
-    PROPERTY_MIN_OFFSET,
-    PROPERTY_ORIGIN_MESSAGE_ID,
-    PROPERTY_RECONSUME_TIME,
     PROPERTY_RETRY_TOPIC,
-    PROPERTY_TRAN_MSG,
 )
 
 __all__ = ["MessageListener", "PushConsumer"]
@@ -112,23 +98,6 @@ MessageListener = Callable[[list[MessageExt]], Awaitable[ConsumeStatus | None] |
 INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 CONSUME_CONCURRENTLY_MAX_SPAN = 2000
 FLOW_CONTROL_DELAY = 0.05
-
-
-class _QueueState:
-    """A queue assigned to this consumer: its process queue, next pull offset and tasks."""
-
-    __slots__ = ("idle", "mq", "next_offset", "pq", "pull_scope", "wakeup")
-
-    def __init__(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        self.mq = mq
-        self.pq = pq
-        self.next_offset = 0
-        self.pull_scope = trio.CancelScope()
-        #: orderly: set when messages arrive for the consume loop
-        self.wakeup = trio.Event()
-        #: orderly: set whenever no listener call is running on this queue
-        self.idle = trio.Event()
-        self.idle.set()
 
 
 class PushConsumer:
@@ -198,28 +167,27 @@ class PushConsumer:
         self.await_termination_when_shutdown = await_termination_when_shutdown
         self.offset_store_dir = offset_store_dir
         self.api = PullAPI(instance, group)
+        self.broker_calls = ConsumerBrokerCalls(instance, group)
+        self.service = ConsumeService(self)
         self.offset_store: OffsetStore = (
             RemoteOffsetStore(instance, group)
             if message_model is MessageModel.CLUSTERING
             else LocalOffsetStore(group, instance.client_id, offset_store_dir)
         )
-        self._retry_topic = retry_topic(group)
+        self.retry_topic = retry_topic(group)
         self._subs: dict[str, SubscriptionData] = {}
-        self._listener: MessageListener | None = None
-        self._queues: dict[MessageQueue, _QueueState] = {}
+        self.listener: MessageListener | None = None
+        self._queues: dict[MessageQueue, QueueState] = {}
         self._rebalance_event = trio.Event()
         self._rebalance_lock = trio.Lock()
-        self._consume_sem = trio.Semaphore(consume_concurrency)
-        self._in_flight = 0
-        self._idle = trio.Event()
-        self._idle.set()
         self._stop = trio.Event()
         self._done = trio.Event()
-        self._stopping = False
+        self.stopping = False
         self._started = False
         self._main: trio.Nursery | None = None
-        self._consume: trio.Nursery | None = None
-        self._inner_producer: Producer | None = None
+        #: where listener calls run (cancelled last at shutdown, after the grace period)
+        self.consume_nursery: trio.Nursery | None = None
+        self.inner_producer: Producer | None = None
 
     @property
     def clustering(self) -> bool:
@@ -241,7 +209,7 @@ class PushConsumer:
             self.request_rebalance()
 
     def register_listener(self, listener: MessageListener) -> None:
-        self._listener = listener
+        self.listener = listener
 
     def assignment(self) -> list[MessageQueue]:
         """The queues this consumer currently pulls, sorted."""
@@ -272,7 +240,7 @@ class PushConsumer:
         """Start consuming. See :class:`~client.instance.ClientInstance` about task nesting."""
         if self._started:
             return
-        if self._listener is None:
+        if self.listener is None:
             raise MQClientError("register a message listener before starting the consumer")
         if not self._subs:
             raise MQClientError("subscribe to at least one topic before starting the consumer")
@@ -282,21 +250,21 @@ class PushConsumer:
             raise MQClientError("the shared client instance must be started before the consumer")
         try:
             if self.clustering:
-                self._subs.setdefault(self._retry_topic, build_subscription(self._retry_topic, "*"))
+                self._subs.setdefault(self.retry_topic, build_subscription(self.retry_topic, "*"))
             await self.offset_store.load()
             self.instance.register_consumer(self)
             try:
                 if self.clustering:
-                    self._inner_producer = Producer(
+                    self.inner_producer = Producer(
                         INNER_PRODUCER_GROUP, instance=self.instance, internal=True
                     )
-                    await self._inner_producer.start()
+                    await self.inner_producer.start()
                 for topic in sorted(self._subs):
                     await self.instance.update_route(topic)
                 await self.instance.send_heartbeat_to_all()
                 self._stop = trio.Event()
                 self._done = trio.Event()
-                self._stopping = False
+                self.stopping = False
                 await self.instance.nursery.start(self._run)
             except BaseException:
                 self.instance.consumers.pop(self.group, None)
@@ -320,11 +288,11 @@ class PushConsumer:
                 mqs = list(self._queues)
                 await self.offset_store.persist_all(mqs, oneway=False)
                 if self.orderly and self.clustering:
-                    await self._unlock_all(mqs)
+                    await self.broker_calls.unlock_all(mqs)
                 self._queues.clear()
-                if self._inner_producer is not None:
-                    await self._inner_producer.shutdown()
-                    self._inner_producer = None
+                if self.inner_producer is not None:
+                    await self.inner_producer.shutdown()
+                    self.inner_producer = None
                 await self.instance.unregister_consumer(self.group)
         finally:
             # outside the shield: the instance's nursery was opened outside it
@@ -343,7 +311,7 @@ class PushConsumer:
     async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             async with trio.open_nursery() as consume:
-                self._consume = consume
+                self.consume_nursery = consume
                 async with trio.open_nursery() as main:
                     self._main = main
                     main.start_soon(self._rebalance_loop)
@@ -352,16 +320,15 @@ class PushConsumer:
                         main.start_soon(self._lock_loop)
                     task_status.started()
                     await self._stop.wait()
-                    self._stopping = True
+                    self.stopping = True
                     main.cancel_scope.cancel()
                 # pulls have stopped; running listeners get a grace period to finish
                 with trio.move_on_after(self.await_termination_when_shutdown):
-                    while self._in_flight:
-                        await self._idle.wait()
+                    await self.service.wait_idle()
                 consume.cancel_scope.cancel()
         finally:
             self._main = None
-            self._consume = None
+            self.consume_nursery = None
             self._done.set()
 
     # ------------------------------------------------------------------ rebalance
@@ -390,11 +357,11 @@ class PushConsumer:
             await self.instance.update_route(topic)
             mqs = self.instance.subscribe.get(topic)
         if not mqs:
-            if topic != self._retry_topic:
+            if topic != self.retry_topic:
                 log.warning("group %s: no route for subscribed topic %s", self.group, topic)
             return
         if self.clustering:
-            cids = await self._find_consumer_ids(topic)
+            cids = await self.broker_calls.find_consumer_ids(topic)
             if cids is None:
                 return
             allocated = set(allocate_averagely(mqs, cids, self.instance.client_id))
@@ -402,44 +369,14 @@ class PushConsumer:
             allocated = set(mqs)
         await self._update_process_queues(topic, allocated)
 
-    async def _find_consumer_ids(self, topic: str) -> list[str] | None:
-        route = self.instance.routes.get(topic)
-        if route is None:
-            return None
-        brokers = list(route.brokerDatas)
-        random.shuffle(brokers)
-        for bd in brokers:
-            if not bd.brokerAddrs:
-                continue
-            addr = bd.brokerAddrs.get(0) or bd.brokerAddrs[min(bd.brokerAddrs)]
-            cmd = RemotingCommand(
-                code=int(RequestCode.GET_CONSUMER_LIST_BY_GROUP), ext_fields={"consumerGroup": self.group}
-            )
-            try:
-                response = await self.instance.invoke(addr, cmd, self.instance.call_timeout)
-            except RemotingError as e:
-                log.warning("consumer list of %s from %s: %s", self.group, addr, e)
-                continue
-            if response.code != ResponseCode.SUCCESS:
-                log.warning(
-                    "consumer list of %s from %s: code %d %s",
-                    self.group,
-                    addr,
-                    response.code,
-                    response.remark,
-                )
-                continue
-            return GetConsumerListByGroupResponseBody.decode(response.body_bytes).consumerIdList
-        return None
-
     async def _update_process_queues(self, topic: str, allocated: set[MessageQueue]) -> None:
         for mq in [m for m in self._queues if m.topic == topic and m not in allocated]:
             await self._remove_queue(mq)
         for mq in sorted(allocated - self._queues.keys(), key=mq_sort_key):
-            if self._stopping or self._main is None:
+            if self.stopping or self._main is None:
                 return
             pq = ProcessQueue(trio.current_time())
-            if self.orderly and self.clustering and not await self._lock_one(mq, pq):
+            if self.orderly and self.clustering and not await self.broker_calls.lock_one(mq, pq):
                 log.warning("group %s: could not lock %s; not pulling it this round", self.group, mq)
                 continue
             self.offset_store.remove(mq)
@@ -450,17 +387,16 @@ class PushConsumer:
                     "group %s: no start offset for %s (%s); retrying at the next rebalance", self.group, mq, e
                 )
                 if pq.locked:
-                    await self._unlock(mq.brokerName, [mq])
+                    await self.broker_calls.unlock(mq.brokerName, [mq])
                 continue
             if self._main is None:
                 return
-            qs = _QueueState(mq, pq)
+            qs = QueueState(mq, pq)
             qs.next_offset = offset
             self._queues[mq] = qs
             log.info("group %s: now pulling %s from offset %d", self.group, mq, offset)
             self._main.start_soon(self._pull_task, qs)
-            if self.orderly and self._consume is not None:
-                self._consume.start_soon(self._orderly_loop, qs)
+            self.service.start_queue(qs)
 
     async def _remove_queue(self, mq: MessageQueue) -> bool:
         """Stop pulling ``mq`` and hand it back: commit its offset and (orderly) unlock it."""
@@ -480,7 +416,7 @@ class PushConsumer:
         await self.offset_store.persist(mq)
         self.offset_store.remove(mq)
         if self.orderly and self.clustering:
-            await self._unlock(mq.brokerName, [mq])
+            await self.broker_calls.unlock(mq.brokerName, [mq])
         log.info("group %s: stopped pulling %s", self.group, mq)
         return True
 
@@ -507,11 +443,11 @@ class PushConsumer:
 
     # ------------------------------------------------------------------ pulling
 
-    async def _pull_task(self, qs: _QueueState) -> None:
+    async def _pull_task(self, qs: QueueState) -> None:
         with qs.pull_scope:
             await self._pull_loop(qs)
 
-    async def _pull_loop(self, qs: _QueueState) -> None:
+    async def _pull_loop(self, qs: QueueState) -> None:
         mq, pq = qs.mq, qs.pq
         suspend_ms = int(self.broker_suspend_max_time * 1000)
         while not pq.dropped:
@@ -558,7 +494,7 @@ class PushConsumer:
                 if result.messages:
                     self._restore_retry_topic(result.messages)
                     pq.put_messages(result.messages)
-                    self._submit(qs, result.messages)
+                    self.service.submit(qs, result.messages)
                 else:
                     self._correct_offset(qs)
             elif status is PullStatus.OFFSET_ILLEGAL:
@@ -578,13 +514,13 @@ class PushConsumer:
             if self.pull_interval > 0:
                 await trio.sleep(self.pull_interval)
 
-    def _correct_offset(self, qs: _QueueState) -> None:
+    def _correct_offset(self, qs: QueueState) -> None:
         """Nothing outstanding: the offset may follow the pull position (filtered-out messages)."""
         if qs.pq.is_empty():
             self.offset_store.update(qs.mq, qs.next_offset, increase_only=True)
 
     def _restore_retry_topic(self, msgs: list[MessageExt]) -> None:
-        rt = self._retry_topic
+        rt = self.retry_topic
         for m in msgs:
             if m.topic == rt:
                 original = m.properties.get(PROPERTY_RETRY_TOPIC)
@@ -593,254 +529,10 @@ class PushConsumer:
 
     # ------------------------------------------------------------------ consuming
 
-    def _submit(self, qs: _QueueState, msgs: list[MessageExt]) -> None:
-        if self.orderly:
-            qs.wakeup.set()
-            return
-        nursery = self._consume
-        if nursery is None:
-            return
-        n = self.consume_batch_size
-        for i in range(0, len(msgs), n):
-            nursery.start_soon(self._consume_concurrently, qs, msgs[i : i + n])
-
-    async def _call_listener(self, msgs: list[MessageExt]) -> ConsumeStatus | None:
-        assert self._listener is not None
-        try:
-            r = self._listener(msgs)
-            if inspect.isawaitable(r):
-                r = await r
-        except Exception:
-            log.exception("group %s: message listener raised; treating as failure", self.group)
-            return None
-        if r is None:
-            log.warning("group %s: message listener returned None; treating as failure", self.group)
-        return r
-
-    def _enter(self) -> None:
-        self._in_flight += 1
-        if self._idle.is_set():
-            self._idle = trio.Event()
-
-    def _leave(self) -> None:
-        self._in_flight -= 1
-        if self._in_flight == 0:
-            self._idle.set()
-
-    async def _consume_concurrently(
-        self, qs: _QueueState, msgs: list[MessageExt], delay: float = 0.0
-    ) -> None:
-        if delay > 0:
-            await trio.sleep(delay)
-        async with self._consume_sem:
-            if qs.pq.dropped or self._stopping:
-                return
-            self._enter()
-            try:
-                status = await self._call_listener(msgs)
-                await self._process_concurrent_result(qs, msgs, status is ConsumeStatus.CONSUME_SUCCESS)
-            finally:
-                self._leave()
-
-    async def _process_concurrent_result(self, qs: _QueueState, msgs: list[MessageExt], ok: bool) -> None:
-        done = msgs
-        if not ok:
-            if self.clustering:
-                failed: list[MessageExt] = []
-                for m in msgs:
-                    if not await self._send_back(qs.mq, m):
-                        m.reconsume_times += 1
-                        failed.append(m)
-                if failed:
-                    done = [m for m in msgs if m not in failed]
-                    if self._consume is not None:
-                        self._consume.start_soon(
-                            self._consume_concurrently, qs, failed, self.send_back_retry_delay
-                        )
-            else:
-                for m in msgs:
-                    log.warning(
-                        "group %s (broadcasting): dropping message %s after consume failure",
-                        self.group,
-                        m.msg_id,
-                    )
-        offset = qs.pq.remove_messages(done)
-        if offset >= 0 and not qs.pq.dropped:
-            self.offset_store.update(qs.mq, offset, increase_only=True)
-
-    async def _send_back(self, mq: MessageQueue, msg: MessageExt, delay_level: int = 0) -> bool:
-        """CONSUMER_SEND_MSG_BACK; on failure re-send to the retry topic. True if either worked."""
-        try:
-            addr = await self.instance.master_addr(mq.brokerName, mq.topic)
-            ext = {
-                "offset": str(msg.commit_log_offset),
-                "group": self.group,
-                "delayLevel": str(delay_level),
-                "originMsgId": msg.msg_id,
-                "originTopic": msg.topic,
-                "unitMode": "false",
-                "maxReconsumeTimes": str(self.max_reconsume_times),
-                "bname": mq.brokerName,
-            }
-            cmd = RemotingCommand(code=int(RequestCode.CONSUMER_SEND_MSG_BACK), ext_fields=ext)
-            response = await self.instance.invoke(addr, cmd, self.instance.call_timeout)
-            if response.code != ResponseCode.SUCCESS:
-                raise MQBrokerError(response.code, response.remark, addr)
-            return True
-        except (RemotingError, MQClientError) as e:
-            log.warning(
-                "group %s: send back of %s failed (%s); re-sending to %s",
-                self.group,
-                msg.msg_id,
-                e,
-                self._retry_topic,
-            )
-        return await self._resend_to_retry_topic(msg, msg.reconsume_times + 1, 3 + msg.reconsume_times)
-
-    async def _resend_to_retry_topic(self, msg: MessageExt, reconsume_time: int, delay_level: int) -> bool:
-        producer = self._inner_producer
-        if producer is None:
-            return False
-        props = dict(msg.properties)
-        for k in (PROPERTY_MIN_OFFSET, PROPERTY_MAX_OFFSET, PROPERTY_TRAN_MSG):
-            props.pop(k, None)
-        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, msg.msg_id)
-        props[PROPERTY_RETRY_TOPIC] = msg.topic
-        props[PROPERTY_RECONSUME_TIME] = str(reconsume_time)
-        props[PROPERTY_MAX_RECONSUME_TIMES] = str(self.max_reconsume_times)
-        new = Message(
-            self._retry_topic, msg.body, flag=msg.flag, properties=props, delay_time_level=delay_level
-        )
-        try:
-            await producer.send(new)
-        except (RemotingError, MQClientError) as e:
-            log.warning(
-                "group %s: re-sending %s to %s failed: %s", self.group, msg.msg_id, self._retry_topic, e
-            )
-            return False
-        return True
-
-    # ------------------------------------------------------------------ orderly
-
-    async def _orderly_loop(self, qs: _QueueState) -> None:
-        mq, pq = qs.mq, qs.pq
-        while not pq.dropped and not self._stopping:
-            if not pq.has_pending():
-                await qs.wakeup.wait()
-                qs.wakeup = trio.Event()
-                continue
-            if self.clustering and (not pq.locked or pq.lock_expired(trio.current_time())):
-                if not await self._lock_one(mq, pq):
-                    await trio.sleep(self.pull_delay_on_exception)
-                continue
-            offset = -1
-            async with self._consume_sem:
-                if pq.dropped or self._stopping:
-                    return
-                qs.idle = trio.Event()
-                self._enter()
-                try:
-                    msgs = pq.take_messages(self.consume_batch_size)
-                    status = await self._call_listener(msgs)
-                    if status is ConsumeStatus.CONSUME_SUCCESS or await self._orderly_give_up(msgs):
-                        offset = pq.commit()
-                    else:
-                        pq.make_consume_again(msgs)
-                        offset = -1
-                    if offset >= 0 and not pq.dropped:
-                        self.offset_store.update(mq, offset)
-                finally:
-                    self._leave()
-                    qs.idle.set()
-            if offset < 0:
-                await trio.sleep(self.suspend_current_queue_time)
-
-    async def _orderly_give_up(self, msgs: Sequence[MessageExt]) -> bool:
-        """Upstream ``checkReconsumeTimes``: True if every message went to the DLQ path instead."""
-        suspend = False
-        for m in msgs:
-            if m.reconsume_times >= self.max_reconsume_times:
-                if not await self._resend_to_retry_topic(m, m.reconsume_times, 3 + m.reconsume_times):
-                    suspend = True
-                    m.reconsume_times += 1
-            else:
-                suspend = True
-                m.reconsume_times += 1
-        return not suspend
-
-    async def _lock_one(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
-        locked = await self._lock(mq.brokerName, [mq])
-        if mq in locked:
-            pq.locked = True
-            pq.last_lock_time = trio.current_time()
-            return True
-        return False
-
-    async def _lock(self, broker_name: str, mqs: list[MessageQueue]) -> set[MessageQueue]:
-        """LOCK_BATCH_MQ: the subset of ``mqs`` now locked by this client."""
-        try:
-            addr = await self.instance.master_addr(broker_name, mqs[0].topic)
-            body = LockBatchRequestBody(
-                consumerGroup=self.group, clientId=self.instance.client_id, mqSet=mqs
-            ).encode()
-            response = await self.instance.invoke(
-                addr,
-                RemotingCommand(code=int(RequestCode.LOCK_BATCH_MQ), body=body),
-                self.instance.call_timeout,
-            )
-        except (RemotingError, MQClientError) as e:
-            log.warning(
-                "group %s: lock of %d queue(s) on %s failed: %s", self.group, len(mqs), broker_name, e
-            )
-            return set()
-        if response.code != ResponseCode.SUCCESS:
-            log.warning(
-                "group %s: lock on %s answered %d: %s",
-                self.group,
-                broker_name,
-                response.code,
-                response.remark,
-            )
-            return set()
-        return set(LockBatchResponseBody.decode(response.body_bytes).lockOKMQSet)
-
-    async def _unlock(self, broker_name: str, mqs: list[MessageQueue]) -> None:
-        try:
-            addr = await self.instance.master_addr(broker_name, mqs[0].topic)
-            body = UnlockBatchRequestBody(
-                consumerGroup=self.group, clientId=self.instance.client_id, mqSet=mqs
-            ).encode()
-            response = await self.instance.invoke(
-                addr,
-                RemotingCommand(code=int(RequestCode.UNLOCK_BATCH_MQ), body=body),
-                self.instance.call_timeout,
-            )
-        except (RemotingError, MQClientError) as e:
-            log.warning("group %s: unlock on %s failed: %s", self.group, broker_name, e)
-            return
-        if response.code != ResponseCode.SUCCESS:
-            log.warning(
-                "group %s: unlock on %s answered %d: %s",
-                self.group,
-                broker_name,
-                response.code,
-                response.remark,
-            )
-
-    def _by_broker(self, mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
-        out: dict[str, list[MessageQueue]] = {}
-        for mq in sorted(mqs, key=mq_sort_key):
-            out.setdefault(mq.brokerName, []).append(mq)
-        return out
-
-    async def _unlock_all(self, mqs: list[MessageQueue]) -> None:
-        for broker_name, group in self._by_broker(mqs).items():
-            await self._unlock(broker_name, group)
-
     async def lock_all(self) -> None:
         """Renew the locks of every assigned queue (upstream ``RebalanceImpl.lockAll``)."""
-        for broker_name, mqs in self._by_broker(list(self._queues)).items():
-            locked = await self._lock(broker_name, mqs)
+        for broker_name, mqs in by_broker(list(self._queues)).items():
+            locked = await self.broker_calls.lock(broker_name, mqs)
             now = trio.current_time()
             for mq in mqs:
                 qs = self._queues.get(mq)
