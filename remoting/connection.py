@@ -225,6 +225,7 @@ class Connection:
             raise RemotingSendError(f"connection to {self.remote_address} is closed")
         self._queue(encode(cmd))
         await self._flush()
+        await trio.lowlevel.cancel_shielded_checkpoint()  # yield even when the write was immediate
 
     async def respond(self, response: RemotingCommand) -> None:
         """Send a response (its opaque must be the request's; ``request.response()`` does that).
@@ -241,6 +242,7 @@ class Connection:
             await self._flush()
         except RemotingSendError as e:
             self._log.debug("dropping response (opaque %d): %s", response.opaque, e)
+        await trio.lowlevel.cancel_shielded_checkpoint()  # yield even when the write was immediate
 
     async def aclose(self) -> None:
         """Close the connection; the reader notices, fails pending requests and fires on_close."""
@@ -322,6 +324,12 @@ class Connection:
                     break
         except trio.ClosedResourceError:
             raise RemotingSendError(f"connection to {self.remote_address} closed while sending") from None
+        except BaseException:
+            # Cancelled while waiting for the socket: the queue (possibly half a frame) stays
+            # consistent; let another task finish writing it.
+            if self._out and not self._closed:
+                self._spawn_flusher()
+            raise
         finally:
             self._writing = False
             self._drain_lot.unpark_all()
@@ -457,6 +465,8 @@ class Connection:
             if backlog or self._in_flight >= self._max_in_flight:
                 backlog.append((cmd, now))
                 continue
+            if self._out_bytes > HIGH_WATER:
+                await self._flush_quietly()  # the peer is slow to read: answer no faster than it reads
             started = self._start(cmd, now)
             if started is not None:
                 # The handler blocks: this task keeps driving it and a new task reads on.
@@ -507,6 +517,9 @@ class Connection:
             started = None
             backlog = self._backlog
             while backlog and started is None and self._in_flight < self._max_in_flight:
+                if self._out_bytes > HIGH_WATER:
+                    await self._flush_quietly()
+                    continue
                 cmd, received_at = backlog.popleft()
                 started = self._start(cmd, received_at)
                 if self._slot_lot:
@@ -531,7 +544,13 @@ class Connection:
         except RemotingSendError as e:
             self._log.debug("connection %s: %s", self.remote_address, e)
             return
-        self._nursery.start_soon(self._flush_quietly)
+        self._spawn_flusher()
+
+    def _spawn_flusher(self) -> None:
+        try:
+            self._nursery.start_soon(self._flush_quietly)
+        except RuntimeError:  # the owner's nursery is gone: nobody can write any more
+            self._close_now("no task left to write")
 
     def _queue_response(self, request: RemotingCommand, response: RemotingCommand) -> None:
         if request.flag & FLAG_ONEWAY or self._closed:

@@ -535,3 +535,40 @@ async def test_full_connection_still_reads_responses_to_its_own_requests() -> No
                 for _ in range(4):
                     nursery.start_soon(call)
         assert codes == ["0"] * 4
+
+
+async def test_peer_that_does_not_read_stops_the_server_reading_its_requests() -> None:
+    handled = 0
+    blob = b"z" * (2 << 20)
+
+    async def big(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        nonlocal handled
+        handled += 1
+        resp = req.response(ResponseCode.SUCCESS)
+        resp.body = blob
+        return resp
+
+    table = ProcessorTable()
+    table.register(1, big)
+    total = 40
+    async with serving(table) as (_, [lst]), raw_peer(lst) as peer:
+        await peer.stream.send_all(
+            b"".join(
+                b"".join(bytes(p) for p in encode(RemotingCommand(code=1, opaque=i))) for i in range(total)
+            )
+        )
+        # wait until the server stops making progress (its writes are blocked)
+        with trio.fail_after(10):
+            last = -1
+            while handled != last:
+                last = handled
+                await trio.sleep(0.1)
+        assert handled < total  # it stopped reading requests while responses could not go out
+        got = []
+        while len(got) < total:
+            resp = await peer.read(timeout=10)
+            assert resp is not None
+            assert resp.body == blob
+            got.append(resp.opaque)
+        assert got == list(range(total))
+        assert handled == total
