@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable
 
+import msgspec
 import trio
 
 from broker.clients import ConsumerManager, ProducerManager
