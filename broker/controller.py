@@ -179,10 +179,14 @@ class BrokerController:
     # --- lifecycle ---
 
     def topic_wrapper(self) -> TopicConfigAndMappingSerializeWrapper:
+        """The topic table as registered: with a broker-level read/write ban applied (upstream
+        ``registerBrokerAll`` masks each topic's perm by ``brokerPermission``)."""
         w = self.topics.wrapper()
-        return TopicConfigAndMappingSerializeWrapper(
-            topicConfigTable=w.topicConfigTable, dataVersion=w.dataVersion
-        )
+        table = w.topicConfigTable
+        perm = self.broker_config.brokerPermission
+        if not (PermName.is_writeable(perm) and PermName.is_readable(perm)):
+            table = {name: msgspec.structs.replace(tc, perm=tc.perm & perm) for name, tc in table.items()}
+        return TopicConfigAndMappingSerializeWrapper(topicConfigTable=table, dataVersion=w.dataVersion)
 
     async def register_to_namesrvs(self) -> None:
         namesrvs = split_addrs(self.broker_config.namesrvAddr)
