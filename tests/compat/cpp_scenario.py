@@ -1,0 +1,272 @@
+"""One scenario of the real C++ RocketMQ client (PyPI ``rocketmq`` 0.4.4), run as its own process.
+
+Run by :func:`tests.compat.cluster.run_client`: reads a JSON spec on stdin, prints one line
+``SCENARIO-RESULT <json>`` on stdout and exits with ``os._exit`` (the native client's threads are
+not joined at interpreter exit). A watchdog prints what was collected so far and exits with code 3
+if the scenario overruns its ``deadline`` (a hung native call), so the caller still gets a report.
+
+Actions (``spec["action"]``):
+
+- ``produce``: send ``messages`` (each: ``topic``, ``body`` text or ``body_random`` byte count,
+  optional ``keys``, ``tags``, ``props``, ``mode`` = ``sync`` | ``oneway`` | ``orderly`` with ``arg``)
+  with one producer; report one result per message (``ok``, ``status``, ``msg_id``, ``offset`` or
+  ``error`` / ``error_type``).
+- ``push``: a push consumer (``orderly`` or concurrent, clustering) subscribed to ``topic`` with
+  ``expression``; records every delivery (body, keys, tags, the ``props`` asked for, queue id and
+  offset, reconsume count, message id, arrival time and thread), sleeping ``sleep_ms`` in each
+  delivery. Raises (→ RECONSUME_LATER) on the
+  first delivery of each body in ``fail_first``. Stops ``settle`` seconds after every body in
+  ``expect`` was seen (and every body in ``expect_redelivered`` was seen again with a reconsume count
+  > 0), or at ``deadline``; then shuts the consumer down (which commits offsets).
+- ``pull``: a pull consumer reads every queue of ``topic`` from offset 0 until the broker reports no
+  new message; records each message with its broker name, queue id and the ``props`` asked for.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from rocketmq.client import Message, Producer, PullConsumer, PushConsumer, RecvMessage
+from rocketmq.ffi import _CMessageQueue, _CPullStatus, dll
+
+RESULT_PREFIX = "SCENARIO-RESULT "
+
+_report_lock = threading.Lock()
+_reported = False
+
+
+def report(result: dict[str, Any], code: int = 0) -> None:
+    """Print the report once and leave the process at once."""
+    global _reported
+    with _report_lock:
+        if not _reported:
+            _reported = True
+            sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
+            sys.stdout.flush()
+            sys.stderr.flush()
+    os._exit(code)
+
+
+def start_watchdog(deadline: float, partial: dict[str, Any]) -> None:
+    def fire() -> None:
+        partial["watchdog"] = f"scenario overran its deadline of {deadline} s"
+        report(partial, 3)
+
+    timer = threading.Timer(deadline, fire)
+    timer.daemon = True
+    timer.start()
+
+
+def _text(value: bytes | str | None) -> str | None:
+    if value is None:
+        return None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _error(e: BaseException) -> dict[str, Any]:
+    return {"ok": False, "error_type": type(e).__name__, "error": str(e)}
+
+
+# --- produce --------------------------------------------------------------------------------------
+
+
+def produce(spec: dict[str, Any], result: dict[str, Any]) -> None:
+    producer = Producer(spec.get("group", "PG_COMPAT"), timeout=spec.get("timeout_ms", 5000))
+    producer.set_namesrv_addr(spec["namesrv"])
+    producer.start()
+    results: list[dict[str, Any]] = result.setdefault("results", [])
+    keep: list[Message] = []
+    try:
+        for m in spec["messages"]:
+            msg = Message(m["topic"])
+            keep.append(msg)
+            if "body_random" in m:
+                data = os.urandom(m["body_random"])
+                if dll.SetByteMessageBody(msg._handle, data, len(data)) != 0:
+                    raise RuntimeError("SetByteMessageBody failed")
+            else:
+                msg.set_body(m["body"].encode())
+            if m.get("keys"):
+                msg.set_keys(m["keys"])
+            if m.get("tags"):
+                msg.set_tags(m["tags"])
+            for k, v in m.get("props", {}).items():
+                msg.set_property(k, v)
+            mode = m.get("mode", "sync")
+            try:
+                if mode == "sync":
+                    r = producer.send_sync(msg)
+                elif mode == "orderly":
+                    r = producer.send_orderly(msg, int(m["arg"]))
+                elif mode == "oneway":
+                    producer.send_oneway(msg)
+                    results.append({"ok": True})
+                    continue
+                else:
+                    raise ValueError(f"unknown mode {mode}")
+                results.append({"ok": True, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset})
+            except Exception as e:
+                results.append(_error(e))
+    finally:
+        producer.shutdown()
+
+
+# --- push consumer --------------------------------------------------------------------------------
+
+
+def push(spec: dict[str, Any], result: dict[str, Any]) -> None:
+    received: list[dict[str, Any]] = result.setdefault("received", [])
+    lock = threading.Lock()
+    done = threading.Event()
+    expect = set(spec.get("expect", []))
+    expect_redelivered = set(spec.get("expect_redelivered", []))
+    fail_first = set(spec.get("fail_first", []))
+    failed_once: set[str] = set()
+    prop_names: list[str] = spec.get("props", [])
+    sleep_s = float(spec.get("sleep_ms", 0)) / 1000
+    t0 = time.monotonic()
+
+    def check_done() -> None:
+        seen = {r["body"] for r in received}
+        again = {r["body"] for r in received if r["reconsume_times"] > 0}
+        if expect <= seen and expect_redelivered <= again:
+            done.set()
+
+    def on_message(msg: RecvMessage) -> None:
+        body = _text(msg.body) or ""
+        record = {
+            "body": body,
+            "keys": _text(msg.keys),
+            "tags": _text(msg.tags),
+            "topic": msg.topic,
+            "id": msg.id,
+            "queue_id": msg.queue_id,
+            "queue_offset": msg.queue_offset,
+            "reconsume_times": msg.reconsume_times,
+            "props": {name: _text(msg.get_property(name)) for name in prop_names},
+            "t": round(time.monotonic() - t0, 3),
+            "thread": threading.get_ident(),
+        }
+        with lock:
+            received.append(record)
+            raise_now = body in fail_first and body not in failed_once
+            if raise_now:
+                failed_once.add(body)
+                record["failed"] = True
+            check_done()
+        if raise_now:
+            raise RuntimeError(f"reconsume later: {body}")
+        if sleep_s:
+            time.sleep(sleep_s)
+
+    consumer = PushConsumer(spec["group"], orderly=bool(spec.get("orderly", False)))
+    consumer.set_namesrv_addr(spec["namesrv"])
+    if spec.get("thread_count"):
+        consumer.set_thread_count(int(spec["thread_count"]))
+    consumer.subscribe(spec["topic"], on_message, spec.get("expression", "*"))
+    consumer.start()
+    result["started"] = round(time.monotonic() - t0, 3)
+    wait = float(spec.get("wait", 30.0))
+    if not expect and not expect_redelivered:
+        done.wait(wait)  # nothing to wait for: just listen for ``wait`` seconds
+    elif done.wait(wait):
+        result["complete_after"] = round(time.monotonic() - t0, 3)
+        time.sleep(float(spec.get("settle", 0.0)))
+    else:
+        result["timed_out"] = True
+    t_stop = time.monotonic()
+    consumer.shutdown()
+    result["shutdown_seconds"] = round(time.monotonic() - t_stop, 3)
+    with lock:
+        result["received"] = list(received)
+
+
+# --- pull consumer --------------------------------------------------------------------------------
+
+
+def pull(spec: dict[str, Any], result: dict[str, Any]) -> None:
+    """Like ``PullConsumer.pull`` (same native calls), but records the broker of each queue and
+    reports a broker timeout instead of re-pulling the same offset forever."""
+    consumer = PullConsumer(spec["group"])
+    consumer.set_namesrv_addr(spec["namesrv"])
+    consumer.start()
+    messages: list[dict[str, Any]] = result.setdefault("messages", [])
+    queues: list[dict[str, Any]] = result.setdefault("queues", [])
+    expression = spec.get("expression", "*").encode()
+    prop_names: list[str] = spec.get("props", [])
+    mqs = ctypes.POINTER(_CMessageQueue)()
+    size = ctypes.c_int()
+    status = dll.FetchSubscriptionMessageQueues(
+        consumer._handle, spec["topic"].encode(), ctypes.pointer(mqs), ctypes.pointer(size)
+    )
+    if status != 0:
+        result["error"] = f"FetchSubscriptionMessageQueues returned {status}: {dll.GetLatestErrorMessage()!r}"
+        consumer.shutdown()
+        return
+    try:
+        for i in range(size.value):
+            mq = mqs[i]
+            broker = mq.brokerName.decode()
+            q: dict[str, Any] = {"broker": broker, "queue_id": mq.queueId, "statuses": []}
+            queues.append(q)
+            offset = 0
+            for _ in range(10_000):
+                res = dll.Pull(consumer._handle, ctypes.pointer(mq), expression, offset, 32)
+                st = _CPullStatus(res.pullStatus).name
+                q["statuses"].append(st)
+                try:
+                    if res.pullStatus == _CPullStatus.FOUND:
+                        for j in range(res.size):
+                            m = RecvMessage(res.msgFoundList[j])
+                            messages.append(
+                                {
+                                    "broker": broker,
+                                    "queue_id": mq.queueId,
+                                    "msg_queue_id": m.queue_id,
+                                    "queue_offset": m.queue_offset,
+                                    "body": _text(m.body),
+                                    "keys": _text(m.keys),
+                                    "tags": _text(m.tags),
+                                    "topic": m.topic,
+                                    "reconsume_times": m.reconsume_times,
+                                    "props": {n: _text(m.get_property(n)) for n in prop_names},
+                                }
+                            )
+                    if res.pullStatus == _CPullStatus.BROKER_TIMEOUT:
+                        q["error"] = "BROKER_TIMEOUT"
+                        break
+                    offset = res.nextBeginOffset
+                    if res.pullStatus == _CPullStatus.NO_NEW_MSG:
+                        break
+                finally:
+                    dll.ReleasePullResult(res)
+            q["next_offset"] = offset
+    finally:
+        dll.ReleaseSubscriptionMessageQueue(mqs)
+    consumer.shutdown()
+
+
+ACTIONS = {"produce": produce, "push": push, "pull": pull}
+
+
+def main() -> None:
+    spec = json.loads(sys.stdin.read())
+    result: dict[str, Any] = {"action": spec["action"], "pid": os.getpid()}
+    start_watchdog(float(spec.get("deadline", 50.0)), result)
+    try:
+        ACTIONS[spec["action"]](spec, result)
+    except Exception as e:
+        result["exception"] = _error(e)
+        result["traceback"] = traceback.format_exc()
+    report(result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""The real C++ client produces (sync, oneway, ordered) and push-consumes (clustering, tag expression)
+through a real ``rmq-container`` with two master broker groups and auto-created topics."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.compat.conftest import Clients
+
+pytestmark = pytest.mark.compat
+
+TOPIC = "CompatMixedTopic"
+MODES = ("sync", "oneway", "orderly")
+TAGS = ("TagA", "TagB", "TagC")
+PROPS = ("seq", "mode", "note")
+
+
+def mixed_messages(first: int, count: int) -> list[dict[str, Any]]:
+    """Messages ``first .. first+count-1``: modes cycle every message, tags every three, so every
+    (mode, tag) pair occurs; two keys each; user properties incl. non-ASCII text and spaces."""
+    out = []
+    for i in range(first, first + count):
+        out.append(
+            {
+                "topic": TOPIC,
+                "body": f"body-{i:03d}",
+                "keys": f"key-{i:03d} group-{i % 4}",
+                "tags": TAGS[(i // 3) % 3],
+                "props": {"seq": str(i), "mode": MODES[i % 3], "note": f"héllo wörld = {i}: ok"},
+                "mode": MODES[i % 3],
+                "arg": i,
+            }
+        )
+    return out
+
+
+def assert_sent(report: dict[str, Any], count: int) -> None:
+    assert "exception" not in report, report
+    results = report["results"]
+    assert len(results) == count
+    failed = [r for r in results if not r["ok"]]
+    assert not failed, failed
+    # sync and orderly sends report SEND_OK (0); oneway sends report nothing
+    assert {r.get("status") for r in results} <= {0, None}
+
+
+def assert_exactly(report: dict[str, Any], expected: list[dict[str, Any]]) -> None:
+    """The consumer got every expected message once, nothing else, with its properties intact."""
+    assert not report.get("timed_out"), f"incomplete: got {len(report['received'])} of {len(expected)}"
+    assert "exception" not in report, report
+    received = report["received"]
+    counts = Counter(r["body"] for r in received)
+    duplicates = {body: n for body, n in counts.items() if n > 1}
+    assert not duplicates, f"delivered more than once: {duplicates}"
+    by_body = {m["body"]: m for m in expected}
+    extra = set(counts) - set(by_body)
+    assert not extra, f"not expected (tag filter?): {sorted(extra)}"
+    assert set(counts) == set(by_body)
+    for r in received:
+        sent = by_body[r["body"]]
+        assert r["topic"] == TOPIC
+        assert r["tags"] == sent["tags"]
+        assert r["keys"] == sent["keys"]
+        assert r["props"] == sent["props"], r
+        assert r["reconsume_times"] == 0
+        assert r["id"], r
+
+
+def test_cpp_producer_and_push_consumers_exact_set_with_properties(make_container, client: Clients) -> None:
+    cluster = make_container("broker-a", "broker-b")
+    first = mixed_messages(0, 30)
+    sent = client({"action": "produce", "namesrv": cluster.namesrv, "group": "PG_MIXED", "messages": first})
+    assert_sent(sent, len(first))
+
+    # Two groups consume concurrently: one with a tag expression, one with everything. A second batch
+    # is sent while they run, so it reaches them through held (long-polling) pulls.
+    second = mixed_messages(30, 15)
+    everything = first + second
+    tagged = [m for m in everything if m["tags"] in ("TagA", "TagB")]
+    common = {"action": "push", "namesrv": cluster.namesrv, "topic": TOPIC, "props": list(PROPS)}
+    filtered_consumer = client.start(
+        {
+            **common,
+            "group": "CG_MIXED_TAGS",
+            "expression": "TagA || TagB",
+            "expect": [m["body"] for m in tagged],
+            "settle": 3,
+            "wait": 30,
+            "deadline": 45,
+        }
+    )
+    all_consumer = client.start(
+        {
+            **common,
+            "group": "CG_MIXED_ALL",
+            "expression": "*",
+            "expect": [m["body"] for m in everything],
+            "settle": 3,
+            "wait": 30,
+            "deadline": 45,
+        }
+    )
+    sent = client({"action": "produce", "namesrv": cluster.namesrv, "group": "PG_MIXED", "messages": second})
+    assert_sent(sent, len(second))
+
+    tags_report = filtered_consumer.report(60)
+    all_report = all_consumer.report(60)
+    assert_exactly(tags_report, tagged)
+    assert_exactly(all_report, everything)
+    # the messages were spread over both broker groups
+    pulled = client({"action": "pull", "namesrv": cluster.namesrv, "group": "CG_MIXED_PULL", "topic": TOPIC})
+    per_broker = Counter(m["broker"] for m in pulled["messages"])
+    assert set(per_broker) == {"broker-a", "broker-b"}, per_broker
+    assert sum(per_broker.values()) == len(everything)
