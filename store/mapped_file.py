@@ -35,8 +35,6 @@ try:
     _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
     _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     _libc.madvise.restype = ctypes.c_int
-    _libc.syncfs.argtypes = [ctypes.c_int]
-    _libc.syncfs.restype = ctypes.c_int
 except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
     _libc = None
 
@@ -122,19 +120,6 @@ def clear_nonzero_tail_sync(mf: MappedFile, start: int) -> int:
         if fd >= 0:
             os.close(fd)
     return rewritten
-
-
-def syncfs_sync(path: str) -> None:
-    """Flush every dirty page of the filesystem holding ``path`` (``syncfs``; ``sync`` where it
-    is unavailable); blocking."""
-    if _libc is not None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            if _libc.syncfs(fd) == 0:
-                return
-        finally:
-            os.close(fd)
-    os.sync()
 
 
 def _address_of(mm: mmap.mmap) -> int:

@@ -20,6 +20,7 @@ and listed in the :class:`RecoveryReport`.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import time
 from typing import TYPE_CHECKING
@@ -28,7 +29,8 @@ import msgspec
 import trio
 
 from store.dispatch import DispatchNeedsFile, gets_queue_unit
-from store.mapped_file import clear_nonzero_tail_sync, delete_paths_sync, syncfs_sync
+from store.flush import fsync_paths_sync
+from store.mapped_file import clear_nonzero_tail_sync, delete_paths_sync
 from store.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, MessageFormatError, dispatch_info
 
 if TYPE_CHECKING:
@@ -263,8 +265,9 @@ async def recover(store: DefaultMessageStore, abnormal: bool) -> RecoveryReport:
         await trio.to_thread.run_sync(epoch.persist)
 
     if abnormal:
-        # everything recovery touched (and everything the crashed process left in the page cache)
-        await trio.to_thread.run_sync(syncfs_sync, cfg.storePathRootDir)
+        # what the crashed process left in the page cache past the scan start is not known to be
+        # durable: make it so before the checkpoint claims it
+        await trio.to_thread.run_sync(fsync_paths_sync, _files_touched_since(store, start))
         for mf in cl.mfq.files:
             mf.flushed_position = mf.wrote_position
     store.cl_flusher.flushed_offset = cl.max_offset
@@ -278,6 +281,24 @@ async def recover(store: DefaultMessageStore, abnormal: bool) -> RecoveryReport:
         report.dropped_bytes,
     )
     return report
+
+
+def _files_touched_since(store: DefaultMessageStore, offset: int) -> list[str]:
+    """Commit-log files from ``offset`` on, consume-queue files holding units of messages at or
+    after it, and the index files."""
+    cl = store.commit_log
+    paths = [mf.path for mf in cl.mfq.files if mf.file_end_offset > offset]
+    for cq in store.queues:
+        for mf in reversed(cq.mfq.files):
+            if mf.wrote_position == 0:
+                continue
+            paths.append(mf.path)
+            unit = cq.unit(mf.file_from_offset // 20)
+            if unit is None or unit[0] < offset:
+                break
+    if store.index is not None:
+        paths.extend(os.path.join(store.index.index_dir, n) for n in store.index.file_names)
+    return paths
 
 
 async def _rebuild(
