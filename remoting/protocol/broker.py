@@ -469,7 +469,7 @@ class TopicOffset(Body, kw_only=True):
 
 class TopicStatsTable(Body, kw_only=True):
     offsetTable: dict[MessageQueue, TopicOffset] = {}
-    topicPutTps: float | None = None
+    topicPutTps: float = 0.0
 
 
 class OffsetWrapper(Body, kw_only=True):
