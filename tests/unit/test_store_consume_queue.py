@@ -1,0 +1,116 @@
+"""Consume queues on real (small) files: unit layout, rolling, pre-fill, reload, search, truncation."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from store.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue, cq_file_size
+
+UNITS = 10
+FILE = UNITS * CQ_UNIT_SIZE
+
+
+def _put(cq: ConsumeQueue, qo: int, phys: int, size: int = 100, tags: int = 0) -> None:
+    if not cq.put(phys, size, tags, qo):
+        cq.install_file(cq.create_file_sync(cq.file_needed(qo)), qo)
+        assert cq.put(phys, size, tags, qo)
+
+
+def test_unit_bytes_follow_the_reference_layout(tmp_path: Path) -> None:
+    cq = ConsumeQueue("T", 0, str(tmp_path), FILE)
+    _put(cq, 0, 0x0102030405060708, 0x0A0B0C0D, -2)
+    raw = (tmp_path / "T" / "0" / "00000000000000000000").read_bytes()[:20]
+    # commit-log offset (8, big-endian), size (4), tags code (8, signed)
+    assert raw == bytes.fromhex("0102030405060708") + bytes.fromhex("0A0B0C0D") + struct.pack(">q", -2)
+    cq.close()
+
+
+def test_file_size_rounds_up_to_whole_units() -> None:
+    assert cq_file_size(300_000 * 20) == 6_000_000
+    assert cq_file_size(105) == 120
+
+
+def test_rolls_files_and_reads_across_them(tmp_path: Path) -> None:
+    cq = ConsumeQueue("T", 1, str(tmp_path), FILE)
+    for i in range(25):
+        _put(cq, i, i * 100)
+    assert len(cq.mfq.files) == 3
+    assert (cq.min_offset, cq.max_offset, cq.max_physic_offset) == (0, 25, 2400 + 100)
+    assert [u[1] for u in cq.iter_units(0, 25)] == [i * 100 for i in range(25)]
+    chunk = cq.read_units(8, 32)
+    assert chunk is not None
+    assert len(chunk) == 2 * CQ_UNIT_SIZE
+    assert cq.next_file_start(8) == 10
+    cq.close()
+
+
+def test_queue_starting_mid_file_is_prefilled(tmp_path: Path) -> None:
+    cq = ConsumeQueue("T", 2, str(tmp_path), FILE)
+    _put(cq, 13, 5000)
+    _put(cq, 14, 5100)
+    assert (cq.min_offset, cq.max_offset) == (13, 15)
+    assert cq.unit(10) == (0, FILLER_SIZE, 0)
+    assert cq.unit(13) == (5000, 100, 0)
+    cq.close()
+
+
+def test_reload_finds_the_valid_units_and_repeated_puts_are_ignored(tmp_path: Path) -> None:
+    cq = ConsumeQueue("T", 0, str(tmp_path), FILE)
+    for i in range(14):
+        _put(cq, i, i * 100)
+    cq.close()
+    again = ConsumeQueue("T", 0, str(tmp_path), FILE)
+    again.load_sync()
+    assert (again.min_offset, again.max_offset, again.max_physic_offset) == (0, 14, 1400)
+    assert again.put(500, 100, 0, 5)  # re-dispatch of an existing unit: no change
+    assert again.unit(5) == (500, 100, 0)
+    _put(again, 14, 1400)
+    assert again.max_offset == 15
+    again.close()
+
+
+def test_search_by_store_time(tmp_path: Path) -> None:
+    cq = ConsumeQueue("T", 0, str(tmp_path), FILE)
+    times = [10, 20, 20, 20, 30, 40, 40, 50]
+    for i in range(len(times)):
+        _put(cq, i, i * 100)
+
+    def store_time(offset: int, size: int) -> int:
+        return times[offset // 100]
+
+    assert cq.offset_by_time(20, False, store_time, 0) == 1
+    assert cq.offset_by_time(20, True, store_time, 0) == 3
+    assert cq.offset_by_time(41, False, store_time, 0) == 7
+    assert cq.offset_by_time(5, True, store_time, 0) == 0
+    assert cq.offset_by_time(99, False, store_time, 0) == 8
+    # messages below the commit log's min offset count as older than anything
+    assert cq.offset_by_time(5, False, store_time, 300) == 3
+    cq.close()
+
+
+def test_truncate_zeroes_dropped_units_and_rewinds(tmp_path: Path) -> None:
+    cq = ConsumeQueue("T", 0, str(tmp_path), FILE)
+    for i in range(25):
+        _put(cq, i, i * 100)
+    gone, cut = cq.truncate_to_phys(1250)
+    assert [mf.file_from_offset for mf in gone] == [2 * FILE]
+    assert cut is not None
+    assert (cq.max_offset, cq.next_offset, cq.max_physic_offset) == (13, 13, 1300)
+    assert cut.mm[3 * CQ_UNIT_SIZE :] == bytes(FILE - 3 * CQ_UNIT_SIZE)
+    cq.mfq.retire(gone)
+    _put(cq, 13, 1300)
+    assert cq.unit(13) == (1300, 100, 0)
+    cq.close()
+
+
+def test_retention_drops_files_and_moves_the_min_offset(tmp_path: Path) -> None:
+    cq = ConsumeQueue("T", 0, str(tmp_path), FILE)
+    for i in range(25):
+        _put(cq, i, i * 100)
+    gone = cq.detach_expired(1250)
+    assert [mf.file_from_offset for mf in gone] == [0]
+    cq.mfq.retire(gone)
+    cq.correct_min_offset(1250)
+    assert cq.min_offset == 13
+    cq.close()

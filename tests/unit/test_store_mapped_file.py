@@ -1,0 +1,104 @@
+"""Mapped files and their queue on real (small) files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from store.mapped_file import (
+    MappedFile,
+    MappedFileQueue,
+    clear_nonzero_tail_sync,
+    file_name_of,
+    offset_of_name,
+    zero_file_range_sync,
+)
+
+SIZE = 8192
+
+
+def _queue(tmp_path: Path, files: int) -> MappedFileQueue:
+    q = MappedFileQueue(str(tmp_path), SIZE, prefault=True)
+    for i in range(files):
+        mf = q.create_file_sync(q.next_offset())
+        mf.view[:4] = bytes([i + 1]) * 4
+        mf.wrote_position = SIZE
+        q.install(mf)
+    return q
+
+
+def test_file_names_are_20_digit_start_offsets() -> None:
+    assert file_name_of(1073741824) == "00000000001073741824"
+    assert offset_of_name("00000000000006000000") == 6_000_000
+    assert offset_of_name("0000000000000600000") is None
+    assert offset_of_name("abc") is None
+
+
+def test_find_maps_offsets_to_files(tmp_path: Path) -> None:
+    q = _queue(tmp_path, 3)
+    assert sorted(os.listdir(tmp_path)) == [file_name_of(i * SIZE) for i in range(3)]
+    assert q.find(0) is q.files[0]
+    assert q.find(SIZE - 1) is q.files[0]
+    assert q.find(SIZE) is q.files[1]
+    assert q.find(3 * SIZE) is None
+    assert q.find(-1) is None
+    assert (q.min_offset, q.max_offset) == (0, 3 * SIZE)
+    q.close_all()
+
+
+def test_load_resizes_short_files_and_drops_files_after_a_gap(tmp_path: Path) -> None:
+    q = _queue(tmp_path, 4)
+    q.close_all()
+    os.truncate(tmp_path / file_name_of(SIZE), 100)
+    os.remove(tmp_path / file_name_of(2 * SIZE))
+    (tmp_path / "notes.txt").write_text("ignored")
+    q2 = MappedFileQueue(str(tmp_path), SIZE)
+    problems = q2.load_sync()
+    assert [mf.file_from_offset for mf in q2.files] == [0, SIZE]
+    assert not (tmp_path / file_name_of(3 * SIZE)).exists()
+    assert any("had size 100" in p for p in problems)
+    assert any("does not follow" in p for p in problems)
+    assert os.path.getsize(tmp_path / file_name_of(SIZE)) == SIZE
+    assert q2.files[1].mm[:4] == bytes([2]) * 4
+    q2.close_all()
+
+
+def test_close_waits_for_live_views(tmp_path: Path) -> None:
+    q = _queue(tmp_path, 2)
+    view = q.files[0].view[0:4]
+    gone = q.detach_first(1)
+    q.retire(gone)
+    assert q.closing == gone
+    assert bytes(view) == bytes([1]) * 4
+    view.release()
+    q.retry_closing()
+    assert q.closing == []
+    assert gone[0].closed
+    q.close_all()
+
+
+def test_detach_after_keeps_the_position_of_an_emptied_queue(tmp_path: Path) -> None:
+    q = _queue(tmp_path, 3)
+    gone = q.detach_after(SIZE)
+    assert [mf.file_from_offset for mf in gone] == [SIZE, 2 * SIZE]
+    q.retire(gone)
+    gone = q.detach_after(0)
+    q.retire(gone)
+    assert q.files == []
+    assert q.next_offset() == 0
+    q.close_all()
+
+
+def test_zeroing_helpers_clear_exactly_the_range(tmp_path: Path) -> None:
+    path = str(tmp_path / file_name_of(0))
+    mf = MappedFile.open_sync(path, 0, SIZE, create=True)
+    mf.view[:] = b"\xab" * SIZE
+    zero_file_range_sync(path, 100, 5000)
+    data = mf.mm[:]
+    assert data[:100] == b"\xab" * 100
+    assert data[100:5000] == bytes(4900)
+    assert data[5000:] == b"\xab" * (SIZE - 5000)
+    assert clear_nonzero_tail_sync(mf, 6000) == SIZE - 6000
+    assert mf.mm[6000:] == bytes(SIZE - 6000)
+    assert clear_nonzero_tail_sync(mf, 6000) == 0
+    mf.close()
