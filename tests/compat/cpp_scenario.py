@@ -13,8 +13,8 @@ Actions (``spec["action"]``):
   ``error`` / ``error_type``).
 - ``push``: a push consumer (``orderly`` or concurrent, clustering) subscribed to ``topic`` with
   ``expression``; records every delivery (body, keys, tags, the ``props`` asked for, queue id and
-  offset, reconsume count, message id, arrival time and thread), sleeping ``sleep_ms`` in each
-  delivery. Raises (→ RECONSUME_LATER) on the
+  offset, reconsume count, message id, arrival time and thread), then sleeps up to ``sleep_ms``
+  (random) and appends the body to ``completed`` (the order in which handlers finished). Raises (→ RECONSUME_LATER) on the
   first delivery of each body in ``fail_first``. Stops ``settle`` seconds after every body in
   ``expect`` was seen (and every body in ``expect_redelivered`` was seen again with a reconsume count
   > 0), or at ``deadline``; then shuts the consumer down (which commits offsets).
@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import random
 import sys
 import threading
 import time
@@ -123,6 +124,7 @@ def produce(spec: dict[str, Any], result: dict[str, Any]) -> None:
 
 def push(spec: dict[str, Any], result: dict[str, Any]) -> None:
     received: list[dict[str, Any]] = result.setdefault("received", [])
+    completed: list[str] = result.setdefault("completed", [])
     lock = threading.Lock()
     done = threading.Event()
     expect = set(spec.get("expect", []))
@@ -164,7 +166,9 @@ def push(spec: dict[str, Any], result: dict[str, Any]) -> None:
         if raise_now:
             raise RuntimeError(f"reconsume later: {body}")
         if sleep_s:
-            time.sleep(sleep_s)
+            time.sleep(random.uniform(0, sleep_s))
+        with lock:
+            completed.append(body)
 
     consumer = PushConsumer(spec["group"], orderly=bool(spec.get("orderly", False)))
     consumer.set_namesrv_addr(spec["namesrv"])
@@ -186,6 +190,7 @@ def push(spec: dict[str, Any], result: dict[str, Any]) -> None:
     result["shutdown_seconds"] = round(time.monotonic() - t_stop, 3)
     with lock:
         result["received"] = list(received)
+        result["completed"] = list(completed)
 
 
 # --- pull consumer --------------------------------------------------------------------------------
