@@ -239,6 +239,7 @@ class Producer:
         #: an instance-internal producer (a consumer's retry sender) is not announced in heartbeats
         self._internal = internal
         self._uniq = UniqIdGenerator(instance.client_ip, now_ms=wall_clock)
+        self._valid_topics: set[str] = set()
         self._started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -300,8 +301,14 @@ class Producer:
     ) -> SendResult:
         """Send and wait for the broker's answer. ``queue`` or ``selector`` pin the queue (one attempt)."""
         self._check_started()
-        prepared = await self._prepare(msg)
-        return await self._dispatch(prepared, queue, selector, arg, msg, timeout, oneway=False)  # type: ignore[return-value]
+        prepared = self._prepare(msg, await self._compress_large(msg))
+        deadline = trio.current_time() + (self.send_timeout if timeout is None else timeout)
+        if queue is None and selector is None:
+            info = self.instance.publish.get(prepared.topic)
+            if info is None or not info.ok:
+                info = await self.instance.find_publish_info(prepared.topic, self.default_topic_queue_nums)
+            return await self._send_default(prepared, info, deadline)  # type: ignore[return-value]
+        return await self._send_pinned(prepared, queue, selector, arg, msg, deadline, oneway=False)  # type: ignore[return-value]
 
     async def send_oneway(
         self,
@@ -313,8 +320,13 @@ class Producer:
     ) -> None:
         """Send without waiting for the broker's answer (one attempt; transport errors still raise)."""
         self._check_started()
-        prepared = await self._prepare(msg)
-        await self._dispatch(prepared, queue, selector, arg, msg, None, oneway=True)
+        prepared = self._prepare(msg, await self._compress_large(msg))
+        deadline = trio.current_time() + self.send_timeout
+        if queue is None and selector is None:
+            info = await self.instance.find_publish_info(prepared.topic, self.default_topic_queue_nums)
+            await self._send_default(prepared, info, deadline, oneway=True)
+            return
+        await self._send_pinned(prepared, queue, selector, arg, msg, deadline, oneway=True)
 
     async def send_batch(
         self, msgs: Sequence[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
@@ -325,7 +337,11 @@ class Producer:
         """
         self._check_started()
         prepared = self._prepare_batch(msgs)
-        return await self._dispatch(prepared, queue, None, None, None, timeout, oneway=False)  # type: ignore[return-value]
+        deadline = trio.current_time() + (self.send_timeout if timeout is None else timeout)
+        if queue is None:
+            info = await self.instance.find_publish_info(prepared.topic, self.default_topic_queue_nums)
+            return await self._send_default(prepared, info, deadline)  # type: ignore[return-value]
+        return await self._send_pinned(prepared, queue, None, None, None, deadline, oneway=False)  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ preparation
 
@@ -334,7 +350,10 @@ class Producer:
             raise MQClientError(f"producer {self.group} is not started")
 
     def _check_body(self, topic: str, body: bytes) -> None:
-        validate_topic(topic)
+        if topic not in self._valid_topics:
+            validate_topic(topic)
+            if len(self._valid_topics) < 10_000:
+                self._valid_topics.add(topic)
         if not body:
             raise MQClientError("the message body length is zero", ResponseCode.MESSAGE_ILLEGAL)
         if len(body) > self.max_message_size:
@@ -343,7 +362,14 @@ class Producer:
                 ResponseCode.MESSAGE_ILLEGAL,
             )
 
-    async def _prepare(self, msg: Message) -> _Prepared:
+    async def _compress_large(self, msg: Message) -> bytes | None:
+        """Compress a big body in a worker thread (small ones are compressed inline by _prepare)."""
+        n = len(msg.body)
+        if n > self.compress_over and n >= _THREADED_COMPRESS_SIZE and n <= self.max_message_size:
+            return await trio.to_thread.run_sync(zlib.compress, msg.body, self.compress_level)
+        return None
+
+    def _prepare(self, msg: Message, compressed: bytes | None = None) -> _Prepared:
         topic = msg.topic
         body = msg.body
         self._check_body(topic, body)
@@ -352,11 +378,11 @@ class Producer:
         if msg_id is None:
             msg_id = props[PROPERTY_UNIQ_KEY] = self._uniq.create()
         sys_flag = 0
-        if len(body) > self.compress_over:
-            if len(body) >= _THREADED_COMPRESS_SIZE:
-                body = await trio.to_thread.run_sync(zlib.compress, body, self.compress_level)
-            else:
-                body = zlib.compress(body, self.compress_level)
+        if compressed is not None:
+            body = compressed
+            sys_flag = COMPRESSED_FLAG | COMPRESSION_ZLIB_TYPE
+        elif len(body) > self.compress_over:
+            body = zlib.compress(body, self.compress_level)
             sys_flag = COMPRESSED_FLAG | COMPRESSION_ZLIB_TYPE
         if props.get("TRAN_MSG") == "true":
             sys_flag |= TRANSACTION_PREPARED_TYPE
@@ -423,53 +449,72 @@ class Producer:
 
     # ------------------------------------------------------------------ sending
 
-    async def _dispatch(
+    async def _send_pinned(
         self,
         p: _Prepared,
         queue: MessageQueue | None,
         selector: MessageQueueSelector | None,
         arg: Any,
         msg: Message | None,
-        timeout: float | None,
+        deadline: float,
         *,
         oneway: bool,
     ) -> SendResult | None:
-        timeout = self.send_timeout if timeout is None else timeout
-        deadline = trio.current_time() + timeout
-        if queue is not None:
-            if queue.topic != p.topic:
-                raise MQClientError(
-                    f"message queue topic {queue.topic} does not match {p.topic}",
-                    ResponseCode.INVALID_PARAMETER,
-                )
-            return await self._send_kernel(p, queue, deadline, oneway)
-        info = await self.instance.find_publish_info(p.topic, self.default_topic_queue_nums)
-        if selector is not None:
+        """One attempt to a queue given by the caller or chosen by ``selector``."""
+        if queue is None:
+            assert selector is not None
             assert msg is not None
-            mq = selector(list(info.message_queues), msg, arg)
-            if mq is None:
+            info = await self.instance.find_publish_info(p.topic, self.default_topic_queue_nums)
+            queue = selector(list(info.message_queues), msg, arg)
+            if queue is None:
                 raise MQClientError("select message queue return null", ResponseCode.SYSTEM_ERROR)
-            return await self._send_kernel(p, mq, deadline, oneway)
-        return await self._send_default(p, info, deadline, oneway)
+        if queue.topic != p.topic:
+            raise MQClientError(
+                f"message queue topic {queue.topic} does not match {p.topic}", ResponseCode.INVALID_PARAMETER
+            )
+        addr = self.instance.brokers.master_addr(queue.brokerName)
+        if addr is None:
+            addr = await self.instance.master_addr(queue.brokerName, p.topic)
+        cmd = self._request(p, queue)
+        if oneway:
+            await self.instance.invoke_oneway(addr, cmd)
+            return None
+        remaining = deadline - trio.current_time()
+        if remaining <= 0:
+            raise MQClientError(f"send of topic {p.topic} timed out", ResponseCode.SYSTEM_ERROR)
+        return self._result(p, queue, await self.instance.invoke(addr, cmd, remaining), addr)
 
     async def _send_default(
-        self, p: _Prepared, info: TopicPublishInfo, deadline: float, oneway: bool
+        self, p: _Prepared, info: TopicPublishInfo, deadline: float, oneway: bool = False
     ) -> SendResult | None:
+        """Round-robin queue choice with retries on another broker (see the module docstring)."""
+        instance = self.instance
         times_total = 1 if oneway else 1 + self.retry_times_when_send_failed
         last_broker: str | None = None
         last_error: Exception | None = None
         last_result: SendResult | None = None
-        publish = self.instance.publish
         attempts = 0
         for _ in range(times_total):
-            if trio.current_time() >= deadline:
+            now = trio.current_time()
+            if now >= deadline:
                 break
-            info = publish.get(p.topic) or info
+            if attempts:
+                info = instance.publish.get(p.topic) or info
             mq = info.select_one(last_broker)
             last_broker = mq.brokerName
             attempts += 1
             try:
-                result = await self._send_kernel(p, mq, deadline, oneway)
+                addr = instance.brokers.master_addr(mq.brokerName)
+                if addr is None:
+                    addr = await instance.master_addr(mq.brokerName, p.topic)
+                cmd = self._request(p, mq)
+                if oneway:
+                    await instance.invoke_oneway(addr, cmd)
+                    return None
+                remoting = instance.remoting
+                if remoting is None:
+                    raise MQClientError(f"producer {self.group} is not started")
+                result = self._result(p, mq, await remoting.invoke(addr, cmd, deadline - now), addr)
             except RemotingError as e:
                 log.info(
                     "send to %s failed (%s); %s", mq, e, "retrying" if attempts < times_total else "giving up"
@@ -490,7 +535,7 @@ class Producer:
             except MQClientError as e:
                 last_error = e
                 continue
-            if result is None or result.send_status is SendStatus.SEND_OK:
+            if result.send_status is SendStatus.SEND_OK:
                 return result
             last_result = result
             if not self.retry_another_broker_when_not_store_ok:
@@ -506,13 +551,7 @@ class Producer:
             f"send failed after {attempts} attempt(s) for topic {p.topic}: {last_error}", code
         ) from last_error
 
-    async def _send_kernel(
-        self, p: _Prepared, mq: MessageQueue, deadline: float, oneway: bool
-    ) -> SendResult | None:
-        instance = self.instance
-        addr = instance.brokers.master_addr(mq.brokerName)
-        if addr is None:
-            addr = await instance.master_addr(mq.brokerName, p.topic)
+    def _request(self, p: _Prepared, mq: MessageQueue) -> RemotingCommand:
         if p.batch:
             code = RequestCode.SEND_BATCH_MESSAGE
             v2 = True
@@ -534,14 +573,9 @@ class Producer:
             batch=p.batch,
             broker_name=mq.brokerName,
         )
-        cmd = RemotingCommand(code=int(code), ext_fields=ext, body=p.body)
-        if oneway:
-            await instance.invoke_oneway(addr, cmd)
-            return None
-        remaining = deadline - trio.current_time()
-        if remaining <= 0:
-            raise MQClientError(f"send of topic {p.topic} timed out", ResponseCode.SYSTEM_ERROR)
-        response = await instance.invoke(addr, cmd, remaining)
+        return RemotingCommand(code=int(code), ext_fields=ext, body=p.body)
+
+    def _result(self, p: _Prepared, mq: MessageQueue, response: RemotingCommand, addr: str) -> SendResult:
         status = SEND_STATUS_BY_CODE.get(response.code)
         if status is None:
             raise MQBrokerError(response.code, response.remark, addr)
@@ -551,16 +585,13 @@ class Producer:
             queue_offset = int(rext.get("queueOffset", -1))
         except ValueError as e:
             raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad send response header: {e}", addr) from None
-        result_mq = (
-            mq
-            if queue_id == mq.queueId
-            else MessageQueue(topic=mq.topic, brokerName=mq.brokerName, queueId=queue_id)
-        )
+        if queue_id != mq.queueId:
+            mq = MessageQueue(topic=mq.topic, brokerName=mq.brokerName, queueId=queue_id)
         return SendResult(
             send_status=status,
             msg_id=p.msg_id,
             offset_msg_id=rext.get("msgId", ""),
-            message_queue=result_mq,
+            message_queue=mq,
             queue_offset=queue_offset,
             transaction_id=rext.get("transactionId"),
             region_id=rext.get("MSG_REGION"),
