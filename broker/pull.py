@@ -16,6 +16,7 @@ from remoting.connection import ProcessorTable, RequestContext
 from remoting.headers import HeaderError, decode_header, encode_header
 from remoting.protocol.broker import PullMessageRequestHeader, PullMessageResponseHeader, PullSysFlag
 from remoting.protocol.common import PermName
+from store.reading import MAX_PULL_MSG_SIZE
 from store.results import GetMessageStatus
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ class PullProcessor:
 
         store = b.store
         max_count = max(1, min(h.maxMsgNums, 1024))
-        max_bytes = h.maxMsgBytes or 0
+        max_bytes = h.maxMsgBytes if h.maxMsgBytes is not None else MAX_PULL_MSG_SIZE  # absent: no byte cap
         result = store.get_message(
             h.consumerGroup, h.topic, h.queueId, h.queueOffset, max_count, max_bytes, TagFilter(sub)
         )
