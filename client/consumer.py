@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -201,10 +202,33 @@ class ConsumeService:
 
     def __init__(self, consumer: PushConsumer) -> None:
         self.c = consumer
+        #: bounds orderly listener calls across queues (concurrent mode bounds by worker count)
         self.sem = trio.Semaphore(consumer.consume_concurrency)
         self.in_flight = 0
         self.idle = trio.Event()
         self.idle.set()
+        self._send: trio.MemorySendChannel[tuple[QueueState, list[MessageExt]]] | None = None
+
+    def start(self, nursery: trio.Nursery) -> None:
+        """Concurrent mode: start ``consume_concurrency`` workers fed by one unbounded channel
+        (pulling is bounded per queue by ``pull_threshold_for_queue``)."""
+        if self.c.orderly:
+            return
+        send, receive = trio.open_memory_channel[tuple[QueueState, list[MessageExt]]](math.inf)
+        self._send = send
+        for _ in range(self.c.consume_concurrency):
+            nursery.start_soon(self._worker, receive)
+
+    async def _worker(self, receive: trio.MemoryReceiveChannel[tuple[QueueState, list[MessageExt]]]) -> None:
+        async for qs, msgs in receive:
+            if qs.pq.dropped or self.c.stopping:
+                continue
+            self._enter()
+            try:
+                status = await self.call_listener(msgs)
+                await self._process_result(qs, msgs, status is ConsumeStatus.CONSUME_SUCCESS)
+            finally:
+                self._leave()
 
     # ------------------------------------------------------------------ common
 
@@ -242,12 +266,16 @@ class ConsumeService:
         if self.c.orderly:
             qs.wakeup.set()
             return
-        nursery = self.c.consume_nursery
-        if nursery is None:
+        send = self._send
+        if send is None:
             return
         n = self.c.consume_batch_size
-        for i in range(0, len(msgs), n):
-            nursery.start_soon(self._consume_concurrently, qs, msgs[i : i + n])
+        if n == 1:
+            for m in msgs:
+                send.send_nowait((qs, [m]))
+        else:
+            for i in range(0, len(msgs), n):
+                send.send_nowait((qs, msgs[i : i + n]))
 
     def start_queue(self, qs: QueueState) -> None:
         """A queue was assigned: orderly consumption runs one loop per queue."""
@@ -280,18 +308,10 @@ class ConsumeService:
 
     # ------------------------------------------------------------------ concurrent
 
-    async def _consume_concurrently(self, qs: QueueState, msgs: list[MessageExt], delay: float = 0.0) -> None:
-        if delay > 0:
-            await trio.sleep(delay)
-        async with self.sem:
-            if qs.pq.dropped or self.c.stopping:
-                return
-            self._enter()
-            try:
-                status = await self.call_listener(msgs)
-                await self._process_result(qs, msgs, status is ConsumeStatus.CONSUME_SUCCESS)
-            finally:
-                self._leave()
+    async def _consume_later(self, qs: QueueState, msgs: list[MessageExt], delay: float) -> None:
+        await trio.sleep(delay)
+        if self._send is not None and not qs.pq.dropped and not self.c.stopping:
+            self._send.send_nowait((qs, msgs))
 
     async def _process_result(self, qs: QueueState, msgs: list[MessageExt], ok: bool) -> None:
         done = msgs
@@ -304,7 +324,7 @@ class ConsumeService:
                     done = [m for m in msgs if m not in failed]
                     if self.c.consume_nursery is not None:
                         self.c.consume_nursery.start_soon(
-                            self._consume_concurrently, qs, failed, self.c.send_back_retry_delay
+                            self._consume_later, qs, failed, self.c.send_back_retry_delay
                         )
             else:
                 for m in msgs:

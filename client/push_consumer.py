@@ -312,6 +312,7 @@ class PushConsumer:
         try:
             async with trio.open_nursery() as consume:
                 self.consume_nursery = consume
+                self.service.start(consume)
                 async with trio.open_nursery() as main:
                     self._main = main
                     main.start_soon(self._rebalance_loop)
