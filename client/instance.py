@@ -287,6 +287,8 @@ class ClientInstance:
             self.publish[topic] = publish_info_from_route(topic, route, from_default_topic=from_default_topic)
             self.subscribe[topic] = subscribe_queues_from_route(topic, route)
             new_addrs = self.brokers.rebuild(self.routes.values())
+            if not self.consumers:
+                new_addrs &= self.brokers.master_addrs()
             if new_addrs and self._nursery is not None:
                 self._nursery.start_soon(self._heartbeat_addrs, sorted(new_addrs))
         return changed

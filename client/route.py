@@ -184,6 +184,9 @@ class BrokerAddrTable:
     def all_addrs(self) -> set[str]:
         return {a for addrs in self.table.values() for a in addrs.values()}
 
+    def master_addrs(self) -> set[str]:
+        return {addrs[MASTER_ID] for addrs in self.table.values() if MASTER_ID in addrs}
+
     def master_addr(self, broker_name: str) -> str | None:
         """``findBrokerAddressInPublish``: the master's address, None if unknown or masterless."""
         addrs = self.table.get(broker_name)

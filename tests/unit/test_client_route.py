@@ -103,7 +103,9 @@ def test_routes_equal_ignores_order() -> None:
     r1 = route(("a", 4, 4, 6), ("b", 4, 4, 6), addrs=addrs)
     r2 = route(("b", 4, 4, 6), ("a", 4, 4, 6), addrs=dict(reversed(addrs.items())))
     assert routes_equal(r1, r2)
-    assert not routes_equal(r1, route(("a", 4, 4, 6), ("b", 4, 4, 6), addrs={"a": {0: "h:1"}, "b": {0: "h:3"}}))
+    assert not routes_equal(
+        r1, route(("a", 4, 4, 6), ("b", 4, 4, 6), addrs={"a": {0: "h:1"}, "b": {0: "h:3"}})
+    )
     r3 = route(("a", 4, 4, 6), ("b", 4, 2, 6), addrs=addrs)
     assert not routes_equal(r1, r3)
     assert not routes_equal(r1, None)
