@@ -1,0 +1,143 @@
+"""The Python client against the project's real broker and name server (in process, real sockets).
+
+Auto-created topics (TBW102 route), batch, compression, tag filtering, committed offsets,
+orderly locks and broadcasting, end to end. Registration of a new topic or retry topic with
+the name server is not awaited: the client finds routes on its own schedule, shortened here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from client.instance import ClientInstance
+from client.message import ConsumeStatus, Message, MessageExt, PullStatus, SendStatus
+from client.producer import Producer
+from client.pull_consumer import PullConsumer
+from client.push_consumer import PushConsumer
+from remoting.protocol.broker import ConsumeFromWhere, MessageModel
+from tests.integration.broker_env import broker_env, wait_until
+
+TOPIC = "ClientTopic"
+
+
+def fast_instance(namesrv: str) -> ClientInstance:
+    return ClientInstance(namesrv, heartbeat_interval=0.5, poll_name_server_interval=0.3)
+
+
+async def test_produce_then_pull_and_push_on_the_real_broker(tmp_path: Path) -> None:
+    async with broker_env(tmp_path) as env:
+        async with Producer("PG", env.namesrv_addr) as producer:
+            first = await producer.send(Message(TOPIC, b"hello", tags="A", keys="k1", properties={"u": "1"}))
+            batch = await producer.send_batch([Message(TOPIC, b"b%d" % i, tags="B") for i in range(3)])
+            big = await producer.send(Message(TOPIC, bytes(range(256)) * 40, tags="A"))
+        assert first.send_status is SendStatus.SEND_OK
+        assert len(first.offset_msg_id) == 32
+        assert len(batch.msg_id.split(",")) == 3
+        assert big.send_status is SendStatus.SEND_OK
+
+        async with PullConsumer("PullG", env.namesrv_addr) as puller:
+            queues = await puller.fetch_subscribe_message_queues(TOPIC)
+            pulled: list[MessageExt] = []
+            for mq in queues:
+                result = await puller.pull(mq, "A", 0, 32)
+                assert result.status in (PullStatus.FOUND, PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG)
+                pulled.extend(result.messages)
+        assert sorted(m.body[:5] for m in pulled) == [b"\x00\x01\x02\x03\x04", b"hello"]
+        hello = next(m for m in pulled if m.body == b"hello")
+        assert hello.msg_id == first.msg_id
+        assert hello.keys == "k1"
+        assert hello.properties["u"] == "1"
+        assert next(m for m in pulled if m is not hello).body == bytes(range(256)) * 40
+
+        got: list[MessageExt] = []
+
+        async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+            got.extend(msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        instance = fast_instance(env.namesrv_addr)
+        async with instance:
+            consumer = PushConsumer(
+                "CG",
+                instance=instance,
+                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                rebalance_interval=0.3,
+                persist_offset_interval=0.2,
+                broker_suspend_max_time=1.0,
+            )
+            consumer.subscribe(TOPIC, "*")
+            consumer.register_listener(listener)
+            async with consumer:
+                await wait_until(lambda: len(got) == 5, what="the five stored messages")
+                async with Producer("PG2", instance=instance) as producer:
+                    await producer.send(Message(TOPIC, b"live"))
+                await wait_until(lambda: len(got) == 6, what="a message sent while consuming")
+        assert sorted(m.body for m in got)[-2:] == [b"hello", b"live"]
+        # the committed offsets cover everything consumed
+        async with PullConsumer("CG", env.namesrv_addr) as reader:
+            committed = 0
+            for mq in await reader.fetch_subscribe_message_queues(TOPIC):
+                committed += max(await reader.query_consumer_offset(mq), 0)
+        assert committed == 6
+
+
+async def test_orderly_and_broadcasting_on_the_real_broker(tmp_path: Path) -> None:
+    async with broker_env(tmp_path) as env:
+        async with Producer("PG", env.namesrv_addr) as producer:
+
+            def first_queue(mqs: list, msg: Message, arg: object) -> object:
+                return mqs[0]
+
+            for i in range(6):
+                await producer.send(Message(TOPIC, b"%d" % i), selector=first_queue)  # type: ignore[arg-type]
+
+        seen: list[bytes] = []
+
+        async def orderly(msgs: list[MessageExt]) -> ConsumeStatus:
+            seen.extend(m.body for m in msgs)
+            return ConsumeStatus.SUCCESS
+
+        instance = fast_instance(env.namesrv_addr)
+        async with instance:
+            consumer = PushConsumer(
+                "OG",
+                instance=instance,
+                orderly=True,
+                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                broker_suspend_max_time=1.0,
+            )
+            consumer.subscribe(TOPIC)
+            consumer.register_listener(orderly)
+            async with consumer:
+                await wait_until(lambda: len(seen) == 6, what="orderly consumption")
+        assert seen == [b"%d" % i for i in range(6)]
+
+        a: list[bytes] = []
+        b: list[bytes] = []
+
+        def collect(into: list[bytes]):  # type: ignore[no-untyped-def]
+            async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+                into.extend(m.body for m in msgs)
+                return ConsumeStatus.CONSUME_SUCCESS
+
+            return listener
+
+        ia, ib = fast_instance(env.namesrv_addr), fast_instance(env.namesrv_addr)
+        async with ia, ib:
+            ca = PushConsumer(
+                "BG", instance=ia, message_model=MessageModel.BROADCASTING, broker_suspend_max_time=1.0
+            )
+            cb = PushConsumer(
+                "BG", instance=ib, message_model=MessageModel.BROADCASTING, broker_suspend_max_time=1.0
+            )
+            for c, into in ((ca, a), (cb, b)):
+                c.subscribe(TOPIC)
+                c.register_listener(collect(into))
+            async with ca, cb:
+                await wait_until(lambda: bool(ca.assignment()) and bool(cb.assignment()), what="assignment")
+                async with Producer("PG3", instance=ia) as producer:
+                    for i in range(4):
+                        await producer.send(Message(TOPIC, b"bc%d" % i))
+                await wait_until(lambda: len(a) == 4 and len(b) == 4, what="both broadcast consumers")
+        # broadcasting starts at the max offset: the six earlier messages are not redelivered
+        assert sorted(a) == sorted(b) == [b"bc0", b"bc1", b"bc2", b"bc3"]
