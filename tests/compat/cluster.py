@@ -102,6 +102,15 @@ def cluster_info(namesrv: str) -> dict[str, Any]:
     return fastjson.loads(reply.body_bytes)
 
 
+def broker_config(addr: str) -> dict[str, str]:
+    """The effective config of the broker at ``addr`` (GET_BROKER_CONFIG)."""
+    reply = invoke(addr, request(RequestCode.GET_BROKER_CONFIG))
+    if reply.code != ResponseCode.SUCCESS:
+        raise ContainerError(f"GET_BROKER_CONFIG answered {reply.code} {reply.remark}")
+    pairs = (line.partition("=") for line in reply.body_bytes.decode().splitlines() if "=" in line)
+    return {k.strip(): v.strip() for k, _, v in pairs}
+
+
 # --- the container --------------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.compat.cluster import broker_config
 from tests.compat.conftest import Clients
 
 pytestmark = pytest.mark.compat
@@ -30,6 +31,7 @@ def broker_errors(log: str) -> list[tuple[str, int]]:
 
 def test_cpp_send_errors_surface_for_oversized_body_and_bad_topic(make_container, client: Clients) -> None:
     cluster = make_container("broker-a", "broker-b", maxMessageSize=MAX_SIZE)
+    assert {broker_config(addr)["maxMessageSize"] for addr in cluster.brokers.values()} == {str(MAX_SIZE)}
     cases: list[dict[str, Any]] = [
         # Random bytes do not compress, so the body stays over the limit after the client's zlib step
         # (it compresses bodies over 4 KiB).
