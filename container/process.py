@@ -93,16 +93,30 @@ async def start_namesrv(ctx: ProcessContext) -> list[HostedComponent]:
 
 
 async def start_controller(ctx: ProcessContext) -> list[HostedComponent]:
-    """The controller peer (issue #3 fills this in; until then it is reported and skipped)."""
+    """The controller peer, when the config has one (a controller file, a ``[controller]`` table, or a
+    name server with ``enableControllerInNamesrv=true``).
+
+    It serves brokers, admin tools and the other peers on its own address in
+    ``controllerDLegerPeers`` (never on the name server's port, also when embedded); its Raft log
+    lives under ``controllerStorePath``. Outgoing traffic (Raft messages, role-change notifications)
+    goes through the process's shared client.
+    """
     cfg = ctx.config.controller
     if cfg is None:
         return []
-    log.warning(
-        "controller %s (%s) is configured but this build has no controller yet: not started",
-        cfg.controllerDLegerSelfId,
-        cfg.self_address,
-    )
-    return []
+    from controller.service import ControllerPeer
+
+    self_id = cfg.controllerDLegerSelfId or ""
+    address = cfg.self_address
+    peer = ControllerPeer(cfg, ctx.client)
+    await ctx.listen(_port_of(address), peer.processor_table(), name=f"controller.{self_id}")
+    log.info("controller %s: raft log under %s", self_id, cfg.store_path)
+    banner = f"controller {self_id} {address} group {cfg.controllerDLegerGroup} peers {len(cfg.peers)}"
+    return [HostedComponent(f"controller.{self_id}", peer, [banner])]
+
+
+def _port_of(address: str) -> int:
+    return int(address.rpartition(":")[2])
 
 
 async def start_container_admin(ctx: ProcessContext) -> list[HostedComponent]:

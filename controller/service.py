@@ -235,7 +235,8 @@ class ControllerPeer:
         peers = config.peers
         self.config = config
         self.replicas = ReplicasInfoManager(enable_elect_unclean_master=config.enableElectUncleanMaster)
-        self.transport = RemotingRaftTransport(client, self_id, peers)
+        group = config.controllerDLegerGroup or ""
+        self.transport = RemotingRaftTransport(client, self_id, peers, group)
         self.driver = RaftDriver(
             self_id,
             peers,
@@ -262,7 +263,9 @@ class ControllerPeer:
     def register(self, table: ProcessorTable) -> None:
         """Add the controller API and the Raft message code to ``table`` (a shared listener)."""
         self.service.register(table)
-        table.register(RAFT_MESSAGE, raft_message_handler(self.driver))
+        table.register(
+            RAFT_MESSAGE, raft_message_handler(self.driver, self.config.controllerDLegerGroup or "")
+        )
 
     def processor_table(self) -> ProcessorTable:
         """A table for a listener serving only this controller peer."""
