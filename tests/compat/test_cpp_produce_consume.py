@@ -37,14 +37,19 @@ def mixed_messages(first: int, count: int) -> list[dict[str, Any]]:
     return out
 
 
-def assert_sent(report: dict[str, Any], count: int) -> None:
+def assert_sent(report: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+    """Every send succeeded; each message gets its send result (``msg_id``, ``offset``) attached."""
     assert "exception" not in report, report
     results = report["results"]
-    assert len(results) == count
+    assert len(results) == len(messages)
     failed = [r for r in results if not r["ok"]]
     assert not failed, failed
-    # sync and orderly sends report SEND_OK (0); oneway sends report nothing
-    assert {r.get("status") for r in results} <= {0, None}
+    for msg, result in zip(messages, results, strict=True):
+        if msg["mode"] == "oneway":
+            assert "status" not in result
+        else:
+            assert result["status"] == 0, result  # SEND_OK
+            msg["result"] = result
 
 
 def assert_exactly(report: dict[str, Any], expected: list[dict[str, Any]]) -> None:
@@ -67,13 +72,18 @@ def assert_exactly(report: dict[str, Any], expected: list[dict[str, Any]]) -> No
         assert r["props"] == sent["props"], r
         assert r["reconsume_times"] == 0
         assert r["id"], r
+        if "result" in sent:
+            # what the send reported is what the consumer sees: the message id (the client's
+            # UNIQ_KEY, kept by the broker) and the queue offset the broker answered
+            assert r["id"] == sent["result"]["msg_id"], (r, sent)
+            assert r["queue_offset"] == sent["result"]["offset"], (r, sent)
 
 
 def test_cpp_producer_and_push_consumers_exact_set_with_properties(make_container, client: Clients) -> None:
     cluster = make_container("broker-a", "broker-b")
     first = mixed_messages(0, 30)
     sent = client({"action": "produce", "namesrv": cluster.namesrv, "group": "PG_MIXED", "messages": first})
-    assert_sent(sent, len(first))
+    assert_sent(sent, first)
 
     # Two groups consume concurrently: one with a tag expression, one with everything. A second batch
     # is sent while they run, so it reaches them through held (long-polling) pulls.
@@ -104,7 +114,7 @@ def test_cpp_producer_and_push_consumers_exact_set_with_properties(make_containe
         }
     )
     sent = client({"action": "produce", "namesrv": cluster.namesrv, "group": "PG_MIXED", "messages": second})
-    assert_sent(sent, len(second))
+    assert_sent(sent, second)
 
     tags_report = filtered_consumer.report(60)
     all_report = all_consumer.report(60)
