@@ -1,2 +1,41 @@
-"""The Python client side: admin calls (:mod:`client.admin`) and the ``rmq-admin`` CLI
-(:mod:`client.admin_cli`). Depends only on :mod:`remoting`."""
+"""The Python client: producer, pull/push consumers, a blocking facade, admin calls and ``rmq-admin``.
+
+Depends only on :mod:`remoting` (the stored-message format is read with :mod:`store.message`).
+"""
+
+from client.blocking import BlockingLoop, BlockingProducer, BlockingPullConsumer, BlockingPushConsumer
+from client.instance import ClientInstance
+from client.message import (
+    ConsumeStatus,
+    Message,
+    MessageExt,
+    MQBrokerError,
+    MQClientError,
+    PullResult,
+    PullStatus,
+    SendResult,
+    SendStatus,
+)
+from client.producer import Producer
+from client.pull_consumer import PullConsumer
+from client.push_consumer import PushConsumer
+
+__all__ = [
+    "BlockingLoop",
+    "BlockingProducer",
+    "BlockingPullConsumer",
+    "BlockingPushConsumer",
+    "ClientInstance",
+    "ConsumeStatus",
+    "MQBrokerError",
+    "MQClientError",
+    "Message",
+    "MessageExt",
+    "Producer",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "PushConsumer",
+    "SendResult",
+    "SendStatus",
+]

@@ -1,9 +1,11 @@
 """``rmq-admin``: mqadmin's command names and output shapes, against our (or any) name server.
 
 Commands: ``clusterList``, ``topicList``, ``topicRoute`` (name server); ``updateTopic``,
-``deleteTopic``, ``topicStatus``, ``updateSubGroup``, ``consumerProgress``, ``brokerStatus`` (brokers). The name server comes from ``-n``
-(``host:port``, several separated by ``;``), else ``$NAMESRV_ADDR``, else ``127.0.0.1:9876``.
-Failures print a short message to stderr and exit with status 1.
+``deleteTopic``, ``topicStatus``, ``updateSubGroup``, ``consumerProgress``, ``brokerStatus`` (brokers);
+``getControllerMetaData``, ``getControllerConfig``, ``getSyncStateSet``, ``electMaster``,
+``cleanBrokerMetadata``, ``getBrokerEpoch`` (controllers, :mod:`client.admin_controller_cli`). The
+name server comes from ``-n`` (``host:port``, several separated by ``;``), else ``$NAMESRV_ADDR``,
+else ``127.0.0.1:9876``. Failures print a short message to stderr and exit with status 1.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import msgspec
 import trio
 
 from client.admin import AdminError, MQAdmin
+from client.admin_controller_cli import COMMANDS as CONTROLLER_COMMANDS
 from client.admin_output import (
     all_groups_progress_lines,
     group_config_str,
@@ -569,6 +572,20 @@ def broker_status(namesrv: str, timeout: float, broker_addr: str | None, cluster
                 click.echo(f"{addr:<24} {key:<32}: {stats.table[key]}")
 
     _run("brokerStatus", go, namesrv, timeout)
+
+
+for _command in CONTROLLER_COMMANDS:
+    main.add_command(_command)
+
+
+def _add_message_commands() -> None:
+    from client.admin_messages import COMMANDS
+
+    for command in COMMANDS:
+        main.add_command(command)
+
+
+_add_message_commands()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,274 @@
+"""``rmq-admin`` message commands: ``queryMsgById``, ``queryMsgByKey``, ``sendMessage``, ``consumeMessage``.
+
+Same names and flag letters as mqadmin. They are click commands added to the ``rmq-admin`` group by
+:mod:`client.admin_cli`; each runs one trio loop with a remoting client or the Python client.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+import click
+import trio
+
+from client.admin import AdminError, MQAdmin
+from client.message import Message, MQClientError
+from client.producer import Producer
+from client.pull_consumer import PullConsumer
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand, request
+from remoting.errors import RemotingError
+from remoting.protocol.common import MessageQueue
+from store.message import StoredMessage, decode_offset_msg_id, iter_messages
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+
+
+def _namesrv(value: str | None) -> str:
+    return value or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
+
+
+def _fail(command: str, error: object) -> None:
+    click.echo(f"rmq-admin {command} command failed: {error}", err=True)
+    sys.exit(1)
+
+
+def _run(command: str, fn: Callable[[], Awaitable[None]]) -> None:
+    errors: list[BaseException] = []
+
+    def leaves(exc: BaseException) -> list[BaseException]:
+        if isinstance(exc, BaseExceptionGroup):
+            return [leaf for sub in exc.exceptions for leaf in leaves(sub)]
+        return [exc]
+
+    async def main() -> None:
+        # Errors raised inside a client's nursery arrive wrapped in exception groups.
+        try:
+            await fn()
+        except* (AdminError, RemotingError, MQClientError, ValueError) as group:
+            errors.extend(leaves(group))
+
+    trio.run(main)
+    if errors:
+        _fail(command, errors[0])
+
+
+def _fmt_ts(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) + f",{ms % 1000:03d}"
+
+
+def print_message(msg: StoredMessage, *, show_body: bool = True) -> None:
+    """mqadmin's message view (``queryMsgById``): one ``Key: value`` line per field."""
+    rows = [
+        ("OffsetID", msg.offset_msg_id),
+        ("Topic", msg.topic),
+        ("Tags", f"[{msg.tags}]" if msg.tags is not None else "[null]"),
+        ("Keys", f"[{msg.keys}]" if msg.keys is not None else "[null]"),
+        ("Queue ID", str(msg.queue_id)),
+        ("Queue Offset", str(msg.queue_offset)),
+        ("CommitLog Offset", str(msg.physical_offset)),
+        ("Reconsume Times", str(msg.reconsume_times)),
+        ("Born Timestamp", _fmt_ts(msg.born_timestamp)),
+        ("Store Timestamp", _fmt_ts(msg.store_timestamp)),
+        ("Born Host", msg.born_host),
+        ("Store Host", msg.store_host),
+        ("System Flag", str(msg.sys_flag)),
+        ("Properties", "{" + ", ".join(f"{k}={v}" for k, v in sorted(msg.properties.items())) + "}"),
+    ]
+    for key, value in rows:
+        click.echo(f"{key + ':':<20}{value}")
+    if show_body:
+        click.echo(f"{'Message Body:':<20}{msg.body.decode('utf-8', 'replace')}")
+
+
+async def view_by_offset_id(client: RemotingClient, msg_id: str, timeout: float) -> StoredMessage:
+    """Fetch a message by its offset message id from the broker encoded in the id."""
+    host, port, offset = decode_offset_msg_id(msg_id)
+    cmd = request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
+    resp = await client.invoke(f"{host}:{port}", cmd, timeout)
+    if resp.code != ResponseCode.SUCCESS:
+        raise AdminError(resp.code, resp.remark, f"{host}:{port}")
+    return next(iter_messages(resp.body_bytes))
+
+
+async def query_by_key(
+    admin: MQAdmin, topic: str, key: str, begin: int, end: int, max_num: int = 64, *, unique: bool = False
+) -> list[StoredMessage]:
+    """QUERY_MESSAGE on every master hosting ``topic``; keys re-checked exactly as clients do."""
+    route = await admin.examine_topic_route_info(topic)
+    found: list[StoredMessage] = []
+    for bd in route.brokerDatas:
+        addr = bd.brokerAddrs.get(0) or next(iter(bd.brokerAddrs.values()), None)
+        if addr is None:
+            continue
+        ext: dict[str, object] = {
+            "topic": topic,
+            "key": key,
+            "maxNum": max_num,
+            "beginTimestamp": begin,
+            "endTimestamp": end,
+        }
+        cmd: RemotingCommand = request(RequestCode.QUERY_MESSAGE, ext)
+        if unique:
+            assert cmd.ext_fields is not None
+            cmd.ext_fields[UNIQUE_KEY_QUERY] = "true"
+        resp = await admin.client.invoke(addr, cmd, admin.timeout)
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            continue
+        if resp.code != ResponseCode.SUCCESS:
+            raise AdminError(resp.code, resp.remark, addr)
+        for msg in iter_messages(resp.body_bytes):
+            keys = (msg.keys or "").split()
+            if (unique and msg.uniq_key == key) or (not unique and key in keys):
+                found.append(msg)
+    return found
+
+
+@click.command("queryMsgById")
+@click.option("-n", "--namesrvAddr", "namesrv", default=None, help="name server address(es), ;-separated")
+@click.option("-i", "--msgId", "msg_id", required=True, help="offset message id, or a unique key (with -t)")
+@click.option("-t", "--topic", default=None, help="topic, to look up a unique key (client message id)")
+@click.option("--timeout", default=5.0, show_default=True, help="seconds per request")
+def query_msg_by_id(namesrv: str | None, msg_id: str, topic: str | None, timeout: float) -> None:
+    """Show a message by its offset message id (or unique key with -t)."""
+
+    async def go() -> None:
+        async with RemotingClient(connect_timeout=min(timeout, 3.0), name="rmq-admin") as rc:
+            # A unique key and an offset id are both 32 hex digits: with a topic, look the id up
+            # as a unique key first (no connection to a made-up address), then as an offset id.
+            if topic is not None:
+                admin = MQAdmin(rc, _namesrv(namesrv), timeout=timeout)
+                hits = await query_by_key(admin, topic, msg_id, 0, 2**63 - 1, unique=True)
+                if hits:
+                    print_message(hits[0])
+                    return
+            try:
+                msg = await view_by_offset_id(rc, msg_id, timeout)
+            except ValueError:
+                raise ValueError(
+                    f"{msg_id} is not an offset message id"
+                    + ("" if topic else "; give -t TOPIC to look it up as a unique key")
+                ) from None
+            print_message(msg)
+
+    _run("queryMsgById", go)
+
+
+@click.command("queryMsgByKey")
+@click.option("-n", "--namesrvAddr", "namesrv", default=None, help="name server address(es), ;-separated")
+@click.option("-t", "--topic", required=True)
+@click.option("-k", "--msgKey", "key", required=True)
+@click.option("-b", "--beginTimestamp", "begin", type=int, default=0, help="ms")
+@click.option("-e", "--endTimestamp", "end", type=int, default=2**63 - 1, help="ms")
+@click.option("--timeout", default=5.0, show_default=True)
+def query_msg_by_key(namesrv: str | None, topic: str, key: str, begin: int, end: int, timeout: float) -> None:
+    """List messages whose KEYS contain the key."""
+
+    async def go() -> None:
+        async with RemotingClient(connect_timeout=min(timeout, 3.0), name="rmq-admin") as rc:
+            hits = await query_by_key(MQAdmin(rc, _namesrv(namesrv), timeout=timeout), topic, key, begin, end)
+            click.echo(f"{'#Message ID':<50}{'#QID':<6}#Offset")
+            for msg in hits:
+                click.echo(f"{msg.msg_id:<50}{msg.queue_id:<6}{msg.queue_offset}")
+
+    _run("queryMsgByKey", go)
+
+
+@click.command("sendMessage")
+@click.option("-n", "--namesrvAddr", "namesrv", default=None, help="name server address(es), ;-separated")
+@click.option("-t", "--topic", required=True)
+@click.option("-p", "--body", required=True, help="UTF-8 message body")
+@click.option("-k", "--key", default=None, help="message keys")
+@click.option("-c", "--tags", default=None, help="message tag")
+@click.option("-b", "--broker", "broker_name", default=None, help="send to this broker name")
+@click.option("-i", "--qid", "queue_id", type=int, default=None, help="send to this queue id (with -b)")
+def send_message(
+    namesrv: str | None,
+    topic: str,
+    body: str,
+    key: str | None,
+    tags: str | None,
+    broker_name: str | None,
+    queue_id: int | None,
+) -> None:
+    """Send one message and print the result like mqadmin."""
+
+    async def go() -> None:
+        async with Producer("TOOLS_PRODUCER", _namesrv(namesrv)) as producer:
+            msg = Message(topic, body, tags=tags, keys=key)
+            queue = None
+            if broker_name is not None:
+                queues = await producer.fetch_publish_message_queues(topic)
+                candidates = [
+                    q
+                    for q in queues
+                    if q.brokerName == broker_name and (queue_id is None or q.queueId == queue_id)
+                ]
+                if not candidates:
+                    raise ValueError(
+                        f"no writable queue of {topic} on broker {broker_name}"
+                        + (f" with id {queue_id}" if queue_id is not None else "")
+                    )
+                queue = candidates[0]
+            result = await producer.send(msg, queue=queue)
+            click.echo(f"{'#Broker Name':<32}{'#QID':<6}{'#Send Result':<16}#MsgId")
+            mq = result.message_queue
+            click.echo(f"{mq.brokerName:<32}{mq.queueId:<6}{result.send_status.name:<16}{result.msg_id}")
+
+    _run("sendMessage", go)
+
+
+@click.command("consumeMessage")
+@click.option("-n", "--namesrvAddr", "namesrv", default=None, help="name server address(es), ;-separated")
+@click.option("-t", "--topic", required=True)
+@click.option("-b", "--brokerName", "broker_name", default=None)
+@click.option("-i", "--queueId", "queue_id", type=int, default=None)
+@click.option("-o", "--offset", type=int, default=None, help="start offset (default: each queue's min)")
+@click.option("-g", "--consumerGroup", "group", default="TOOLS_CONSUMER")
+@click.option("-c", "--MessageNumber", "count", type=int, default=128, show_default=True)
+def consume_message(
+    namesrv: str | None,
+    topic: str,
+    broker_name: str | None,
+    queue_id: int | None,
+    offset: int | None,
+    group: str,
+    count: int,
+) -> None:
+    """Pull and print up to -c messages of a topic (or one queue) without committing offsets."""
+
+    async def go() -> None:
+        async with PullConsumer(group, _namesrv(namesrv)) as consumer:
+            queues: list[MessageQueue] = await consumer.fetch_subscribe_message_queues(topic)
+            queues = [
+                q
+                for q in queues
+                if (broker_name is None or q.brokerName == broker_name)
+                and (queue_id is None or q.queueId == queue_id)
+            ]
+            left = count
+            for mq in queues:
+                pos = offset if offset is not None else await consumer.min_offset(mq)
+                end = await consumer.max_offset(mq)
+                while left > 0 and pos < end:
+                    result = await consumer.pull(mq, "*", pos, min(32, left))
+                    if not result.messages:
+                        break
+                    for m in result.messages:
+                        click.echo(
+                            f"MSGID: {m.msg_id} {mq.brokerName} QID {mq.queueId} OFFSET {m.queue_offset} "
+                            f"TAGS {m.tags} KEYS {m.keys} BODY {m.body.decode('utf-8', 'replace')}"
+                        )
+                    left -= len(result.messages)
+                    pos = result.next_begin_offset
+            click.echo(f"Consumed {count - left} message(s) from {len(queues)} queue(s)")
+
+    _run("consumeMessage", go)
+
+
+COMMANDS = (query_msg_by_id, query_msg_by_key, send_message, consume_message)
