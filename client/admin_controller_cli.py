@@ -1,0 +1,439 @@
+"""The controller commands of ``rmq-admin`` (mqadmin's names, flags and output shapes).
+
+``getControllerMetaData``, ``getControllerConfig``, ``getSyncStateSet``, ``electMaster``,
+``cleanBrokerMetadata`` talk to a controller group given with ``-a`` (one or more peer addresses,
+``;``-separated); leader-only requests follow the leader (:mod:`client.admin_controller`).
+``getBrokerEpoch`` asks brokers (found through the name server, ``-n``) for their epoch entries.
+
+Deviations from mqadmin, all additive: ``-a`` may list several peers for every command (mqadmin
+uses the first one only for some); ``getBrokerEpoch -b`` also accepts a broker address; with ``-i``
+the repetition stops after ``--count`` rounds (default 10, 0 = until interrupted; mqadmin repeats
+forever).
+
+:data:`COMMANDS` is added to the ``rmq-admin`` group by :mod:`client.admin_cli`.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec
+
+import click
+import trio
+
+from client.admin import AdminError, MQAdmin
+from client.admin_controller import ControllerAdmin, EpochEntry, EpochEntryCache, get_broker_epoch_cache
+from remoting.client import RemotingClient
+from remoting.errors import RemotingError
+from remoting.protocol.controller import BrokerReplicasInfo, ReplicaIdentity
+
+__all__ = [
+    "COMMANDS",
+    "broker_epoch_lines",
+    "controller_config_lines",
+    "elect_master_lines",
+    "metadata_lines",
+    "sync_state_set_lines",
+]
+
+P = ParamSpec("P")
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+DEFAULT_ROUNDS = 10
+_ADDRESS = re.compile(r"^[^\s:]+:\d+$")
+
+
+def _java(value: object) -> str:
+    """Java's ``String.valueOf``: null for None, lower-case booleans."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+# --- output (pure) --------------------------------------------------------------------------------
+
+
+def metadata_lines(
+    group: str | None, leader_id: str | None, leader_addr: str | None, peers: str | None
+) -> list[str]:
+    """``getControllerMetaData`` output."""
+    lines = [
+        "",
+        f"#ControllerGroup\t{_java(group)}",
+        f"#ControllerLeaderId\t{_java(leader_id)}",
+        f"#ControllerLeaderAddress\t{_java(leader_addr)}",
+    ]
+    lines += [f"#Peer:\t{peer}" for peer in (peers or "").split(";") if peer]
+    return lines
+
+
+def controller_config_lines(configs: dict[str, dict[str, str]]) -> list[str]:
+    """``getControllerConfig`` output: a block per controller."""
+    lines: list[str] = []
+    for address, config in configs.items():
+        lines.append(f"============{address}============")
+        lines += [f"{key:<50}=  {value}" for key, value in config.items()]
+    return lines
+
+
+def _replica_str(r: ReplicaIdentity) -> str:
+    return (
+        f"ReplicaIdentity{{brokerName='{_java(r.brokerName)}', brokerId={_java(r.brokerId)}, "
+        f"brokerAddress='{_java(r.brokerAddress)}', alive={_java(r.alive)}}}"
+    )
+
+
+def sync_state_set_lines(info: BrokerReplicasInfo) -> list[str]:
+    """``getSyncStateSet`` output: a block per broker set."""
+    lines: list[str] = []
+    for name, replicas in info.replicasInfoTable.items():
+        lines += [
+            "",
+            f"#brokerName\t{name}",
+            f"#MasterBrokerId\t{_java(replicas.masterBrokerId)}",
+            f"#MasterAddr\t{_java(replicas.masterAddress)}",
+            f"#MasterEpoch\t{_java(replicas.masterEpoch)}",
+            f"#SyncStateSetEpoch\t{_java(replicas.syncStateSetEpoch)}",
+            f"#SyncStateSetNums\t{len(replicas.inSyncReplicas)}",
+        ]
+        for member in replicas.inSyncReplicas:
+            lines += ["", f"InSyncReplica:\t{_replica_str(member)}"]
+        for member in replicas.notInSyncReplicas:
+            lines += ["", f"NotInSyncReplica:\t{_replica_str(member)}"]
+    return lines
+
+
+def elect_master_lines(
+    cluster: str,
+    broker_name: str,
+    master_addr: str | None,
+    master_epoch: int | None,
+    sync_state_set_epoch: int | None,
+    members: dict[int, str],
+) -> list[str]:
+    """``electMaster`` output."""
+    lines = [
+        "",
+        f"#ClusterName\t{cluster}",
+        f"#BrokerName\t{broker_name}",
+        f"#BrokerMasterAddr\t{_java(master_addr)}",
+        f"#MasterEpoch\t{_java(master_epoch)}",
+        f"#SyncStateSetEpoch\t{_java(sync_state_set_epoch)}",
+    ]
+    lines += [f"\t#Broker\t{broker_id}\t{addr}" for broker_id, addr in sorted(members.items())]
+    return lines
+
+
+def broker_epoch_lines(broker_addr: str, cache: EpochEntryCache) -> list[str]:
+    """``getBrokerEpoch`` output for one broker (the last epoch ends at the broker's max offset)."""
+    lines = [
+        "",
+        f"#clusterName\t{_java(cache.clusterName)}",
+        f"#brokerName\t{_java(cache.brokerName)}",
+        f"#brokerAddr\t{broker_addr}",
+        f"#brokerId\t{cache.brokerId}",
+    ]
+    for i, entry in enumerate(cache.epochList):
+        if i == len(cache.epochList) - 1:
+            entry = EpochEntry(epoch=entry.epoch, startOffset=entry.startOffset, endOffset=cache.maxOffset)
+        lines.append(f"#Epoch: {entry}")
+    return lines
+
+
+# --- running ----------------------------------------------------------------------------------------
+
+
+def _run(command: str, fn: Callable[[RemotingClient], Awaitable[None]], timeout: float) -> None:
+    failures: list[Exception] = []
+
+    async def main() -> None:
+        async with RemotingClient(connect_timeout=min(timeout, 3.0), name="rmq-admin") as rc:
+            try:
+                await fn(rc)
+            except (AdminError, RemotingError, ValueError) as e:
+                failures.append(e)  # caught inside the client's nursery: no ExceptionGroup
+
+    try:
+        trio.run(main)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    if failures:
+        click.echo(f"rmq-admin {command} command failed: {failures[0]}", err=True)
+        sys.exit(1)
+
+
+async def _rounds(interval: int | None, count: int, once: Callable[[], Awaitable[None]]) -> None:
+    """Run ``once``; with an interval repeat it every ``interval`` s, ``count`` times (0: forever)."""
+    done = 0
+    while True:
+        await once()
+        done += 1
+        if interval is None or (count > 0 and done >= count):
+            return
+        await trio.sleep(interval)
+
+
+def _echo(lines: list[str]) -> None:
+    for line in lines:
+        click.echo(line)
+
+
+def _common(f: Callable[P, Any]) -> Callable[P, Any]:
+    f = click.option(
+        "-n",
+        "--namesrvAddr",
+        "namesrv",
+        envvar="NAMESRV_ADDR",
+        default=DEFAULT_NAMESRV,
+        show_default=True,
+        help="Name server address list, eg: '192.168.0.1:9876;192.168.0.2:9876'",
+    )(f)
+    return click.option(
+        "--timeout", type=float, default=5.0, show_default=True, help="Per-command timeout in seconds."
+    )(f)
+
+
+def _controller_option(help_text: str) -> Callable[[Callable[P, Any]], Callable[P, Any]]:
+    return click.option("-a", "--controllerAddress", "controller", required=True, help=help_text)
+
+
+def _interval_options(f: Callable[P, Any]) -> Callable[P, Any]:
+    f = click.option(
+        "-i", "--interval", "interval", type=int, default=None, help="the interval(second) of get info"
+    )(f)
+    return click.option(
+        "--count",
+        type=int,
+        default=DEFAULT_ROUNDS,
+        show_default=True,
+        help="with -i: how many rounds (0 = until interrupted)",
+    )(f)
+
+
+# --- commands ---------------------------------------------------------------------------------------
+
+
+@click.command("getControllerMetaData")
+@_common
+@_controller_option("the address of controller (several: ';'-separated, the first that answers)")
+def get_controller_metadata(namesrv: str, timeout: float, controller: str) -> None:
+    """Get controller cluster's metadata."""
+
+    async def go(rc: RemotingClient) -> None:
+        meta = await ControllerAdmin(rc, controller.strip(), timeout=timeout).get_metadata()
+        _echo(metadata_lines(meta.group, meta.controllerLeaderId, meta.controllerLeaderAddress, meta.peers))
+
+    _run("getControllerMetaData", go, timeout)
+
+
+@click.command("getControllerConfig")
+@_common
+@_controller_option("Controller address list, eg: 192.168.0.1:9878;192.168.0.2:9878")
+def get_controller_config(namesrv: str, timeout: float, controller: str) -> None:
+    """Get controller config."""
+
+    async def go(rc: RemotingClient) -> None:
+        _echo(
+            controller_config_lines(
+                await ControllerAdmin(rc, controller.strip(), timeout=timeout).get_controller_config()
+            )
+        )
+
+    _run("getControllerConfig", go, timeout)
+
+
+@click.command("getSyncStateSet")
+@_common
+@_controller_option("the address of controller")
+@click.option("-c", "--clusterName", "cluster_name", default=None, help="which cluster")
+@click.option("-b", "--brokerName", "broker_name", default=None, help="which broker to fetch")
+@_interval_options
+def get_sync_state_set(
+    namesrv: str,
+    timeout: float,
+    controller: str,
+    cluster_name: str | None,
+    broker_name: str | None,
+    interval: int | None,
+    count: int,
+) -> None:
+    """Fetch syncStateSet for target brokers."""
+    if not broker_name and not cluster_name:
+        raise click.UsageError("one of -b/--brokerName or -c/--clusterName is required")
+
+    async def go(rc: RemotingClient) -> None:
+        ctl = ControllerAdmin(rc, controller.strip(), timeout=timeout)
+
+        async def once() -> None:
+            if broker_name:
+                names = [broker_name.strip()]
+            else:
+                assert cluster_name is not None
+                names = await MQAdmin(rc, namesrv, timeout=timeout).fetch_broker_names_by_cluster(
+                    cluster_name.strip()
+                )
+            if names:
+                _echo(sync_state_set_lines(await ctl.get_in_sync_state_data(names)))
+
+        await _rounds(interval, count, once)
+
+    _run("getSyncStateSet", go, timeout)
+
+
+async def _epoch_targets(admin: MQAdmin, broker: str | None, cluster: str | None) -> list[str]:
+    if broker:
+        if _ADDRESS.match(broker):
+            return [broker]
+        info = await admin.examine_broker_cluster_info()
+        data = info.brokerAddrTable.get(broker)
+        if data is None:
+            raise ValueError(f"broker {broker} is not registered with the name server")
+        return [addr for _, addr in sorted(data.brokerAddrs.items())]
+    assert cluster is not None
+    return await admin.fetch_master_and_slave_addrs_by_cluster(cluster)
+
+
+@click.command("getBrokerEpoch")
+@_common
+@click.option("-c", "--clusterName", "cluster_name", default=None, help="which cluster")
+@click.option(
+    "-b",
+    "--brokerName",
+    "broker_name",
+    default=None,
+    help="which broker to fetch (a broker name, or an address)",
+)
+@_interval_options
+def get_broker_epoch(
+    namesrv: str,
+    timeout: float,
+    cluster_name: str | None,
+    broker_name: str | None,
+    interval: int | None,
+    count: int,
+) -> None:
+    """Fetch broker epoch entries."""
+    if not broker_name and not cluster_name:
+        raise click.UsageError("one of -b/--brokerName or -c/--clusterName is required")
+
+    async def go(rc: RemotingClient) -> None:
+        admin = MQAdmin(rc, namesrv, timeout=timeout)
+
+        async def once() -> None:
+            targets = await _epoch_targets(
+                admin,
+                broker_name.strip() if broker_name else None,
+                cluster_name.strip() if cluster_name else None,
+            )
+            for addr in targets:
+                _echo(broker_epoch_lines(addr, await get_broker_epoch_cache(rc, addr, timeout)))
+
+        await _rounds(interval, count, once)
+
+    _run("getBrokerEpoch", go, timeout)
+
+
+@click.command("electMaster")
+@_common
+@_controller_option("The address of controller")
+@click.option(
+    "-b",
+    "--brokerId",
+    "broker_id",
+    type=int,
+    required=True,
+    help="The id of the broker which requires to become master",
+)
+@click.option(
+    "-bn",
+    "--brokerName",
+    "broker_name",
+    required=True,
+    help="The broker name of the replicas that require to be manipulated",
+)
+@click.option("-c", "--clusterName", "cluster_name", required=True, help="the clusterName of broker")
+def elect_master(
+    namesrv: str, timeout: float, controller: str, broker_id: int, broker_name: str, cluster_name: str
+) -> None:
+    """Re-elect the specified broker as master."""
+    cluster, name = cluster_name.strip(), broker_name.strip()
+
+    async def go(rc: RemotingClient) -> None:
+        ctl = ControllerAdmin(rc, controller.strip(), timeout=timeout)
+        header, body = await ctl.elect_master(cluster, name, broker_id)
+        group = body.brokerMemberGroup if body is not None else None
+        members = dict(group.brokerAddrs) if group is not None else {}
+        _echo(
+            elect_master_lines(
+                cluster, name, header.masterAddress, header.masterEpoch, header.syncStateSetEpoch, members
+            )
+        )
+
+    _run("electMaster", go, timeout)
+
+
+@click.command("cleanBrokerMetadata")
+@_common
+@_controller_option("The address of controller")
+@click.option(
+    "-b",
+    "--brokerControllerIdsToClean",
+    "broker_ids",
+    default=None,
+    help="The brokerController id list which requires to clean metadata. eg: 1;2;3",
+)
+@click.option(
+    "-bn",
+    "--brokerName",
+    "broker_name",
+    required=True,
+    help="The broker name of the replicas that require to be manipulated",
+)
+@click.option("-c", "--clusterName", "cluster_name", default=None, help="the clusterName of broker")
+@click.option(
+    "-l", "--cleanLivingBroker", "clean_living", is_flag=True, help="whether clean up living brokers"
+)
+def clean_broker_metadata(
+    namesrv: str,
+    timeout: float,
+    controller: str,
+    broker_ids: str | None,
+    broker_name: str,
+    cluster_name: str | None,
+    clean_living: bool,
+) -> None:
+    """Clean metadata of broker on controller."""
+    ids = broker_ids.strip() if broker_ids else None
+    if ids:
+        try:
+            [int(part) for part in ids.split(";") if part.strip()]
+        except ValueError:
+            raise click.BadParameter(
+                "please set the option <brokerControllerIdsToClean> according to the format", param_hint="-b"
+            ) from None
+    cluster = cluster_name.strip() if cluster_name else None
+    if not clean_living and not cluster:
+        raise click.UsageError("cleanLivingBroker option is false, clusterName option can not be empty.")
+    name = broker_name.strip()
+
+    async def go(rc: RemotingClient) -> None:
+        await ControllerAdmin(rc, controller.strip(), timeout=timeout).clean_broker_data(
+            cluster, name, ids, clean_living
+        )
+        click.echo(f"clear broker {name} metadata from controller success! ")
+
+    _run("cleanBrokerMetadata", go, timeout)
+
+
+COMMANDS: tuple[click.Command, ...] = (
+    get_controller_metadata,
+    get_controller_config,
+    get_sync_state_set,
+    get_broker_epoch,
+    elect_master,
+    clean_broker_metadata,
+)
