@@ -3,11 +3,16 @@ through a real ``rmq-container`` with two master broker groups and auto-created 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
 import pytest
 
+from remoting import fastjson
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import request
+from tests.compat.cluster import invoke
 from tests.compat.conftest import Clients
 
 pytestmark = pytest.mark.compat
@@ -125,3 +130,55 @@ def test_cpp_producer_and_push_consumers_exact_set_with_properties(make_containe
     per_broker = Counter(m["broker"] for m in pulled["messages"])
     assert set(per_broker) == {"broker-a", "broker-b"}, per_broker
     assert sum(per_broker.values()) == len(everything)
+
+
+def consumer_ids(broker: str, group: str) -> list[str]:
+    reply = invoke(broker, request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}))
+    if reply.code != ResponseCode.SUCCESS:
+        return []
+    return list(fastjson.loads(reply.body_bytes).get("consumerIdList", []))
+
+
+def test_cpp_two_push_consumers_of_one_group_share_the_queues(make_container, client: Clients) -> None:
+    topic = "CompatSharedTopic"
+    group = "CG_SHARED"
+    cluster = make_container("broker-a", "broker-b")
+    # the topic must exist before the consumers start (they look up its route once at start)
+    # (sync sends go round-robin over the queues of both broker groups, which creates it on both)
+    seed = [{"topic": topic, "body": f"seed-{i}", "tags": "TagS", "mode": "sync"} for i in range(8)]
+    assert_sent(client({"action": "produce", "namesrv": cluster.namesrv, "messages": seed}), seed)
+    messages = [
+        {"topic": topic, "body": f"shared-{i:02d}", "keys": f"s{i}", "tags": "TagS", "mode": "sync"}
+        for i in range(40)
+    ]
+    expect = [m["body"] for m in seed + messages]
+    spec = {
+        "action": "push",
+        "namesrv": cluster.namesrv,
+        "group": group,
+        "topic": topic,
+        "expression": "TagS",
+        "wait": 10,  # no expectation of its own (the split is not known in advance): listen this long
+        "deadline": 35,
+    }
+    first, second = client.start(spec), client.start(spec)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if all(len(consumer_ids(addr, group)) == 2 for addr in cluster.brokers.values()):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"both consumers never showed up on both brokers: {cluster.output()}")
+    assert_sent(client({"action": "produce", "namesrv": cluster.namesrv, "messages": messages}), messages)
+    reports = [first.report(50), second.report(50)]
+
+    got = [[r["body"] for r in rep["received"]] for rep in reports]
+    everything = Counter(got[0] + got[1])
+    assert set(everything) == set(expect)
+    assert got[0], "the first consumer got nothing"
+    assert got[1], "the second consumer got nothing"
+    # The seeds were there while the group was still rebalancing (the first consumer may have taken
+    # them before handing their queue over): at-least-once allows them twice. What was sent once both
+    # members were registered arrives once.
+    duplicates = {b: n for b, n in everything.items() if n > 1 and not b.startswith("seed-")}
+    assert not duplicates

@@ -79,8 +79,6 @@ def test_cpp_reconsume_later_is_accepted_and_parked_for_the_retry_topic(
     # every message arrived once from the topic itself; the failing one was refused once
     assert Counter(r["body"] for r in first) == Counter(BODIES)
     assert [r["body"] for r in first if r.get("failed")] == [FAILING]
-    # the client sent it back and the broker accepted it (an error there would be logged by the client)
-    assert "sendMessageBack" not in report["_log"] or "error" not in report["_log"].lower()
 
     # The copy the broker made: in SCHEDULE_TOPIC_XXXX (delay level 3 → queue 2), bound for
     # %RETRY%<group>, with the original topic, properties and reconsume count 1.
