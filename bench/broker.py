@@ -1,0 +1,366 @@
+"""One broker: sync send, batch send, consume throughput and send latency (issue 3, "Benchmark").
+
+The broker is a real ``python -m container.cli`` process (name server + one ASYNC_FLUSH master,
+64 MiB commit-log files, store in a temporary directory). The baseline is the remoting baseline
+server of ``bench/remoting.py`` (a minimal trio server answering every frame with a fixed
+pre-encoded response), run as its own process in the same run; it is measured with that module's
+epoll load generator, which sends the same 1 KiB SEND_MESSAGE frame, at the same number of
+requests in flight as each case. Load generators run in separate processes (``bench/broker_load.py``)
+so that client and server each get a core. Cases and baseline alternate over a few rounds; the best
+round counts for throughput (noise from other processes only ever lowers it), the median round for
+efficiency (requests per CPU-second of the server process) and latency.
+
+Cases (target = ratio asked by the issue):
+
+1. sync send, 1 KiB: the C++ client (16 threads, each a ``send_sync`` loop; 16 in flight on its one
+   connection) and the Python remoting client (64 concurrent SEND_MESSAGE_V2), each against the
+   baseline at 16 / 64 in flight; target ≥ 0.5. The same epoll generator that loads the baseline is
+   also pointed at the broker (1 connection × 16, 1 × 64, 16 × 1), which compares the two servers
+   with the client cost taken out.
+2. batch send: SEND_BATCH_MESSAGE of 32 × 1 KiB from the Python client; msgs/s against the Python
+   single-send msgs/s of case 1; target ≥ 5.
+3. latency: open loop over 8 connections at half the broker's best single-send req/s, p50 and p99,
+   broker vs baseline at the same rate.
+4. consume: 200k × 1 KiB pre-loaded with batch sends over 8 queues, drained by a C++ PushConsumer
+   (callbacks counted) and by a Python long-polling pull loop (maxMsgNums 32, one per queue).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import remoting as remoting_bench
+from bench.common import REPO_ROOT, percentile, process_cpu_seconds, row, server_process
+from bench.container_proc import ContainerError, ContainerProcess, call, single_broker_toml
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import request
+
+CLUSTER = "BenchCluster"
+BROKER = "broker-bench"
+SEND_TOPIC = "BenchTopic"  # the topic of bench.remoting's request frame
+CONSUME_TOPIC = "BenchConsumeTopic"
+CONSUME_QUEUES = 8
+CONSUME_TOTAL = 200_000
+BODY_SIZE = 1024
+BATCH = 32
+ROUNDS = 3
+RAW_SECONDS = 1.5
+CLIENT_SECONDS = 3.0
+LATENCY_SECONDS = 2.0
+SEND_TARGET = 0.5
+BATCH_TARGET = 5.0
+RESULT_PREFIX = "RESULT "
+MAX_ERROR_RATE = 0.01
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def _load(mode: str, spec: dict[str, Any], home: Path, timeout: float = 180.0) -> dict[str, Any]:
+    """Run one ``bench.broker_load`` process to its end and return its result."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["HOME"] = str(home)  # the C++ client writes its log under $HOME/logs
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.broker_load", mode, json.dumps(spec)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    lines = [ln[len(RESULT_PREFIX) :] for ln in proc.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
+    if not lines:
+        raise BenchError(f"load {mode} exited {proc.returncode} without a result\n{proc.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    errors = result.get("error_count", 0)
+    if errors:
+        # The C++ client fails a few sends on its own under thread contention ("GetTransport ... get
+        # timed_mutex timeout", reported as "No route info"); more than a trace of errors is real.
+        print(f"  load {mode}: {errors} failed sends, e.g. {result['errors'][:1]}", file=sys.stderr)
+        if errors > MAX_ERROR_RATE * max(result.get("total", 0), 1):
+            raise BenchError(f"load {mode}: {errors} errors, e.g. {result['errors']}")
+    return result
+
+
+def _with_cpu(pid: int, fn: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], float]:
+    """``fn()`` and the CPU seconds the process ``pid`` used meanwhile."""
+    before = process_cpu_seconds(pid)
+    result = fn()
+    return result, process_cpu_seconds(pid) - before
+
+
+def _log(label: str, ours: list[float], base: list[float] | None = None) -> None:
+    text = f"  {label}: broker {[round(x) for x in ours]}"
+    if base is not None:
+        text += f" baseline {[round(x) for x in base]}"
+    print(text, file=sys.stderr, flush=True)
+
+
+class BrokerBench:
+    def __init__(self, work: Path, broker: tuple[str, int], baseline: tuple[str, int], namesrv: str) -> None:
+        self.work = work
+        self.addr, self.pid = broker
+        self.base_addr, self.base_pid = baseline
+        self.namesrv = namesrv
+        self.rows: list[dict[str, Any]] = []
+        self.peak = 0.0  # best single-send req/s of the broker, any load generator
+        self.py_single_msgs = 0.0
+
+    # --- 1. single sends ---------------------------------------------------------------------
+
+    def raw(self) -> None:
+        for conns, depth in ((1, 16), (1, 64), (16, 1)):
+            ours: list[tuple[float, float]] = []
+            base: list[tuple[float, float]] = []
+            for _ in range(ROUNDS):
+                base.append(
+                    remoting_bench._closed_loop(self.base_addr, conns, depth, RAW_SECONDS, self.base_pid)
+                )
+                ours.append(remoting_bench._closed_loop(self.addr, conns, depth, RAW_SECONDS, self.pid))
+            label = f"{conns} connection{'s' if conns > 1 else ''} x {depth} in flight"
+            _log(f"epoll generator, {label}, req/s", [r for r, _ in ours], [r for r, _ in base])
+            _log(f"epoll generator, {label}, req/CPU-s", [e for _, e in ours], [e for _, e in base])
+            best = max(r for r, _ in ours)
+            self.peak = max(self.peak, best)
+            self.rows.append(
+                row(
+                    f"sync send 1 KiB, epoll generator, {label} (best round)",
+                    best,
+                    "req/s",
+                    max(r for r, _ in base),
+                    SEND_TARGET,
+                )
+            )
+            self.rows.append(
+                row(
+                    f"broker efficiency, epoll generator, {label} (median round)",
+                    statistics.median(e for _, e in ours),
+                    "req/CPU-s",
+                    statistics.median(e for _, e in base),
+                )
+            )
+
+    def _client_case(self, label: str, mode: str, spec: dict[str, Any], depth: int) -> float:
+        ours: list[float] = []
+        eff: list[float] = []
+        base: list[tuple[float, float]] = []
+        for _ in range(ROUNDS):
+            base.append(remoting_bench._closed_loop(self.base_addr, 1, depth, RAW_SECONDS, self.base_pid))
+            result, cpu = _with_cpu(self.pid, lambda: _load(mode, spec, self.work))
+            ours.append(result["count"] / result["seconds"])
+            eff.append(result["total"] / cpu if cpu > 0 else float("nan"))
+        _log(f"{label}, req/s", ours, [r for r, _ in base])
+        _log(f"{label}, req/CPU-s", eff, [e for _, e in base])
+        best = max(ours)
+        self.peak = max(self.peak, best)
+        self.rows.append(
+            row(f"sync send 1 KiB, {label} (best round)", best, "req/s", max(r for r, _ in base), SEND_TARGET)
+        )
+        self.rows.append(
+            row(
+                f"broker efficiency, {label} (median round)",
+                statistics.median(eff),
+                "req/CPU-s",
+                statistics.median(e for _, e in base),
+            )
+        )
+        return best
+
+    def cpp_send(self) -> None:
+        spec = {
+            "namesrv": self.namesrv,
+            "topic": SEND_TOPIC,
+            "threads": 16,
+            "body_size": BODY_SIZE,
+            "seconds": CLIENT_SECONDS,
+            "warmup": 0.5,
+        }
+        self._client_case("C++ client, 16 threads", "cpp-send", spec, 16)
+
+    def py_send(self) -> None:
+        spec = {
+            "broker": self.addr,
+            "topic": SEND_TOPIC,
+            "concurrency": 64,
+            "body_size": BODY_SIZE,
+            "seconds": CLIENT_SECONDS,
+            "warmup": 0.5,
+        }
+        self.py_single_msgs = self._client_case("Python client, 64 concurrent", "py-send", spec, 64)
+
+    # --- 2. batch ------------------------------------------------------------------------------
+
+    def batch_send(self) -> None:
+        spec = {
+            "broker": self.addr,
+            "topic": SEND_TOPIC,
+            "concurrency": 8,
+            "batch": BATCH,
+            "body_size": BODY_SIZE,
+            "seconds": CLIENT_SECONDS,
+            "warmup": 0.5,
+        }
+        msgs = []
+        for _ in range(ROUNDS):
+            result = _load("py-send", spec, self.work)
+            msgs.append(result["messages"] / result["seconds"])
+        _log(f"batch {BATCH} x 1 KiB, Python client, 8 concurrent, msgs/s", msgs)
+        self.rows.append(
+            row(
+                f"batch send {BATCH} x 1 KiB, Python client, 8 concurrent, vs Python single sends (best round)",
+                max(msgs),
+                "msgs/s",
+                self.py_single_msgs,
+                BATCH_TARGET,
+            )
+        )
+
+    # --- 3. latency ----------------------------------------------------------------------------
+
+    def latency(self) -> None:
+        rate = self.peak / 2
+        ours: list[list[float]] = []
+        base: list[list[float]] = []
+        for _ in range(ROUNDS):
+            base.append(remoting_bench._open_loop(self.base_addr, rate, LATENCY_SECONDS))
+            ours.append(remoting_bench._open_loop(self.addr, rate, LATENCY_SECONDS))
+        for p in (50, 99):
+            ours_p = [percentile(x, p) * 1e6 for x in ours]
+            base_p = [percentile(x, p) * 1e6 for x in base]
+            _log(f"latency p{p} µs at {rate:,.0f} req/s", ours_p, base_p)
+            self.rows.append(
+                row(
+                    f"send latency p{p} at {rate:,.0f} req/s (half peak), 8 connections (median round)",
+                    statistics.median(ours_p),
+                    "µs",
+                    statistics.median(base_p),
+                )
+            )
+
+    # --- 4. consume ----------------------------------------------------------------------------
+
+    def consume(self) -> None:
+        fields = {
+            "topic": CONSUME_TOPIC,
+            "readQueueNums": str(CONSUME_QUEUES),
+            "writeQueueNums": str(CONSUME_QUEUES),
+            "perm": "6",
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": "0",
+            "order": "false",
+        }
+        reply = call(self.addr, request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields))
+        if reply.code != ResponseCode.SUCCESS:
+            raise BenchError(f"create {CONSUME_TOPIC}: {reply.code} {reply.remark}")
+        spec = {
+            "broker": self.addr,
+            "topic": CONSUME_TOPIC,
+            "total": CONSUME_TOTAL,
+            "batch": BATCH,
+            "queues": CONSUME_QUEUES,
+            "body_size": BODY_SIZE,
+        }
+        pre = _load("py-preload", spec, self.work)
+        print(f"  preloaded {pre['sent']} messages in {pre['seconds']:.1f} s", file=sys.stderr, flush=True)
+        self._wait_route(CONSUME_TOPIC)
+
+        cpp = _load(
+            "cpp-push",
+            {
+                "namesrv": self.namesrv,
+                "topic": CONSUME_TOPIC,
+                "group": "BenchCppPush",
+                "expect": CONSUME_TOTAL,
+                "threads": 4,
+                "deadline": 150,
+            },
+            self.work,
+            timeout=200,
+        )
+        if not cpp["finished"]:
+            raise BenchError(f"C++ push consumer received {cpp['received']} of {CONSUME_TOTAL} in time")
+        print(
+            f"  C++ push: {cpp['from_start']:.1f} s from start, {cpp['first_to_last']:.1f} s first to last",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.rows.append(
+            row(
+                f"consume {CONSUME_TOTAL // 1000}k x 1 KiB, C++ PushConsumer (from start())",
+                CONSUME_TOTAL / cpp["from_start"],
+                "msgs/s",
+            )
+        )
+        py = _load(
+            "py-pull",
+            {
+                "broker": self.addr,
+                "topic": CONSUME_TOPIC,
+                "group": "BenchPyPull",
+                "queues": CONSUME_QUEUES,
+                "expect": CONSUME_TOTAL,
+                "max_nums": 32,
+            },
+            self.work,
+        )
+        if not py["finished"]:
+            raise BenchError(f"Python pull loop received {py['received']} of {CONSUME_TOTAL} in time")
+        print(f"  Python pull: {py['seconds']:.1f} s, {py['pulls']} pulls", file=sys.stderr, flush=True)
+        self.rows.append(
+            row(
+                f"consume {CONSUME_TOTAL // 1000}k x 1 KiB, Python long-poll pull loop, maxMsgNums 32",
+                CONSUME_TOTAL / py["seconds"],
+                "msgs/s",
+            )
+        )
+
+    def _wait_route(self, topic: str, timeout: float = 30.0) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reply = call(self.namesrv, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+            if reply.code == ResponseCode.SUCCESS:
+                return
+            time.sleep(0.1)
+        raise BenchError(f"no route for {topic} after {timeout}s")
+
+
+def measure(work: Path) -> list[dict[str, Any]]:
+    config, namesrv, broker_addr = single_broker_toml(work, CLUSTER, BROKER)
+    with (
+        server_process("bench.remoting", "serve", "baseline") as (bl_proc, bl_addr),
+        ContainerProcess(work, config, data_dir=work / "data") as container,
+    ):
+        try:
+            container.wait_registered(namesrv, CLUSTER, {BROKER})
+        except ContainerError as e:
+            raise BenchError(str(e)) from None
+        bench = BrokerBench(work, (broker_addr, container.pid), (bl_addr, bl_proc.pid), namesrv)
+        try:
+            bench.raw()
+            bench.cpp_send()
+            bench.py_send()
+            bench.batch_send()
+            bench.latency()
+            bench.consume()
+        except BaseException:
+            print(container.output()[-3000:], file=sys.stderr)
+            raise
+        return bench.rows
+
+
+def run() -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
+        return measure(Path(tmp))
