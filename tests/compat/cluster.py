@@ -16,6 +16,7 @@ Everything here is synchronous and blocking on purpose (the clients are separate
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -24,9 +25,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from remoting import fastjson
 from remoting.codec import FrameDecoder, encode
@@ -42,6 +46,12 @@ RESULT_PREFIX = "SCENARIO-RESULT "
 
 _BANNER_NAMESRV = re.compile(r"^namesrv (\S+)$", re.M)
 _BANNER_BROKER = re.compile(r"^broker (\S+) (\S+) \((\w+)\)", re.M)
+
+
+#: Every C++ client test module carries this (the scenarios import ``rocketmq`` in their own process).
+requires_cpp_client = pytest.mark.skipif(
+    importlib.util.find_spec("rocketmq") is None, reason="the rocketmq (C++ client) package is not installed"
+)
 
 
 class ContainerError(AssertionError):
@@ -383,3 +393,25 @@ def run_client(spec: dict[str, Any], *, home: Path, timeout: float = 60.0) -> di
     report = client.report(timeout)
     report["_log"] = client.log()
     return report
+
+
+#: The ``make_container`` fixture's type.
+MakeContainer = Callable[..., Container]
+
+
+class Clients:
+    """Runs C++ client scenarios in fresh processes, all with ``$HOME`` = ``home``."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.started: list[ClientProcess] = []
+
+    def __call__(self, spec: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
+        """Run ``spec`` to its end and return the report (with ``_log``, the client's log)."""
+        return run_client(spec, home=self.home, timeout=timeout)
+
+    def start(self, spec: dict[str, Any]) -> ClientProcess:
+        """Start ``spec`` in the background; call ``.report(timeout)`` on the result."""
+        proc = ClientProcess(spec, home=self.home)
+        self.started.append(proc)
+        return proc

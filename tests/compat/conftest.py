@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.compat.cluster import BrokerSpec, ClientProcess, Container, run_client
-
-pytest.importorskip("rocketmq.client")
+from tests.compat.cluster import BrokerSpec, Clients, Container
 
 
 @pytest.fixture
@@ -34,24 +31,6 @@ def make_container(tmp_path: Path) -> Iterator[Callable[..., Container]]:
         container.close()
         print(f"=== container {container.directory} (started {container.starts}x)")
         print(container.output())
-
-
-class Clients:
-    """Runs C++ client scenarios in fresh processes, all with ``$HOME`` = ``home``."""
-
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self.started: list[ClientProcess] = []
-
-    def __call__(self, spec: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
-        """Run ``spec`` to its end and return the report (with ``_log``, the client's log)."""
-        return run_client(spec, home=self.home, timeout=timeout)
-
-    def start(self, spec: dict[str, Any]) -> ClientProcess:
-        """Start ``spec`` in the background; call ``.report(timeout)`` on the result."""
-        proc = ClientProcess(spec, home=self.home)
-        self.started.append(proc)
-        return proc
 
 
 @pytest.fixture

@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.compat.cluster import broker_config
-from tests.compat.conftest import Clients
+from tests.compat.cluster import Clients, MakeContainer, broker_config, requires_cpp_client
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.compat, requires_cpp_client]
 
 MAX_SIZE = 65536
 SEND_ERROR = re.compile(r"processSendResponse error remark:(.*), error code:(\d+)\[")
@@ -29,7 +28,9 @@ def broker_errors(log: str) -> list[tuple[str, int]]:
     return [(m.group(1), int(m.group(2))) for m in SEND_ERROR.finditer(log)]
 
 
-def test_cpp_send_errors_surface_for_oversized_body_and_bad_topic(make_container, client: Clients) -> None:
+def test_cpp_send_errors_surface_for_oversized_body_and_bad_topic(
+    make_container: MakeContainer, client: Clients
+) -> None:
     cluster = make_container("broker-a", "broker-b", maxMessageSize=MAX_SIZE)
     assert {broker_config(addr)["maxMessageSize"] for addr in cluster.brokers.values()} == {str(MAX_SIZE)}
     cases: list[dict[str, Any]] = [

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from tests.compat.conftest import Clients
+from tests.compat.cluster import Clients, MakeContainer, requires_cpp_client
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.compat, requires_cpp_client]
 
 TOPIC = "CompatOrderTopic"
 # The client's hashing selector picks queue ``arg % 8`` of the topic's 8 write queues (4 per broker
@@ -48,7 +48,9 @@ def check_send_offsets(report: dict[str, Any], messages: list[dict[str, Any]], f
         assert got == list(range(first, first + len(got))), (key, got)
 
 
-def test_cpp_orderly_consumer_gets_each_key_in_send_order(make_container, client: Clients) -> None:
+def test_cpp_orderly_consumer_gets_each_key_in_send_order(
+    make_container: MakeContainer, client: Clients
+) -> None:
     cluster = make_container("broker-a", "broker-b")
     round1 = ordered_messages(range(PER_ROUND))
     sent = client({"action": "produce", "namesrv": cluster.namesrv, "group": "PG_ORDER", "messages": round1})

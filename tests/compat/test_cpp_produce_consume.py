@@ -12,10 +12,9 @@ import pytest
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import request
-from tests.compat.cluster import invoke
-from tests.compat.conftest import Clients
+from tests.compat.cluster import Clients, MakeContainer, invoke, requires_cpp_client
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.compat, requires_cpp_client]
 
 TOPIC = "CompatMixedTopic"
 MODES = ("sync", "oneway", "orderly")
@@ -84,7 +83,9 @@ def assert_exactly(report: dict[str, Any], expected: list[dict[str, Any]]) -> No
             assert r["queue_offset"] == sent["result"]["offset"], (r, sent)
 
 
-def test_cpp_producer_and_push_consumers_exact_set_with_properties(make_container, client: Clients) -> None:
+def test_cpp_producer_and_push_consumers_exact_set_with_properties(
+    make_container: MakeContainer, client: Clients
+) -> None:
     cluster = make_container("broker-a", "broker-b")
     first = mixed_messages(0, 30)
     sent = client({"action": "produce", "namesrv": cluster.namesrv, "group": "PG_MIXED", "messages": first})
@@ -139,7 +140,9 @@ def consumer_ids(broker: str, group: str) -> list[str]:
     return list(fastjson.loads(reply.body_bytes).get("consumerIdList", []))
 
 
-def test_cpp_two_push_consumers_of_one_group_share_the_queues(make_container, client: Clients) -> None:
+def test_cpp_two_push_consumers_of_one_group_share_the_queues(
+    make_container: MakeContainer, client: Clients
+) -> None:
     topic = "CompatSharedTopic"
     group = "CG_SHARED"
     cluster = make_container("broker-a", "broker-b")

@@ -8,15 +8,17 @@ from typing import Any
 
 import pytest
 
-from tests.compat.conftest import Clients
+from tests.compat.cluster import Clients, MakeContainer, requires_cpp_client
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.compat, requires_cpp_client]
 
 TOPIC = "CompatPullTopic"
 COUNT = 40
 
 
-def test_cpp_pull_consumer_reads_every_queue_exactly_once(make_container, client: Clients) -> None:
+def test_cpp_pull_consumer_reads_every_queue_exactly_once(
+    make_container: MakeContainer, client: Clients
+) -> None:
     cluster = make_container("broker-a", "broker-b")
     messages: list[dict[str, Any]] = [
         {"topic": TOPIC, "body": f"pull-{i:02d}", "keys": f"k{i}", "tags": "TagA" if i % 4 else "TagB"}

@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.compat.cluster import Container, broker_config
-from tests.compat.conftest import Clients
+from tests.compat.cluster import Clients, Container, MakeContainer, broker_config, requires_cpp_client
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.compat, requires_cpp_client]
 
 
 def batch(topic: str, prefix: str, count: int) -> list[dict[str, Any]]:
@@ -63,7 +62,9 @@ def pull_all(client: Clients, cluster: Container, topic: str) -> Counter[str]:
     return Counter(m["body"] for m in report["messages"])
 
 
-def test_cpp_messages_and_committed_offsets_survive_sigterm_restart(make_container, client: Clients) -> None:
+def test_cpp_messages_and_committed_offsets_survive_sigterm_restart(
+    make_container: MakeContainer, client: Clients
+) -> None:
     topic = "CompatRestartTopic"
     cluster = make_container("broker-a", "broker-b")
     consumed = batch(topic, "before", 20)
@@ -89,7 +90,9 @@ def test_cpp_messages_and_committed_offsets_survive_sigterm_restart(make_contain
     assert pull_all(client, cluster, topic) == Counter(m["body"] for m in consumed + pending + after)
 
 
-def test_cpp_acknowledged_messages_survive_sigkill_with_sync_flush(make_container, client: Clients) -> None:
+def test_cpp_acknowledged_messages_survive_sigkill_with_sync_flush(
+    make_container: MakeContainer, client: Clients
+) -> None:
     topic = "CompatCrashTopic"
     cluster = make_container("broker-a", "broker-b", flushDiskType="SYNC_FLUSH")
     assert {broker_config(addr)["flushDiskType"] for addr in cluster.brokers.values()} == {"SYNC_FLUSH"}

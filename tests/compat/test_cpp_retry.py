@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.compat.cluster import BrokerSpec, Container
-from tests.compat.conftest import Clients
+from tests.compat.cluster import BrokerSpec, Clients, Container, requires_cpp_client
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.compat, requires_cpp_client]
 
 TOPIC = "CompatRetryTopic"
 GROUP = "CG_COMPAT_RETRY"
