@@ -149,14 +149,17 @@ class Container:
         self.data_dir = directory / "data"
         self.config_path = directory / "container.toml"
         directory.mkdir(parents=True, exist_ok=True)
-        taken: set[int] = set()
-        self.namesrv_port = free_port(taken=taken)
-        self.broker_ports = {b.name: free_port(pair=True, taken=taken) for b in brokers}
         self.specs = brokers
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
-        self.namesrv = f"127.0.0.1:{self.namesrv_port}"
         self.brokers: dict[str, str] = {}
+        self._pick_ports()
+
+    def _pick_ports(self) -> None:
+        taken: set[int] = set()
+        self.namesrv_port = free_port(taken=taken)
+        self.broker_ports = {b.name: free_port(pair=True, taken=taken) for b in self.specs}
+        self.namesrv = f"127.0.0.1:{self.namesrv_port}"
         self._write_config()
 
     def _write_config(self) -> None:
@@ -216,9 +219,24 @@ class Container:
         return "\n".join(parts)
 
     def start(self, deadline: float = START_DEADLINE) -> None:
-        """Start the process and return once every broker is registered with the name server."""
+        """Start the process and return once every broker is registered with the name server.
+
+        The first start moves to other free ports (up to twice) if one was taken meanwhile; a restart
+        keeps the ports, as a restarted server would.
+        """
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError("container already running")
+        for _ in range(2 if self.starts == 0 else 0):
+            try:
+                self._start_once(deadline)
+                return
+            except ContainerError:
+                if "cannot listen" not in self.output():
+                    raise
+            self._pick_ports()
+        self._start_once(deadline)
+
+    def _start_once(self, deadline: float) -> None:
         self.starts += 1
         with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
             self.process = subprocess.Popen(
