@@ -7,9 +7,11 @@ exit code checked) or SIGKILL (crash). ``start`` again restarts it on the same d
 the same ports. Output goes to files in the directory (``container-N.out`` / ``.err`` per start), so
 a failing test can point at the broker log.
 
-:func:`run_client` runs one C++ client scenario (``cpp_scenario.py``) in a fresh interpreter with a
-hard timeout and returns its JSON report: the native client runs its own threads, and a hung client
-must not hang pytest.
+:class:`ClientProcess` / :func:`run_client` / :class:`Clients` run one C++ client scenario
+(``cpp_scenario.py``) in a fresh interpreter with a hard timeout and return its JSON report plus the
+C++ client's own log: the native client runs its own threads, and a hung client must not hang
+pytest. :func:`invoke`, :func:`cluster_info` and :func:`broker_config` ask the container directly
+over the wire (readiness, effective config).
 
 Everything here is synchronous and blocking on purpose (the clients are separate processes).
 """
