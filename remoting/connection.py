@@ -30,6 +30,7 @@ import inspect
 import itertools
 import logging
 import socket
+import threading
 import types
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
@@ -91,10 +92,20 @@ def _resume(coro: Any, trap: Any) -> Generator[Any, Any, Any]:
 
 _connection_ids: Iterator[int] = itertools.count(1)
 
-#: One receive buffer for every connection of the process: a read is decoded (and anything left
-#: over copied into the connection's decoder) before the task yields, so sharing is safe.
-_RECV_BUFFER = bytearray(RECEIVE_SIZE)
-_RECV_VIEW = memoryview(_RECV_BUFFER)
+#: One receive buffer per thread, shared by every connection that thread runs: a read is
+#: decoded (and anything left over copied into the connection's decoder) before the task
+#: yields, so sharing is safe within a trio run; per thread, because a process may run several.
+_recv_buffers = threading.local()
+
+
+def _receive_buffer() -> tuple[bytearray, memoryview]:
+    pair: tuple[bytearray, memoryview] | None = getattr(_recv_buffers, "pair", None)
+    if pair is None:
+        buf = bytearray(RECEIVE_SIZE)
+        pair = _recv_buffers.pair = (buf, memoryview(buf))
+    return pair
+
+
 _IOV_MAX = 512
 
 
@@ -368,6 +379,7 @@ class Connection:
                 return
             sock = self._sock
             decoder = self._decoder
+            recv_buf, recv_view = _receive_buffer()
             while decoder.error is None:
                 if len(self._backlog) >= self._max_in_flight and not self._pending:
                     # Every slot busy and as many requests waiting: stop reading (backpressure).
@@ -375,12 +387,13 @@ class Connection:
                     # for exactly those, and only this task can read them.
                     await self._slot_lot.park()
                     continue
-                if self._out_bytes > HIGH_WATER:
-                    # the peer is not reading its responses: stop reading its requests
+                if self._out_bytes > HIGH_WATER and not self._pending:
+                    # The peer is not reading what we send: stop reading its requests. Not while
+                    # we wait for its responses (the peer may be blocked writing exactly those).
                     await self._flush_quietly()
                     continue
                 try:
-                    n = sock.recv_into(_RECV_BUFFER)
+                    n = sock.recv_into(recv_buf)
                 except BlockingIOError:
                     await trio.lowlevel.wait_readable(sock)
                     continue
@@ -399,7 +412,7 @@ class Connection:
                         self.close_reason = "EOF inside a frame"
                     break
                 try:
-                    cmds = decoder.feed(_RECV_VIEW[:n])
+                    cmds = decoder.feed(recv_view[:n])
                 except FrameError:
                     cmds = []
                 if cmds and await self._dispatch(cmds):
@@ -465,7 +478,7 @@ class Connection:
             if backlog or self._in_flight >= self._max_in_flight:
                 backlog.append((cmd, now))
                 continue
-            if self._out_bytes > HIGH_WATER:
+            if self._out_bytes > HIGH_WATER and not self._pending:
                 await self._flush_quietly()  # the peer is slow to read: answer no faster than it reads
             started = self._start(cmd, now)
             if started is not None:

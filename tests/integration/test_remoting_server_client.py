@@ -572,3 +572,64 @@ async def test_peer_that_does_not_read_stops_the_server_reading_its_requests() -
             got.append(resp.opaque)
         assert got == list(range(total))
         assert handled == total
+
+
+async def test_server_and_client_in_two_threads_with_their_own_trio_runs() -> None:
+    """Each thread runs its own trio loop; connections in both must not share receive state."""
+    import queue
+    import random
+
+    ready: queue.Queue[tuple[str, trio.lowlevel.TrioToken, trio.CancelScope]] = queue.Queue()
+
+    async def body_echo(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        resp = req.response(ResponseCode.SUCCESS)
+        resp.body = req.body
+        return resp
+
+    async def server_main() -> None:
+        table = ProcessorTable()
+        table.register(1, body_echo)
+        with trio.CancelScope() as scope:
+            async with serving(table) as (_, [lst]):
+                ready.put((lst.address, trio.lowlevel.current_trio_token(), scope))
+                await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, trio.run, server_main)
+        addr, token, scope = await trio.to_thread.run_sync(lambda: ready.get(timeout=10))
+        rnd = random.Random(7)
+        try:
+            with trio.fail_after(20):
+                async with RemotingClient() as client:
+
+                    async def call(i: int) -> None:
+                        body = rnd.randbytes(rnd.choice([10, 1000, 70_000, 300_000]))
+                        resp = await client.invoke(addr, request(1, {"i": i}, body=body), 10)
+                        assert resp.body == body
+
+                    async with trio.open_nursery() as calls:
+                        for i in range(60):
+                            calls.start_soon(call, i)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(
+                    lambda: trio.from_thread.run_sync(scope.cancel, trio_token=token)
+                )
+
+
+async def test_large_requests_and_responses_both_ways_do_not_deadlock() -> None:
+    """Both sides have more than HIGH_WATER queued: each must keep reading the other's responses."""
+
+    async def body_echo(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        resp = req.response(ResponseCode.SUCCESS)
+        resp.body = req.body
+        return resp
+
+    table = ProcessorTable()
+    table.register(1, body_echo)
+    body = b"q" * 400_000
+    async with serving(table) as (_, [lst]), RemotingClient() as client:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                for i in range(40):  # 16 MB each way
+                    nursery.start_soon(client.invoke, lst.address, request(1, {"i": i}, body=body), 15)
