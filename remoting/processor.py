@@ -4,7 +4,10 @@ Upstream: ``NettyRequestProcessor`` and the processor table of ``NettyRemotingAb
 A handler is an ``async def`` taking the :class:`RequestContext` and the request command and
 returning the response (or None when it answers later through ``ctx.respond``, or never).
 Handlers that finish without blocking run inline in the connection's reader (see
-:mod:`remoting.connection`), so a fast handler costs no task.
+:mod:`remoting.connection`), so a fast handler costs no task. Consequences for handler
+authors: a handler must be an ``async def`` (its coroutine is driven directly), and it runs in
+a task it may share with other requests of the same connection — do not rely on contextvars
+being private to one request.
 """
 
 from __future__ import annotations

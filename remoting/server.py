@@ -135,7 +135,7 @@ class RemotingServer:
         return [c for lst in self.listeners for c in lst.connections]
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve every listener until cancelled, then shut down gracefully.
+        """Serve every listener until cancelled, then shut down gracefully (a server runs once).
 
         Connections and handlers run in a nursery shielded from the caller's cancellation, so
         that in-flight handlers get the grace period; the server cancels it itself afterwards.

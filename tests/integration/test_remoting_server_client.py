@@ -633,3 +633,24 @@ async def test_large_requests_and_responses_both_ways_do_not_deadlock() -> None:
             async with trio.open_nursery() as nursery:
                 for i in range(40):  # 16 MB each way
                     nursery.start_soon(client.invoke, lst.address, request(1, {"i": i}, body=body), 15)
+
+
+async def test_close_connection_then_next_call_reconnects_and_opaques_keep_counting() -> None:
+    opened: list[int] = []
+    seen_opaques: list[int] = []
+
+    async def record(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        seen_opaques.append(req.opaque)
+        return req.response(ResponseCode.SUCCESS)
+
+    table = ProcessorTable(on_connect=lambda c: opened.append(c.id))
+    table.register(1, record)
+    async with serving(table) as (_, [lst]), RemotingClient() as client:
+        await client.invoke(lst.address, request(1), 2)
+        first = client.connection(lst.address)
+        await client.close_connection(lst.address)
+        assert client.connection(lst.address) is None
+        await client.invoke(lst.address, request(1), 2)
+        assert client.connection(lst.address) is not first
+        assert len(opened) == 2
+        assert seen_opaques == [0, 1]  # one counter per client, across connections
