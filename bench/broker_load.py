@@ -36,6 +36,7 @@ RESULT_PREFIX = "RESULT "
 
 
 def emit(result: dict[str, Any]) -> None:
+    result["cpu_seconds"] = time.process_time()  # this load generator's own CPU (all threads)
     sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
     sys.stdout.flush()
     sys.stderr.flush()
