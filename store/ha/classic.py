@@ -104,9 +104,9 @@ class ClassicHAClient:
     def tick(self, now: float) -> list[Event]:
         if not self.connected:
             return []
-        if now - self._last_read >= self.housekeeping_interval:
+        if now >= self._last_read + self.housekeeping_interval:
             return [self._close("nothing read from the master for haHousekeepingInterval")]
-        if now - self._last_write >= self.heartbeat_interval:
+        if now >= self._last_write + self.heartbeat_interval:
             self._report(now)
         return []
 
@@ -168,7 +168,7 @@ class ClassicHAConnection:
             self.next_offset += len(body)
             self._last_write = now
             return [header, body]
-        if now - self._last_write >= self.heartbeat_interval:
+        if now >= self._last_write + self.heartbeat_interval:
             self._last_write = now
             return [encode_classic_header(self.next_offset, 0)]
         return []
@@ -177,7 +177,7 @@ class ClassicHAConnection:
         return min(self._last_write + self.heartbeat_interval, self._last_read + self.housekeeping_interval)
 
     def tick(self, now: float) -> list[Event]:
-        if not self.closed and now - self._last_read >= self.housekeeping_interval:
+        if not self.closed and now >= self._last_read + self.housekeeping_interval:
             return [self._close("nothing read from the slave for haHousekeepingInterval")]
         return []
 

@@ -153,13 +153,13 @@ class HAClient:
             return [self._close("master did not answer the handshake in time", RECONNECT_RETRY)]
         if (
             self.state in (HAConnectionState.HANDSHAKE, HAConnectionState.TRANSFER)
-            and now - self._last_read >= self.housekeeping_interval
+            and now >= self._last_read + self.housekeeping_interval
         ):
             return [self._close("nothing read from the master for haHousekeepingInterval", RECONNECT_RETRY)]
         if (
             self.state == HAConnectionState.TRANSFER
             and not self._awaiting_persist
-            and now - self._last_write >= self.heartbeat_interval
+            and now >= self._last_write + self.heartbeat_interval
         ):
             self._ack(0 if self.log.min_offset == self.log.max_offset else self.log.max_offset, now)
         return []

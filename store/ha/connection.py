@@ -197,7 +197,7 @@ class HAConnection:
             log.info("slave %d: streaming from offset %d", self.slave_id, start)
         size = min(self.batch_size, rlog.max_offset - self.next_offset)
         if self.flow_control:
-            if now - self._window_start >= 1.0:
+            if now >= self._window_start + 1.0:
                 self._window_start, self._window_bytes = now, 0
             size = min(size, self.max_bytes_per_second - self._window_bytes)
         if size > 0:
@@ -230,7 +230,7 @@ class HAConnection:
             and not self.is_async_learner
         ):
             self.group.update_caught_up_time(self.slave_id, now)
-        if now - self._last_write >= self.heartbeat_interval:
+        if now >= self._last_write + self.heartbeat_interval:
             epoch, start = self._header_epoch(self.next_offset)
             self._last_write = now
             return [encode_transfer_header(self.next_offset, 0, epoch, start, self._confirm_offset())]
@@ -262,7 +262,7 @@ class HAConnection:
     def tick(self, now: float) -> list[Event]:
         if self.state == HAConnectionState.SHUTDOWN:
             return []
-        if now - self._last_read >= self.housekeeping_interval:
+        if now >= self._last_read + self.housekeeping_interval:
             return [self._close("nothing read from the slave for haHousekeepingInterval")]
         return []
 

@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
+import trio
+import trio.testing
 
 from store.config import MessageStoreConfig
 from store.ha.client import HAClient
@@ -38,6 +41,7 @@ from store.ha.events import CloseConnection, Event, PersistRequired
 from store.ha.master import HAMasterState
 from store.ha.memlog import MemLog
 from store.ha.role import become_master, become_slave
+from store.ha.service import HAService
 
 DEFAULT_SEEDS = 2000
 
@@ -521,3 +525,229 @@ def test_simulation_is_deterministic(seed: int) -> None:
     assert [n.log.bytes_range(0, n.log.max_offset) for n in a.nodes] == [
         n.log.bytes_range(0, n.log.max_offset) for n in b.nodes
     ]
+
+
+# ---------------------------------------------------------------------- the same, through trio
+
+
+TRIO_SEEDS = 8
+
+
+class FaultyStream(trio.abc.Stream):
+    """Delays each write by a seeded random time and splits it into random pieces."""
+
+    def __init__(self, inner: trio.abc.Stream, rng: random.Random) -> None:
+        self.inner = inner
+        self.rng = rng
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        data = bytes(data)
+        await trio.sleep(self.rng.choice([0.0, 0.001, 0.01, 0.2]))
+        while data:
+            n = self.rng.randint(1, len(data))
+            await self.inner.send_all(data[:n])
+            data = data[n:]
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class TrioSim:
+    """``HAService`` instances over in-memory streams under ``MockClock``; seeded faults and swaps."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.config = MessageStoreConfig(
+            haTransferBatchSize=self.rng.choice([100, 1000]),
+            haSendHeartbeatInterval=1000,
+            haHousekeepingInterval=4000,
+            haMaxTimeSlaveNotCatchup=3000,
+            allAckInSyncStateSet=True,
+            mappedFileSizeCommitLog=1024,
+        )
+        self.logs = {i: MemLog(mapped_file_size=1024) for i in (1, 2)}
+        self.services: dict[int, HAService] = {}
+        self.scopes: dict[int, trio.CancelScope] = {}
+        self.streams: list[trio.abc.Stream] = []
+        self.committed = bytearray()
+        self.sync_state_set: set[int] = set()
+        self.epoch = 0
+        self.master_id = 0
+        for log in self.logs.values():
+            log.before_truncate = self._check_truncation
+
+    def _check_truncation(self, log: MemLog, offset: int) -> None:
+        if offset < log.last_message_boundary_at_or_below(log.confirm_offset):
+            raise InvariantViolation(f"truncation to {offset} below confirm offset {log.confirm_offset}")
+
+    def check(self) -> None:
+        for node_id, log in self.logs.items():
+            if node_id not in self.services:
+                continue
+            confirm = log.last_message_boundary_at_or_below(min(log.confirm_offset, log.max_offset))
+            have = log.bytes_range(0, confirm)
+            n = min(len(self.committed), confirm)
+            if have[:n] != self.committed[:n]:
+                raise InvariantViolation(f"node {node_id}: confirmed bytes differ")
+            if confirm > len(self.committed):
+                self.committed += have[len(self.committed) :]
+        if self.master_id in self.services:
+            log = self.logs[self.master_id]
+            n = len(self.committed)
+            if log.max_offset < n or log.bytes_range(0, n) != self.committed:
+                raise InvariantViolation(f"master {self.master_id} lacks confirmed bytes")
+
+    async def connect(self, address: str) -> trio.abc.Stream:
+        target = self.services.get(int(address))
+        if target is None:
+            raise OSError(f"node {address} is down")
+        a, b = trio.testing.memory_stream_pair()
+        self.streams += [a, b]
+        self.nursery.start_soon(target.handle_connection, FaultyStream(b, self.rng))
+        return FaultyStream(a, self.rng)
+
+    async def alter(self, proposal: set[int]) -> tuple[set[int], int] | None:
+        await trio.sleep(self.rng.choice([0.0, 0.05, 0.5]))
+        if self.rng.random() < 0.2 or not all(m in self.services for m in proposal):
+            return None
+        self.sync_state_set = set(proposal)
+        return set(proposal), self.epoch
+
+    async def start(self, node_id: int) -> None:
+        service = HAService(
+            self.logs[node_id],
+            self.config,
+            broker_id=node_id,
+            connect=self.connect,
+            persist=self._persist(node_id),
+            alter_sync_state_set=self.alter,
+            check_period=1.0,
+        )
+        scope = trio.CancelScope()
+
+        async def run(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            with scope:
+                await service.run(task_status=task_status)
+
+        await self.nursery.start(run)
+        self.services[node_id] = service
+        self.scopes[node_id] = scope
+
+    def _persist(self, node_id: int) -> Callable[[], Awaitable[None]]:
+        async def persist() -> None:
+            await trio.sleep(self.rng.choice([0.0, 0.01]))
+            self.logs[node_id].persist_epoch_file()
+
+        return persist
+
+    async def elect(self, node_id: int) -> None:
+        self.epoch += 1
+        self.master_id = node_id
+        self.sync_state_set = {node_id}
+        await self.services[node_id].change_to_master(self.epoch)
+        for other, service in self.services.items():
+            if other != node_id:
+                await service.change_to_slave(str(node_id), self.epoch)
+
+    def crash(self, node_id: int) -> None:
+        self.scopes.pop(node_id).cancel()
+        del self.services[node_id]
+        self.sync_state_set.discard(node_id)
+        log = self.logs[node_id]
+        if node_id == self.master_id and not [n for n in self.sync_state_set if n in self.services]:
+            log.flush(len(self.committed))
+        log.crash()
+
+    async def writer(self) -> None:
+        counter = 0
+        while True:
+            await trio.sleep(self.rng.choice([0.001, 0.01, 0.1, 1.0]))
+            service = self.services.get(self.master_id)
+            if service is not None and service.role == "master":
+                counter += 1
+                self.logs[self.master_id].append_message(
+                    f"{self.epoch}:{counter}:".encode() + self.rng.randbytes(self.rng.randint(10, 300))
+                )
+                service.notify_appended()
+
+    async def chaos(self) -> None:
+        for _ in range(40):
+            await trio.sleep(self.rng.choice([0.1, 0.5, 2.0, 5.0]))
+            self.check()
+            action = self.rng.choice(["swap", "crash", "break", "flush", "nothing"])
+            others = [n for n in self.services if n != self.master_id]
+            if action == "swap":
+                candidates = [n for n in others if n in self.sync_state_set]
+                if candidates:
+                    await self.elect(self.rng.choice(candidates))
+            elif action == "crash" and others:
+                victim = self.rng.choice([*others, self.master_id])
+                was_master = victim == self.master_id
+                self.crash(victim)
+                if was_master:
+                    candidates = [n for n in self.sync_state_set if n in self.services]
+                    if candidates:
+                        await self.elect(self.rng.choice(candidates))
+                await trio.sleep(self.rng.choice([0.5, 3.0]))
+                await self.start(victim)
+                if self.master_id == victim:
+                    await self.elect(victim)
+                else:
+                    await self.services[victim].change_to_slave(str(self.master_id), self.epoch)
+            elif action == "break" and self.streams:
+                await trio.aclose_forcefully(self.rng.choice(self.streams))
+            elif action == "flush":
+                log = self.logs[self.rng.choice([1, 2])]
+                log.flush(self.rng.randint(log.flushed_offset, log.max_offset))
+
+    async def main(self) -> None:
+        async with trio.open_nursery() as nursery:
+            self.nursery = nursery
+            await self.start(1)
+            await self.start(2)
+            await self.elect(1)
+            checker_scope = trio.CancelScope()
+
+            async def checker() -> None:
+                with checker_scope:
+                    while True:
+                        await trio.sleep(0.05)
+                        self.check()
+
+            nursery.start_soon(checker)
+            async with trio.open_nursery() as load:
+                load.start_soon(self.writer)
+                await self.chaos()
+                load.cancel_scope.cancel()
+            # Heal: no more faults; the slave must converge.
+            master = self.logs[self.master_id]
+            slave = self.logs[3 - self.master_id]
+            with trio.fail_after(120):
+                while not (
+                    slave.max_offset == master.max_offset
+                    and slave.bytes_range(0, slave.max_offset) == master.bytes_range(0, master.max_offset)
+                ):
+                    await trio.sleep(0.5)
+            self.check()
+            checker_scope.cancel()
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("seed", range(TRIO_SEEDS))
+def test_ha_services_over_memory_streams_with_mock_clock(seed: int) -> None:
+    sim = TrioSim(seed)
+    try:
+        trio.run(sim.main, clock=trio.testing.MockClock(autojump_threshold=0))
+    except BaseException as exc:
+        raise AssertionError(
+            f"HA trio simulation failed for seed {seed} (fault decisions replay exactly; trio's task order "
+            f"may differ): {exc!r}\n"
+            f"replay: .venv/bin/python -m pytest 'tests/sim/test_ha_sim.py::"
+            f"test_ha_services_over_memory_streams_with_mock_clock[{seed}]' -q"
+        ) from exc
