@@ -1,9 +1,9 @@
 """Send gating: how many replicas must hold a message before the send is answered (§3.8), pure functions.
 
-Upstream: ``CommitLog.asyncPutMessage`` / ``handleHA`` / ``GroupTransferService``. The result codes are
-upstream's ``PutMessageStatus``; the broker maps them to response codes (PUT_OK → SUCCESS,
-FLUSH_SLAVE_TIMEOUT → 12, SLAVE_NOT_AVAILABLE → 11, IN_SYNC_REPLICAS_NOT_ENOUGH → SYSTEM_ERROR
-"in-sync replicas not enough").
+Upstream: ``CommitLog.asyncPutMessage`` / ``handleHA`` / ``GroupTransferService``. The result codes
+are upstream's ``PutMessageStatus`` (``store.results``, re-exported here); the broker maps them to
+response codes (PUT_OK → SUCCESS, FLUSH_SLAVE_TIMEOUT → 12, SLAVE_NOT_AVAILABLE → 11,
+IN_SYNC_REPLICAS_NOT_ENOUGH → SYSTEM_ERROR "in-sync replicas not enough").
 
 Three modes:
 
@@ -19,39 +19,27 @@ Only SYNC_MASTER waits; needAckNums ≤ 1 answers PUT_OK at once.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
 
 from store.config import MessageStoreConfig
+from store.results import PutMessageStatus
+
+__all__ = [
+    "ALL_ACK_IN_SYNC_STATE_SET",
+    "PutMessageStatus",
+    "acked_by_all",
+    "acked_by_count",
+    "classic_need_ack_nums",
+    "classic_slave_available",
+    "is_stored",
+    "rip34_check_before_put",
+    "rip34_in_sync_replicas",
+    "rip34_need_ack_nums",
+    "wait_result",
+]
 
 #: ``MixAll.ALL_ACK_IN_SYNC_STATE_SET``.
 ALL_ACK_IN_SYNC_STATE_SET = -1
-
-
-class PutMessageStatus(enum.Enum):
-    """Upstream ``PutMessageStatus``."""
-
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
-    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
-    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
-    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
-    UNKNOWN_ERROR = "UNKNOWN_ERROR"
-    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
-    PUT_TO_REMOTE_BROKER_FAILED = "PUT_TO_REMOTE_BROKER_FAILED"
-    LMQ_CONSUME_QUEUE_NUM_EXCEEDED = "LMQ_CONSUME_QUEUE_NUM_EXCEEDED"
-    WHEEL_TIMER_FLOW_CONTROL = "WHEEL_TIMER_FLOW_CONTROL"
-    WHEEL_TIMER_MSG_ILLEGAL = "WHEEL_TIMER_MSG_ILLEGAL"
-    WHEEL_TIMER_NOT_ENABLE = "WHEEL_TIMER_NOT_ENABLE"
-
-    @property
-    def stored(self) -> bool:
-        """True for the outcomes where the message is in the commit log (upstream "is OK")."""
-        return self in _STORED
 
 
 _STORED = frozenset(
@@ -62,6 +50,11 @@ _STORED = frozenset(
         PutMessageStatus.SLAVE_NOT_AVAILABLE,
     }
 )
+
+
+def is_stored(status: PutMessageStatus) -> bool:
+    """True for the outcomes where the message is in the commit log (upstream "is OK")."""
+    return status in _STORED
 
 
 # ---------------------------------------------------------------------- counting acks

@@ -23,6 +23,7 @@ from store.ha.gating import (
     PutMessageStatus,
     acked_by_count,
     classic_slave_available,
+    is_stored,
     rip34_check_before_put,
     rip34_in_sync_replicas,
     rip34_need_ack_nums,
@@ -354,8 +355,8 @@ def test_gating_in_controller_mode() -> None:
     assert not group2.is_acked(10)
     assert wait_result(False) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
     assert wait_result(True) is PutMessageStatus.PUT_OK
-    assert PutMessageStatus.FLUSH_SLAVE_TIMEOUT.stored
-    assert not PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH.stored
+    assert is_stored(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+    assert not is_stored(PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
 
 
 def test_gating_pure_functions() -> None:
