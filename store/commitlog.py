@@ -47,8 +47,8 @@ _BLANK = struct.Struct(">ii")
 class CommitLog:
     """Append, read and truncate the commit log. All offsets are absolute log offsets."""
 
-    def __init__(self, store_dir: str, file_size: int) -> None:
-        self.mfq = MappedFileQueue(store_dir, file_size, prefault=True)
+    def __init__(self, store_dir: str, file_size: int, *, warm: bool = False) -> None:
+        self.mfq = MappedFileQueue(store_dir, file_size, prefault=True, warm=warm)
         self.file_size = file_size
         #: the file appends go to (the last one), or None before the first file exists
         self.current: MappedFile | None = None

@@ -17,7 +17,7 @@ import os
 import struct
 from collections.abc import Callable, Iterator
 
-from store.mapped_file import MappedFile, MappedFileQueue, offset_of_name
+from store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue, offset_of_name, touch_page_sync
 
 log = logging.getLogger("store.consume_queue")
 
@@ -41,12 +41,26 @@ class ConsumeQueue:
     messages wait for dispatch (dispatch limit, or a missing file).
     """
 
+    __slots__ = (
+        "_cur",
+        "dir",
+        "file_size",
+        "max_offset",
+        "max_physic_offset",
+        "mfq",
+        "min_logic_offset",
+        "next_offset",
+        "queue_id",
+        "topic",
+    )
+
     def __init__(self, topic: str, queue_id: int, root_dir: str, file_size: int) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.dir = os.path.join(root_dir, topic, str(queue_id))
         self.file_size = cq_file_size(file_size)
-        self.mfq = MappedFileQueue(self.dir, self.file_size)
+        # a lost directory entry of a new queue file is repaired by the manifest's rebuild
+        self.mfq = MappedFileQueue(self.dir, self.file_size, sync_dir=False)
         self.max_offset = 0
         self.next_offset = 0
         #: byte offset of the first readable unit (upstream ``minLogicOffset``)
@@ -177,9 +191,20 @@ class ConsumeQueue:
             self.mfq.install(mf)
         self._cur = mf
 
-    def create_file_sync(self, offset: int) -> MappedFile:
-        """Create the file starting at byte ``offset``; blocking."""
-        return self.mfq.create_file_sync(offset)
+    def create_file_sync(self, offset: int, queue_offset: int | None = None) -> MappedFile:
+        """Create the file starting at byte ``offset``; blocking.
+
+        The page the next unit goes to (that of ``queue_offset``, else the first) is written once
+        here: the first write to a new sparse file is by far its most expensive page fault
+        (block allocation, inode update), and it belongs in this worker thread."""
+        mf = self.mfq.create_file_sync(offset)
+        pos = 0
+        if queue_offset is not None:
+            pos = min(max(queue_offset * CQ_UNIT_SIZE - offset, 0), self.file_size - 1)
+        touch_page_sync(
+            mf.path, pos - pos % PAGE_SIZE, min(PAGE_SIZE, self.file_size - pos + pos % PAGE_SIZE)
+        )
+        return mf
 
     # --- reading ---------------------------------------------------------------------------------
 

@@ -11,9 +11,9 @@ the ``*_sync`` functions, which the async layer runs in worker threads (``trio.t
 only thing done on the trio thread is reading and writing the mapped memory.
 
 Pre-faulting (``prefault=True``) reserves the file's blocks (``posix_fallocate``), so that writes
-through the map can never hit ENOSPC (a SIGBUS), then populates the page tables writable
-(``MADV_POPULATE_WRITE``, through ctypes so the GIL is released) and writes the zero pages back
-once, so appends never take a first-touch page fault.
+through the map can never hit ENOSPC (a SIGBUS), then populates the page tables
+(``MADV_POPULATE_READ``, or ``MADV_POPULATE_WRITE`` + fdatasync when ``warm``; through ctypes so the
+GIL is released), so appends never take a first-touch page fault.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from collections.abc import Callable
 log = logging.getLogger("store.mapped_file")
 
 PAGE_SIZE = mmap.PAGESIZE
+_MADV_POPULATE_READ = 22
 _MADV_POPULATE_WRITE = 23
 _ZERO_CHUNK = bytes(1 << 20)
 
@@ -94,6 +95,16 @@ def zero_file_range_sync(path: str, start: int, end: int) -> None:
             os.pwrite(fd, _ZERO_CHUNK[:n], pos)
             pos += n
         os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def touch_page_sync(path: str, start: int, length: int) -> None:
+    """Write zeros over [start, start + length) of a fresh (all-zero) file so its first page
+    fault happens here, in a worker thread; blocking."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, _ZERO_CHUNK[:length], start)
     finally:
         os.close(fd)
 
@@ -166,10 +177,20 @@ class MappedFile:
 
     @classmethod
     def open_sync(
-        cls, path: str, file_from_offset: int, file_size: int, *, create: bool, prefault: bool = False
+        cls,
+        path: str,
+        file_from_offset: int,
+        file_size: int,
+        *,
+        create: bool,
+        prefault: bool = False,
+        warm: bool = False,
+        sync_dir: bool = True,
     ) -> MappedFile:
         """Open (or create) and map the file; blocking.
 
+        ``prefault``: reserve the blocks and map every page (see :meth:`prefault_sync`; ``warm``
+        makes the pages writable too). ``sync_dir``: fsync the directory after creating the file.
         An existing file of the wrong size is resized to ``file_size`` with a warning (a shorter file
         reads as zeros past its old end, which recovery treats as the end of the data).
         """
@@ -193,20 +214,29 @@ class MappedFile:
             os.close(fd)
         mf = cls(path, file_from_offset, file_size, mm)
         if prefault:
-            mf.prefault_sync()
-        if create:
+            mf.prefault_sync(warm)
+        if create and sync_dir:
             fsync_dir(os.path.dirname(path))
         return mf
 
-    def prefault_sync(self) -> None:
-        """Populate the page tables writable and write the zero pages back once; blocking."""
+    def prefault_sync(self, warm: bool = False) -> None:
+        """Map every page of the (block-reserved) file so that appends take no first-touch fault;
+        blocking.
+
+        Default: ``MADV_POPULATE_READ`` -- page-cache pages and page tables exist, the first write
+        to a page costs only a minor write-protect fault, and nothing is written to disk.
+        ``warm`` (upstream ``warmMapedFileEnable``): ``MADV_POPULATE_WRITE`` then fdatasync, which
+        also removes that fault at the price of writing the whole file of zeros once.
+        """
         if _libc is None:
             return
         addr = _address_of(self.mm)
-        if _libc.madvise(addr, self.file_size, _MADV_POPULATE_WRITE) != 0:
-            log.debug("MADV_POPULATE_WRITE failed (errno %d) for %s", ctypes.get_errno(), self.path)
+        advice = _MADV_POPULATE_WRITE if warm else _MADV_POPULATE_READ
+        if _libc.madvise(addr, self.file_size, advice) != 0:
+            log.debug("madvise(%d) failed (errno %d) for %s", advice, ctypes.get_errno(), self.path)
             return
-        fsync_path(self.path)
+        if warm:
+            fsync_path(self.path)
 
     def close(self) -> bool:
         """Unmap. Returns False (and keeps the map) while zero-copy views of it are still alive."""
@@ -256,12 +286,22 @@ class MappedFileQueue:
     named ``*_sync`` block and belong in worker threads; the others only touch memory.
     """
 
-    def __init__(self, store_dir: str, file_size: int, *, prefault: bool = False) -> None:
+    def __init__(
+        self,
+        store_dir: str,
+        file_size: int,
+        *,
+        prefault: bool = False,
+        warm: bool = False,
+        sync_dir: bool = True,
+    ) -> None:
         if file_size <= 0:
             raise ValueError(f"file size must be positive, got {file_size}")
         self.store_dir = store_dir
         self.file_size = file_size
         self.prefault = prefault
+        self.warm = warm
+        self.sync_dir = sync_dir
         self.files: list[MappedFile] = []
         #: file created ahead of need (pre-faulted) for the offset it is named after
         self.next_file: MappedFile | None = None
@@ -362,7 +402,13 @@ class MappedFileQueue:
         The file is not added to the queue (see :meth:`install`)."""
         os.makedirs(self.store_dir, exist_ok=True)
         return MappedFile.open_sync(
-            self.path_for(offset), offset, self.file_size, create=True, prefault=self.prefault
+            self.path_for(offset),
+            offset,
+            self.file_size,
+            create=True,
+            prefault=self.prefault,
+            warm=self.warm,
+            sync_dir=self.sync_dir,
         )
 
     def next_offset(self) -> int:

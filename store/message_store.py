@@ -85,7 +85,9 @@ class DefaultMessageStore:
         ip = store_host[0].strip("[]")
         raw_ip = socket.inet_pton(socket.AF_INET6 if ":" in ip else socket.AF_INET, ip)
         self._host_bytes = raw_ip + _I32.pack(store_host[1])
-        self.commit_log = CommitLog(config.commitlog_dir, config.mappedFileSizeCommitLog)
+        self.commit_log = CommitLog(
+            config.commitlog_dir, config.mappedFileSizeCommitLog, warm=config.warmMapedFileEnable
+        )
         self.queues = ConsumeQueueStore(
             config.consumequeue_dir, config.storePathRootDir, config.mappedFileSizeConsumeQueue
         )
@@ -567,7 +569,7 @@ class DefaultMessageStore:
         last = cq.mfq.last
         if last is not None and last.file_from_offset >= off:
             return
-        mf = await trio.to_thread.run_sync(cq.create_file_sync, off)
+        mf = await trio.to_thread.run_sync(cq.create_file_sync, off, queue_offset)
         cq.install_file(mf, queue_offset)
 
     # ------------------------------------------------------------------ reading
