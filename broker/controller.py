@@ -26,6 +26,7 @@ from broker.long_polling import PullRequestHoldService
 from broker.offsets import ConsumerOffsetManager
 from broker.outer_api import BrokerIdentity, BrokerOuterAPI, split_addrs
 from broker.persist import write_async
+from broker.replication import Replication
 from broker.stats import BrokerStats
 from broker.topics import TopicConfigManager
 from remoting.codes import RequestCode
@@ -70,7 +71,10 @@ class BrokerController:
         self.ha_addr = f"{bc.brokerIP2}:{self.ha_port}"
         config_dir = store_config.config_dir
         self.store = DefaultMessageStore(
-            store_config, store_host=(bc.brokerIP1, bc.listenPort), now_ms=now_ms
+            store_config,
+            store_host=(bc.brokerIP1, bc.listenPort),
+            now_ms=now_ms,
+            controller_mode=bc.enableControllerMode,
         )
         self.topics = TopicConfigManager(
             config_dir=config_dir,
@@ -109,6 +113,8 @@ class BrokerController:
         self._topics_dirty = False
         self._groups_dirty = False
         self._rerun_pull: Callable[[object, RemotingCommand], object] | None = None
+        #: HA service, send gate, role switch, slave metadata sync (broker/replication.py)
+        self.replication = Replication(self)
 
         from broker import admin, client_processor, pull, query, send
 
@@ -203,6 +209,7 @@ class BrokerController:
         for r in results:
             if r.master_addr and self.is_slave:
                 self.master_addr = r.master_addr
+        self.replication.on_register_results(results)
 
     def attach(self, server: object, listener: object) -> None:
         """Use ``listener`` (already bound on ``server`` with this broker's processor table)."""
@@ -218,7 +225,10 @@ class BrokerController:
                 self.ha_addr = f"{bc.brokerIP2}:{self.ha_port}"
             # The store host (in every stored record and offset message id) is the real port.
             self.store = DefaultMessageStore(
-                self.store_config, store_host=(bc.brokerIP1, port), now_ms=self.now_ms
+                self.store_config,
+                store_host=(bc.brokerIP1, port),
+                now_ms=self.now_ms,
+                controller_mode=bc.enableControllerMode,
             )
             self.uniq_ids = UniqIdGenerator(bc.brokerIP1, now_ms=self.now_ms)
 
@@ -250,6 +260,7 @@ class BrokerController:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.store.run)
                 await nursery.start(self.hold.run)
+                await nursery.start(self.replication.run)
                 nursery.start_soon(self._register_loop)
                 nursery.start_soon(self._heartbeat_loop)
                 nursery.start_soon(self._persist_loop)

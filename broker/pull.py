@@ -131,6 +131,12 @@ class PullProcessor:
             )
         else:
             suggest = MASTER_ID
+        if b.is_slave and b.master_addr and not result.suggest_pulling_from_slave:
+            # Upstream: a slave sends a consumer that is not reading old data back to a live master,
+            # and has it retry there at once when the slave has nothing (it may lag the master).
+            suggest = MASTER_ID
+            if code != ResponseCode.SUCCESS:
+                code = ResponseCode.PULL_RETRY_IMMEDIATELY
         if code == ResponseCode.SUCCESS:
             b.stats.on_get(result.message_count)
         elif code == ResponseCode.PULL_NOT_FOUND:

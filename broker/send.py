@@ -295,7 +295,7 @@ class SendProcessor:
         except MessageFormatError as e:
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(e))
         wait = props.get(PROPERTY_WAIT, "true") != "false"
-        result = await self.broker.store.put_message(
+        result = await self.broker.replication.put_message(
             encoded, store_topic, store_queue, sys_flag=sys_flag, wait_store_msg_ok=wait
         )
         if result.is_ok:
@@ -346,7 +346,7 @@ class SendProcessor:
                 )
         except MessageFormatError as e:
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(e))
-        result = await self.broker.store.put_messages(encoded, h.topic, queue_id, sys_flag=h.sysFlag)
+        result = await self.broker.replication.put_messages(encoded, h.topic, queue_id, sys_flag=h.sysFlag)
         if result.is_ok:
             self.broker.stats.on_put(h.topic, len(uniqs))
         return self._response(cmd, result, queue_id, ",".join(uniqs))
@@ -410,7 +410,7 @@ class SendProcessor:
             store_host=self._store_host(),
             reconsume_times=msg.reconsume_times + 1,
         )
-        result = await b.store.put_message(encoded, store_topic, store_queue, sys_flag=msg.sys_flag)
+        result = await b.replication.put_message(encoded, store_topic, store_queue, sys_flag=msg.sys_flag)
         if not result.is_ok:
             code, remark = _STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, result.status.name))
             if code in (

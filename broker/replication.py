@@ -1,0 +1,410 @@
+"""The broker's replication wiring (upstream: the HA parts of ``BrokerController``, ``CommitLog``'s send
+gate and ``ReplicasManager``'s role switch).
+
+One :class:`Replication` per broker, created by the ``BrokerController`` and started in its nursery
+after the store (``run``). It owns the HA listener (``haListenPort``; port 0 = ephemeral, then
+``broker.ha_port``/``ha_addr`` are updated before the first registration) and one of two services:
+
+* **classic** (``enableControllerMode=false``, upstream ``DefaultHAService``): the role is the configured
+  ``brokerRole``. A master serves slaves; a SLAVE follows ``haMasterAddress`` or, when that is unset,
+  the master's HA address from its name-server registrations (``RegisterResult.ha_server_addr``);
+  until it knows one it re-registers every second. The store dispatches everything it holds.
+* **auto-switch** (``enableControllerMode=true``, upstream ``AutoSwitchHAService``): epochs, truncation
+  to the common prefix, SyncStateSet. The store runs in controller mode on both sides: dispatch stops
+  at the confirm offset, so a message that may still be truncated is never readable. A broker has no
+  role (it is *fenced*: sends answer SERVICE_NOT_AVAILABLE) until :meth:`change_to_master` or
+  :meth:`change_to_slave` is called — by the controller-mode ``ReplicasManager``, or by hand when
+  ``controllerAddr`` is empty (then SyncStateSet proposals are accepted locally).
+
+Send gate (:meth:`put_message` / :meth:`put_messages`, used by the send processor instead of the
+store's): upstream ``CommitLog.asyncPutMessage`` + ``handleHA``. Only a SYNC_MASTER waits, and only
+when the producer waits for the store (``WAIT`` property):
+
+* auto-switch: before the append, fewer in-sync replicas than ``minInSyncReplicas`` →
+  IN_SYNC_REPLICAS_NOT_ENOUGH; after it, ``allAckInSyncStateSet`` ? every SyncStateSet member :
+  ``inSyncReplicas`` replicas must hold the message;
+* classic: ``inSyncReplicas`` replicas — deviation: a classic SYNC_MASTER waits for at least one slave
+  even with the RocketMQ 5 default ``inSyncReplicas=1`` (which silently makes it asynchronous
+  upstream; the RocketMQ 4 meaning of SYNC_MASTER, as users configure it); no slave connected, or the
+  best one more than ``haMaxGapNotInSync`` behind → SLAVE_NOT_AVAILABLE (stored, not replicated);
+* classic with ``enableSlaveActingMaster`` (RIP-34): ``inSync = min(alive replicas, 1 + slaves within
+  haMaxGapNotInSync)`` with alive replicas approximated by 1 + connected slaves; needing more →
+  IN_SYNC_REPLICAS_NOT_ENOUGH; ``enableAutoInSyncReplicas`` degrades to ``minInSyncReplicas``.
+
+Waiting ends after ``slaveTimeout`` with FLUSH_SLAVE_TIMEOUT (upstream 5 ``GroupCommitRequest``
+deadline); the message stays stored in every outcome but IN_SYNC_REPLICAS_NOT_ENOUGH.
+
+Role switch API (auto-switch only), for the controller issue: see :meth:`change_to_master` and
+:meth:`change_to_slave`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from broker.slave_sync import SlaveSynchronize
+from store.config import BrokerRole
+from store.ha.classic_service import ClassicHAService
+from store.ha.gating import rip34_check_before_put, rip34_in_sync_replicas, rip34_need_ack_nums
+from store.ha.service import HAService
+from store.ha.store_log import DrainingStream, StoreReplicaLog
+from store.results import PutMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+    from broker.outer_api import RegisterResult
+
+log = logging.getLogger("broker.replication")
+
+AlterSyncStateSet = Callable[[set[int]], Awaitable[tuple[set[int], int] | None]]
+#: While a slave does not know its master's HA address it re-registers this often (seconds).
+MASTER_LOOKUP_INTERVAL = 1.0
+
+
+class Replication:
+    """HA service, send gate, role switch and slave metadata sync of one broker."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        bc = broker.broker_config
+        #: auto-switch protocol (controller mode) instead of classic master/slave
+        self.auto = bc.enableControllerMode
+        #: auto-switch without a controller: roles are set by calling change_to_* by hand
+        self.hand_roles = self.auto and not bc.controller_addr_list
+        #: the id this replica uses in HA handshakes and SyncStateSets (upstream brokerControllerId);
+        #: the controller-mode code sets it before the first role change
+        self.replica_id = bc.brokerId
+        #: controller round trip for SyncStateSet proposals (None: accepted locally when roles are
+        #: set by hand, refused otherwise)
+        self.alter_sync_state_set: AlterSyncStateSet | None = None
+        #: called with ``is_master`` after every role change (master-only services hook in here)
+        self.role_listeners: list[Callable[[bool], Any]] = []
+        self.slave_sync = SlaveSynchronize(broker)
+        self.rlog: StoreReplicaLog | None = None
+        self.ha: HAService | None = None
+        self.classic: ClassicHAService | None = None
+        #: master epoch of the last role change (auto-switch), -1 before any
+        self.epoch = -1
+        self.bound_port: int | None = None
+        self._local_sss_epoch = 0
+        self._master_known = trio.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def role(self) -> str | None:
+        """``"master"``, ``"slave"`` or None (auto-switch broker without a role yet)."""
+        if self.ha is not None:
+            return self.ha.role
+        if self.classic is not None:
+            return self.classic.role
+        return None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Bind the HA port, start the service of the configured mode; run until cancelled.
+        Start it after the store started (the store object is final then)."""
+        b = self.broker
+        sc = b.store_config
+        rlog = self.rlog = StoreReplicaLog(b.store)
+        port = 0 if sc.haListenPort == 0 else b.ha_port
+        host = getattr(b.listener, "host", None) or b.broker_config.brokerIP2
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        self.bound_port = listeners[0].socket.getsockname()[1]
+        if self.bound_port != b.ha_port:
+            b.ha_port = self.bound_port
+            b.ha_addr = f"{b.broker_config.brokerIP2}:{self.bound_port}"
+        async with trio.open_nursery() as nursery:
+            if self.auto:
+                self.ha = HAService(
+                    rlog,
+                    sc,
+                    broker_id=self.replica_id,
+                    connect=self._connect,
+                    persist=rlog.persist,
+                    alter_sync_state_set=self._alter,
+                    check_period=b.broker_config.checkSyncStateSetPeriod / 1000,
+                )
+                await nursery.start(self.ha.run)
+            else:
+                role = "slave" if sc.brokerRole == BrokerRole.SLAVE else "master"
+                self.classic = ClassicHAService(
+                    rlog, sc, role=role, master_address=sc.haMasterAddress or None, connect=self._connect
+                )
+                await nursery.start(self.classic.run)
+                if role == "slave":
+                    nursery.start_soon(self._find_master)
+            nursery.start_soon(functools.partial(trio.serve_listeners, self._serve, listeners))
+            await nursery.start(self.slave_sync.run)
+            log.info(
+                "%s: %s replication, HA port %d, role %s",
+                b.name,
+                "auto-switch" if self.auto else "classic",
+                self.bound_port,
+                self.role,
+            )
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def _serve(self, stream: trio.abc.Stream) -> None:
+        if self.ha is not None:
+            await self.ha.handle_connection(stream)
+        elif self.classic is not None:
+            await self.classic.handle_connection(stream)
+        else:
+            await trio.aclose_forcefully(stream)
+
+    async def _connect(self, address: str) -> trio.abc.Stream:
+        host, _, port = address.rpartition(":")
+        stream = await trio.open_tcp_stream(host, int(port))
+        assert self.rlog is not None
+        return DrainingStream(stream, self.rlog)
+
+    async def _find_master(self) -> None:
+        """A classic slave without ``haMasterAddress`` registers every second until a registration
+        names its master's HA address (upstream waits for the next periodic registration)."""
+        while self.classic is not None and self.classic.master_address is None:
+            with trio.move_on_after(MASTER_LOOKUP_INTERVAL):
+                await self._master_known.wait()
+            if self.classic.master_address is None:
+                await self.broker.register_to_namesrvs()
+
+    # ------------------------------------------------------------------ name-server results
+
+    def on_register_results(self, results: list[RegisterResult]) -> None:
+        """Registration answers: a slave learns its master's broker and HA addresses from them."""
+        if not self.broker.is_slave or not results:
+            return
+        master = next((r.master_addr for r in results if r.master_addr), None)
+        ha_addr = next((r.ha_server_addr for r in results if r.ha_server_addr), None)
+        b = self.broker
+        if master != b.master_addr:
+            log.info("%s: master broker address %s -> %s", b.name, b.master_addr, master)
+            b.master_addr = master
+        if master and master != self.slave_sync.synced_from:
+            self.slave_sync.master_changed()
+        if ha_addr and not b.store_config.haMasterAddress:
+            if self.classic is not None:
+                self.classic.set_master_address(ha_addr)
+            elif self.ha is not None and self.ha.role == "slave":
+                self.ha.set_master_address(ha_addr)
+            self._master_known.set()
+
+    # ------------------------------------------------------------------ send gate
+
+    def notify_appended(self) -> None:
+        """Every writer calls this after appending to the commit log of a master (the send path does
+        it through :meth:`put_message`): streams wake, the confirm offset (hence dispatch) moves."""
+        if self.ha is not None:
+            self.ha.notify_appended()
+        elif self.classic is not None:
+            self.classic.notify_appended()
+
+    def check_before_put(self) -> PutMessageResult | None:
+        """A refusal before anything is appended, or None."""
+        b = self.broker
+        sc = b.store_config
+        if self.auto:
+            ha = self.ha
+            if ha is None or ha.role != "master":
+                return PutMessageResult(
+                    PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                    remark="the broker has no master role yet (controller mode: waiting for its role)",
+                )
+            if sc.brokerRole == BrokerRole.SYNC_MASTER:
+                status = ha.check_before_put()
+                if status is not None:
+                    return PutMessageResult(
+                        PutMessageStatus(status.value),
+                        remark=f"SyncStateSet has {ha.group.in_sync_replicas_nums if ha.group else 0} "
+                        f"replicas, minInSyncReplicas is {sc.minInSyncReplicas}",
+                    )
+        elif (
+            b.broker_config.enableSlaveActingMaster
+            and sc.brokerRole == BrokerRole.SYNC_MASTER
+            and self.classic is not None
+        ):
+            status = rip34_check_before_put(sc, self._rip34_in_sync())
+            if status is not None:
+                return PutMessageResult(PutMessageStatus(status.value), remark="not enough in-sync slaves")
+        return None
+
+    def _rip34_in_sync(self) -> int:
+        assert self.classic is not None
+        acks = self.classic.slave_acks
+        return rip34_in_sync_replicas(
+            1 + len(acks), self.broker.store.max_phy_offset, acks, self.broker.store_config.haMaxGapNotInSync
+        )
+
+    def _classic_need_ack_nums(self) -> int:
+        sc = self.broker.store_config
+        if self.broker.broker_config.enableSlaveActingMaster:
+            return rip34_need_ack_nums(sc, self._rip34_in_sync())
+        return max(sc.inSyncReplicas, 2)
+
+    async def after_put(
+        self, result: PutMessageResult, *, wait_store_msg_ok: bool = True
+    ) -> PutMessageResult:
+        """Wake replication for an appended message and, on a SYNC_MASTER, wait for its acks; the
+        result's status becomes the replication outcome when that is not PUT_OK."""
+        if result.wrote_offset < 0:
+            return result
+        self.notify_appended()
+        sc = self.broker.store_config
+        if not wait_store_msg_ok or sc.brokerRole != BrokerRole.SYNC_MASTER:
+            return result
+        timeout = sc.slaveTimeout / 1000
+        end = result.end_offset
+        if self.ha is not None:
+            status = PutMessageStatus(
+                (await self.ha.wait_for_replication(end, timeout)).value  # store.ha.gating's twin enum
+            )
+        elif self.classic is not None:
+            status = await self.classic.wait_for_replication(end, self._classic_need_ack_nums(), timeout)
+        else:
+            return result
+        if status is not PutMessageStatus.PUT_OK:
+            result.status = status
+        return result
+
+    async def put_message(
+        self, encoded: bytearray, topic: str, queue_id: int, **kwargs: Any
+    ) -> PutMessageResult:
+        """``store.put_message`` behind the replication gate (same arguments)."""
+        refused = self.check_before_put()
+        if refused is not None:
+            return refused
+        result = await self.broker.store.put_message(encoded, topic, queue_id, **kwargs)
+        return await self.after_put(result, wait_store_msg_ok=kwargs.get("wait_store_msg_ok", True))
+
+    async def put_messages(
+        self, encoded: bytearray, topic: str, queue_id: int, **kwargs: Any
+    ) -> PutMessageResult:
+        """``store.put_messages`` (a batch) behind the replication gate."""
+        refused = self.check_before_put()
+        if refused is not None:
+            return refused
+        result = await self.broker.store.put_messages(encoded, topic, queue_id, **kwargs)
+        return await self.after_put(result, wait_store_msg_ok=kwargs.get("wait_store_msg_ok", True))
+
+    # ------------------------------------------------------------------ SyncStateSet
+
+    @property
+    def sync_state_set(self) -> set[int]:
+        """The SyncStateSet a master last had confirmed (empty when not an auto-switch master)."""
+        group = self.ha.group if self.ha is not None else None
+        return set(group.sync_state_set) if group is not None else set()
+
+    @property
+    def confirm_offset(self) -> int:
+        if self.ha is not None:
+            return self.ha.confirm_offset()
+        return self.broker.store.confirm_offset
+
+    def slave_ack_offsets(self) -> dict[int, int]:
+        """Master side: the latest ack of every connected slave (auto-switch: by replica id; classic:
+        numbered in connection order)."""
+        if self.ha is not None and self.ha.group is not None:
+            return {sid: c.ack_offset for sid, c in self.ha.group.connections.items()}
+        if self.classic is not None:
+            return dict(enumerate(self.classic.slave_acks))
+        return {}
+
+    async def _alter(self, proposal: set[int]) -> tuple[set[int], int] | None:
+        if self.alter_sync_state_set is not None:
+            return await self.alter_sync_state_set(proposal)
+        if self.hand_roles:
+            self._local_sss_epoch += 1
+            return set(proposal), self._local_sss_epoch
+        return None
+
+    def on_sync_state_set_changed(self, sync_state_set: set[int], sync_state_set_epoch: int) -> None:
+        """The controller pushed (or confirmed) a SyncStateSet for this master."""
+        if self.ha is not None and self.ha.group is not None:
+            self.ha.group.on_sync_state_set_accepted(sync_state_set, sync_state_set_epoch)
+
+    # ------------------------------------------------------------------ role switch (auto-switch)
+
+    def _require_auto(self) -> HAService:
+        if self.ha is None:
+            raise RuntimeError(
+                f"{self.broker.name}: role changes need enableControllerMode=true (auto-switch replication)"
+                if not self.auto
+                else f"{self.broker.name}: replication is not running"
+            )
+        return self.ha
+
+    async def change_to_master(
+        self, epoch: int, sync_state_set: set[int] | None = None, sync_state_set_epoch: int = 0
+    ) -> None:
+        """Become the master of ``epoch`` (upstream ``ReplicasManager.changeToMaster``).
+
+        Ends the slave session, truncates a partial tail, appends ``(epoch, max offset)`` to the epoch
+        file and persists it (raises ``store.ha.role.RoleChangeError`` for an epoch older than the
+        file's last one), accepts slaves; then ``brokerRole=SYNC_MASTER``, ``brokerId=0``, the topic
+        DataVersion moves to ``stateVersion=epoch``, role listeners run, and the broker re-registers.
+        """
+        ha = self._require_auto()
+        b = self.broker
+        assert self.rlog is not None
+        ha.stop_role()
+        await self.rlog.drain()
+        await ha.change_to_master(epoch, sync_state_set or {self.replica_id})
+        if ha.group is not None and sync_state_set_epoch:
+            ha.group.sync_state_set_epoch = sync_state_set_epoch
+        self.epoch = epoch
+        b.store_config.brokerRole = BrokerRole.SYNC_MASTER
+        b.broker_config.brokerId = 0
+        b.master_addr = None
+        self._after_role_change(True)
+
+    async def change_to_slave(
+        self,
+        master_ha_address: str | None,
+        epoch: int,
+        *,
+        master_addr: str | None = None,
+        broker_id: int | None = None,
+    ) -> None:
+        """Follow the master of ``epoch`` (upstream ``ReplicasManager.changeToSlave``).
+
+        ``master_ha_address`` may be None: it is then learned from the name-server registration
+        (``haServerAddr``). ``master_addr`` is the master's broker address (slave metadata sync;
+        also learned from registrations). ``broker_id`` (default :attr:`replica_id`) is the id the
+        slave registers with and must be > 0. Truncates a partial tail, then handshakes (truncating to
+        the common prefix with the master); ``brokerRole=SLAVE``; DataVersion bump; re-register.
+        """
+        ha = self._require_auto()
+        b = self.broker
+        slave_id = self.replica_id if broker_id is None else broker_id
+        if slave_id <= 0:
+            raise ValueError(f"{b.name}: a slave needs a broker id > 0 (got {slave_id})")
+        assert self.rlog is not None
+        b.store_config.brokerRole = BrokerRole.SLAVE
+        ha.stop_role()
+        await self.rlog.drain()
+        await ha.change_to_slave(master_ha_address or b.store_config.haMasterAddress or None, epoch)
+        self.epoch = epoch
+        b.broker_config.brokerId = slave_id
+        if master_addr is not None:
+            b.master_addr = master_addr
+        self.slave_sync.master_changed()
+        self._after_role_change(False)
+
+    def _after_role_change(self, is_master: bool) -> None:
+        b = self.broker
+        b.topics.data_version = b.topics.data_version.next_version(b.now_ms(), state_version=self.epoch)
+        for listener in list(self.role_listeners):
+            listener(is_master)
+        log.info(
+            "%s: now %s of epoch %d (brokerId %d)",
+            b.name,
+            "master" if is_master else "slave",
+            self.epoch,
+            b.broker_config.brokerId,
+        )
+        b.request_register()

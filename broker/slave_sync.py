@@ -1,0 +1,191 @@
+"""A slave copies its master's metadata (upstream ``SlaveSynchronize``).
+
+Every ``tick`` seconds (upstream 3 s) a slave that knows its master's broker address runs a full
+sync when ``interval`` seconds (upstream 10 s) have passed since the last one, or at once after the
+master changed. A full sync asks the master, over the remoting client, for:
+
+* GET_ALL_TOPIC_CONFIG (21): when the master's DataVersion differs, the topic table becomes the
+  master's (topics the master lacks are removed) with the master's DataVersion; the slave re-registers;
+* GET_ALL_CONSUMER_OFFSET (43): the master's offsets are merged over the slave's (upstream
+  ``putAll``) and its DataVersion adopted;
+* GET_ALL_DELAY_OFFSET (45): the body is written to ``config/delayOffset.json`` when it differs (the
+  schedule service, once it exists as ``broker.delay_offsets``, reloads it);
+* GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): like topics.
+
+A failed request leaves that table as it was and is logged; the next round tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING
+
+import trio
+
+from broker.persist import write_async
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand, request
+from remoting.errors import RemotingError
+from remoting.fastjson import FastjsonError
+from remoting.protocol.broker import ConsumerOffsetWrapper, DelayOffsetWrapper, SubscriptionGroupWrapper
+from remoting.protocol.common import TopicConfigAndMappingSerializeWrapper
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = logging.getLogger("broker.slave_sync")
+
+#: Upstream runs the slave-sync task every 3 s and a full sync at most every 10 s.
+TICK = 3.0
+INTERVAL = 10.0
+TIMEOUT = 3.0
+
+
+class SlaveSyncError(Exception):
+    """The master did not answer a metadata request usefully (the message says which and why)."""
+
+
+class SlaveSynchronize:
+    """Metadata copying of one slave broker (idle while the broker is a master)."""
+
+    def __init__(
+        self,
+        broker: BrokerController,
+        *,
+        tick: float = TICK,
+        interval: float = INTERVAL,
+        timeout: float = TIMEOUT,
+    ) -> None:
+        self.broker = broker
+        self.tick = tick
+        self.interval = interval
+        self.timeout = timeout
+        #: master broker address of the last full sync, and when it ran (trio clock)
+        self.synced_from: str | None = None
+        self.last_sync = -float("inf")
+        #: completed full syncs (status and tests)
+        self.rounds = 0
+        self._wake = trio.Event()
+
+    def master_changed(self) -> None:
+        """Sync at the next opportunity (a new master, or the broker just became a slave)."""
+        self.last_sync = -float("inf")
+        self._wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            with trio.move_on_after(self.tick):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            b = self.broker
+            master = b.master_addr
+            if not b.is_slave or not master:
+                continue
+            now = trio.current_time()
+            if master != self.synced_from or now - self.last_sync >= self.interval:
+                try:
+                    await self.sync_all(master)
+                except SlaveSyncError as exc:
+                    log.warning("slave sync from %s: %s", master, exc)
+
+    async def sync_all(self, master: str | None = None) -> None:
+        """One full sync from ``master`` (default: the broker's master address)."""
+        master = master or self.broker.master_addr
+        if not master:
+            raise SlaveSyncError("no master address known")
+        errors: list[str] = []
+        for step in (
+            self.sync_topic_config,
+            self.sync_consumer_offset,
+            self.sync_delay_offset,
+            self.sync_subscription_groups,
+        ):
+            try:
+                await step(master)
+            except SlaveSyncError as exc:
+                errors.append(str(exc))
+        self.synced_from = master
+        self.last_sync = trio.current_time()
+        self.rounds += 1
+        if errors:
+            raise SlaveSyncError("; ".join(errors))
+
+    async def _call(self, master: str, code: int, what: str) -> RemotingCommand:
+        try:
+            response = await self.broker.client.invoke(master, request(code), self.timeout)  # type: ignore[attr-defined]
+        except RemotingError as exc:
+            raise SlaveSyncError(f"{what}: {exc}") from exc
+        if response.code != ResponseCode.SUCCESS:
+            raise SlaveSyncError(f"{what}: code {response.code} {response.remark or ''}".rstrip())
+        return response
+
+    async def sync_topic_config(self, master: str) -> None:
+        response = await self._call(master, RequestCode.GET_ALL_TOPIC_CONFIG, "GET_ALL_TOPIC_CONFIG")
+        try:
+            wrapper = TopicConfigAndMappingSerializeWrapper.decode(response.body_bytes)
+        except (FastjsonError, ValueError) as exc:
+            raise SlaveSyncError(f"GET_ALL_TOPIC_CONFIG: bad body: {exc}") from exc
+        topics = self.broker.topics
+        if topics.data_version == wrapper.dataVersion:
+            return
+        topics.table = dict(wrapper.topicConfigTable)
+        topics.data_version = wrapper.dataVersion
+        log.info(
+            "slave sync: %d topic configs from %s (version %s)",
+            len(topics.table),
+            master,
+            wrapper.dataVersion,
+        )
+        self.broker.request_register()  # persists the table and registers it
+
+    async def sync_consumer_offset(self, master: str) -> None:
+        response = await self._call(master, RequestCode.GET_ALL_CONSUMER_OFFSET, "GET_ALL_CONSUMER_OFFSET")
+        try:
+            wrapper = ConsumerOffsetWrapper.decode(response.body_bytes)
+        except (FastjsonError, ValueError) as exc:
+            raise SlaveSyncError(f"GET_ALL_CONSUMER_OFFSET: bad body: {exc}") from exc
+        offsets = self.broker.offsets
+        for key, queues in wrapper.offsetTable.items():
+            offsets.table[key] = dict(queues)
+        offsets.data_version = wrapper.dataVersion
+        offsets.dirty = True
+
+    async def sync_delay_offset(self, master: str) -> None:
+        response = await self._call(master, RequestCode.GET_ALL_DELAY_OFFSET, "GET_ALL_DELAY_OFFSET")
+        body = response.body_bytes
+        try:
+            DelayOffsetWrapper.decode(body)
+        except (FastjsonError, ValueError) as exc:
+            raise SlaveSyncError(f"GET_ALL_DELAY_OFFSET: bad body: {exc}") from exc
+        path = os.path.join(self.broker.store_config.config_dir, "delayOffset.json")
+        old = await trio.to_thread.run_sync(_read_or_none, path)
+        if old == bytes(body):
+            return
+        await write_async(path, bytes(body))
+        service = getattr(self.broker, "delay_offsets", None)  # the schedule service, once it exists
+        if service is not None and hasattr(service, "load"):
+            service.load()
+
+    async def sync_subscription_groups(self, master: str) -> None:
+        response = await self._call(
+            master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, "GET_ALL_SUBSCRIPTIONGROUP_CONFIG"
+        )
+        try:
+            wrapper = SubscriptionGroupWrapper.decode(response.body_bytes)
+        except (FastjsonError, ValueError) as exc:
+            raise SlaveSyncError(f"GET_ALL_SUBSCRIPTIONGROUP_CONFIG: bad body: {exc}") from exc
+        groups = self.broker.groups
+        if groups.data_version == wrapper.dataVersion:
+            return
+        groups.replace_all(wrapper)
+        self.broker.groups_changed()
+
+
+def _read_or_none(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
