@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import msgspec
 import trio
@@ -38,6 +39,9 @@ from remoting.protocol.common import DataVersion, PermName, TopicConfigAndMappin
 from store.config import BrokerRole, MessageStoreConfig
 from store.message import UniqIdGenerator
 from store.message_store import DefaultMessageStore
+
+if TYPE_CHECKING:
+    from broker.replicas_manager import ReplicasManager
 
 
 def wall_clock_ms() -> int:
@@ -115,10 +119,16 @@ class BrokerController:
         self._rerun_pull: Callable[[object, RemotingCommand], object] | None = None
         #: HA service, send gate, role switch, slave metadata sync (broker/replication.py)
         self.replication = Replication(self)
+        #: controller mode: not registered with the name servers until the controller gave a role
+        #: (upstream ``isIsolated``); broker/replicas_manager.py ends it. Without controllerAddr the
+        #: roles are set by hand (broker/replication.py) and there is no isolation.
+        self.isolated = bc.enableControllerMode and bool(bc.controller_addr_list)
+        #: controller-mode membership (broker/replicas_manager.py), set by its ``register``
+        self.replicas_manager: ReplicasManager | None = None
 
-        from broker import admin, client_processor, pull, query, send
+        from broker import admin, client_processor, pull, query, replicas_manager, send
 
-        for module in (send, pull, query, client_processor, admin):
+        for module in (send, pull, query, client_processor, admin, replicas_manager):
             module.register(self, self.processor_table)
 
     # --- identity and role ---
@@ -196,7 +206,7 @@ class BrokerController:
 
     async def register_to_namesrvs(self) -> None:
         namesrvs = split_addrs(self.broker_config.namesrvAddr)
-        if not namesrvs:
+        if not namesrvs or self.isolated:
             return
         bc = self.broker_config
         results = await self.outer.register_all(
@@ -261,6 +271,8 @@ class BrokerController:
                 await nursery.start(self.store.run)
                 await nursery.start(self.hold.run)
                 await nursery.start(self.replication.run)
+                if self.replicas_manager is not None:
+                    await nursery.start(self.replicas_manager.run)
                 nursery.start_soon(self._register_loop)
                 nursery.start_soon(self._heartbeat_loop)
                 nursery.start_soon(self._persist_loop)
@@ -317,6 +329,8 @@ class BrokerController:
             return  # old-style: the periodic registration is the heartbeat
         while True:
             await trio.sleep(bc.brokerHeartbeatInterval / 1000)
+            if self.isolated:
+                continue
             await self.outer.heartbeat_all(
                 split_addrs(bc.namesrvAddr),
                 self.identity,
