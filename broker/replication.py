@@ -51,6 +51,7 @@ from broker.slave_sync import SlaveSynchronize
 from store.config import BrokerRole
 from store.ha.classic_service import ClassicHAService
 from store.ha.gating import rip34_check_before_put, rip34_in_sync_replicas, rip34_need_ack_nums
+from store.ha.role import RoleChangeError
 from store.ha.service import HAService
 from store.ha.store_log import DrainingStream, StoreReplicaLog
 from store.results import PutMessageResult, PutMessageStatus
@@ -329,12 +330,18 @@ class Replication:
 
     # ------------------------------------------------------------------ role switch (auto-switch)
 
-    def _require_auto(self) -> HAService:
+    def _require_auto(self, epoch: int) -> HAService:
         if self.ha is None:
             raise RuntimeError(
                 f"{self.broker.name}: role changes need enableControllerMode=true (auto-switch replication)"
                 if not self.auto
                 else f"{self.broker.name}: replication is not running"
+            )
+        last = self.broker.store.epoch_file.last_epoch()
+        if epoch < last:
+            # refused before anything changes: the current role goes on
+            raise RoleChangeError(
+                f"{self.broker.name}: epoch {epoch} is older than the local last epoch {last}"
             )
         return self.ha
 
@@ -348,7 +355,7 @@ class Replication:
         file's last one), accepts slaves; then ``brokerRole=SYNC_MASTER``, ``brokerId=0``, the topic
         DataVersion moves to ``stateVersion=epoch``, role listeners run, and the broker re-registers.
         """
-        ha = self._require_auto()
+        ha = self._require_auto(epoch)
         b = self.broker
         assert self.rlog is not None
         ha.stop_role()
@@ -378,7 +385,7 @@ class Replication:
         slave registers with and must be > 0. Truncates a partial tail, then handshakes (truncating to
         the common prefix with the master); ``brokerRole=SLAVE``; DataVersion bump; re-register.
         """
-        ha = self._require_auto()
+        ha = self._require_auto(epoch)
         b = self.broker
         slave_id = self.replica_id if broker_id is None else broker_id
         if slave_id <= 0:

@@ -1,0 +1,212 @@
+"""Auto-switch replication between real brokers in one process, roles set by hand (controller mode
+without a controller: ``change_to_master`` / ``change_to_slave``, SyncStateSet accepted locally).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from remoting.codes import ResponseCode
+from store.ha.packets import SlaveAck, SlaveHandshake
+from store.ha.role import RoleChangeError
+from tests.integration.broker_requests import describe, messages, pull_header, pull_request, send_header
+from tests.integration.replication_kit import (
+    TOPIC,
+    Group,
+    Running,
+    commit_log_bytes,
+    consume_queue_units,
+    replication_group,
+    wait_until,
+)
+
+QUEUES = 2
+
+
+def auto(broker_id: int, **kw: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = dict(
+        enableControllerMode=True,
+        brokerId=broker_id,
+        checkSyncStateSetPeriod=200,
+        haMaxTimeSlaveNotCatchup=60_000,
+    )
+    cfg.update(kw)
+    return cfg
+
+
+async def _same(g: Group, a: Running, b: Running) -> None:
+    end = a.store.max_phy_offset
+    await wait_until(lambda: b.store.max_phy_offset == end, 10, f"{b.name} reaching {end}")
+    await a.store.flush()
+    await b.store.flush()
+    assert commit_log_bytes(g.root / a.name / "store", 0, end) == commit_log_bytes(
+        g.root / b.name / "store", 0, end
+    )
+    assert b.store.epoch_file.pairs() == a.store.epoch_file.pairs()
+    await wait_until(
+        lambda: all(
+            consume_queue_units(a.store, TOPIC, q) == consume_queue_units(b.store, TOPIC, q)
+            for q in range(QUEUES)
+        ),
+        5,
+        "consume queues equal",
+    )
+
+
+async def _pull_bodies(g: Group, addr: str, queue_id: int) -> list[bytes]:
+    """Every readable message of a queue, in order (pulling on until nothing is found)."""
+    bodies: list[bytes] = []
+    offset = 0
+    while True:
+        response = await g.call(addr, pull_request("G", TOPIC, queue_id, offset, max_nums=32))
+        if response.code != ResponseCode.SUCCESS:
+            return bodies
+        bodies += [m.body for m in messages(response)]
+        offset = pull_header(response).nextBeginOffset
+
+
+async def test_hand_roles_all_ack_sync_state_set_and_confirm_offset(tmp_path: Path) -> None:
+    async with replication_group(tmp_path) as g:
+        m = await g.start("m", **auto(1, allAckInSyncStateSet=True))
+        s = await g.start("s", **auto(2, allAckInSyncStateSet=True))
+        # No role yet: fenced.
+        response = await g.send(m.addr, b"too early")
+        assert response.code == ResponseCode.SERVICE_NOT_AVAILABLE, describe(response)
+
+        await m.broker.replication.change_to_master(1)
+        assert m.broker.broker_config.brokerId == 0
+        assert not m.broker.is_slave
+        await g.create_topic(m.addr, queues=QUEUES)
+        await s.broker.replication.change_to_slave(m.ha_addr, 1, master_addr=m.addr)
+        assert s.broker.is_slave
+        await wait_until(lambda: m.broker.replication.sync_state_set == {1, 2}, 10, "SyncStateSet {1, 2}")
+
+        for i in range(60):
+            response = await g.send_ok(m.addr, b"all-ack %d" % i + bytes(i * 37), queue_id=i % QUEUES)
+            # every SyncStateSet member holds it before the producer hears SUCCESS
+            assert s.store.max_phy_offset >= m.store.max_phy_offset
+        await _same(g, m, s)
+        await wait_until(lambda: s.store.confirm_offset == m.store.max_phy_offset, 5, "slave confirm offset")
+        assert m.broker.replication.confirm_offset == m.store.max_phy_offset
+
+        # A stale epoch is refused.
+        with pytest.raises(RoleChangeError):
+            await m.broker.replication.change_to_master(0)
+
+        # The slave goes away: its connection closes, the SyncStateSet shrinks, sends go on.
+        await g.stop(s)
+        await wait_until(lambda: m.broker.replication.sync_state_set == {1}, 5, "SyncStateSet shrinks")
+        await g.send_ok(m.addr, b"alone")
+
+
+async def test_unconfirmed_messages_are_not_readable(tmp_path: Path) -> None:
+    async with replication_group(tmp_path) as g:
+        m = await g.start("m", **auto(1, allAckInSyncStateSet=True, slaveTimeout=300))
+        await m.broker.replication.change_to_master(1)
+        await g.create_topic(m.addr, queues=QUEUES)
+        for i in range(3):
+            await g.send_ok(m.addr, b"before %d" % i)
+        # A replica that joins the SyncStateSet and then stops acknowledging.
+        host, _, port = m.ha_addr.rpartition(":")
+        stream = await trio.open_tcp_stream(host, int(port))
+        await stream.send_all(SlaveHandshake(False, False, 7).encode())
+        await stream.receive_some(65536)  # the master's handshake
+        await stream.send_all(SlaveAck(m.store.max_phy_offset).encode())
+        await wait_until(lambda: m.broker.replication.sync_state_set == {1, 7}, 5, "silent replica joins")
+        confirmed = m.store.max_phy_offset
+
+        response = await g.send(m.addr, b"unconfirmed")
+        assert response.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, describe(response)
+        end = m.store.max_phy_offset
+        assert end > confirmed
+        assert m.broker.replication.confirm_offset == confirmed
+        # stored, but neither dispatched nor readable while it may still be truncated
+        assert await _pull_bodies(g, m.addr, 0) == [b"before %d" % i for i in range(3)]
+        assert m.store.get_max_offset_in_queue(TOPIC, 0) == 3
+
+        # The replica acknowledges it: confirmed, dispatched, readable.
+        await stream.send_all(SlaveAck(end).encode())
+        await wait_until(lambda: m.store.get_max_offset_in_queue(TOPIC, 0) == 4, 5, "dispatch after the ack")
+        assert (await _pull_bodies(g, m.addr, 0))[-1] == b"unconfirmed"
+        await stream.aclose()
+
+
+async def test_master_killed_with_unreplicated_writes_rejoins_as_slave_and_truncates(tmp_path: Path) -> None:
+    async with replication_group(tmp_path) as g:
+        m = await g.start("m", **auto(1))
+        s = await g.start("s", **auto(2))
+        await m.broker.replication.change_to_master(1)
+        await g.create_topic(m.addr, queues=QUEUES)
+        await s.broker.replication.change_to_slave(m.ha_addr, 1, master_addr=m.addr)
+        for i in range(40):
+            await g.send_ok(m.addr, b"replicated %d" % i + bytes(500), queue_id=i % QUEUES)
+        await _same(g, m, s)
+        replicated = m.store.max_phy_offset
+
+        # The slave stops following; the master takes writes nobody else has, then dies.
+        s_ha = s.broker.replication.ha
+        assert s_ha is not None
+        s_ha.stop_role()
+        for i in range(25):
+            await g.send_ok(m.addr, b"lost %d" % i + bytes(3000), queue_id=i % QUEUES)
+        assert m.store.max_phy_offset > replicated
+        await g.stop(m, crash=True)
+
+        # Promote the slave by hand with a new epoch; it takes new writes.
+        await s.broker.replication.change_to_master(2)
+        assert s.store.epoch_file.pairs() == [(1, 0), (2, replicated)]
+        for i in range(30):
+            await g.send_ok(s.addr, b"new %d" % i, queue_id=i % QUEUES)
+
+        # The old master comes back and follows: its unreplicated tail is cut.
+        m = await g.start("m", **auto(1))
+        assert m.store.max_phy_offset > replicated  # the lost tail survived the crash on disk
+        await m.broker.replication.change_to_slave(s.ha_addr, 2, master_addr=s.addr)
+        await _same(g, s, m)
+        assert m.store.epoch_file.pairs() == [(1, 0), (2, replicated)]
+        bodies = [b for q in range(QUEUES) for b in await _pull_bodies(g, s.addr, q)]
+        assert not any(b.startswith(b"lost") for b in bodies)
+        assert sum(b.startswith(b"new") for b in bodies) == 30
+
+
+async def test_confirm_offset_recovery_never_hands_out_a_queue_offset_twice(tmp_path: Path) -> None:
+    """Upstream #7689: after a restart the queue offsets of stored-but-unconfirmed messages must not be
+    given to new messages."""
+    async with replication_group(tmp_path) as g:
+        m = await g.start("m", **auto(1, allAckInSyncStateSet=True, slaveTimeout=200))
+        await m.broker.replication.change_to_master(1)
+        await g.create_topic(m.addr, queues=1)
+        offsets: list[int] = []
+        for i in range(5):
+            offsets.append(send_header(await g.send_ok(m.addr, b"confirmed %d" % i)).queueOffset)
+        host, _, port = m.ha_addr.rpartition(":")
+        stream = await trio.open_tcp_stream(host, int(port))
+        await stream.send_all(SlaveHandshake(False, False, 7).encode())
+        await stream.receive_some(65536)
+        await stream.send_all(SlaveAck(m.store.max_phy_offset).encode())
+        await wait_until(lambda: m.broker.replication.sync_state_set == {1, 7}, 5, "silent replica joins")
+        for i in range(4):
+            response = await g.send(m.addr, b"unconfirmed %d" % i)
+            assert response.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, describe(response)
+            offsets.append(send_header(response).queueOffset)
+        assert m.store.get_max_offset_in_queue(TOPIC, 0) == 5
+        await stream.aclose()
+        await g.stop(m, crash=True)
+
+        m = await g.start("m", **auto(1, allAckInSyncStateSet=True, slaveTimeout=200))
+        assert m.store.get_max_offset_in_queue(TOPIC, 0) == 5  # recovery stops at the confirm offset
+        await m.broker.replication.change_to_master(2)  # alone: everything it holds is confirmed
+        for i in range(3):
+            offsets.append(send_header(await g.send_ok(m.addr, b"after %d" % i)).queueOffset)
+        assert offsets == list(range(12))
+        await wait_until(lambda: m.store.get_max_offset_in_queue(TOPIC, 0) == 12, 5, "dispatch")
+        units = consume_queue_units(m.store, TOPIC, 0)
+        assert len({u[0] for u in units}) == 12
+        bodies = await _pull_bodies(g, m.addr, 0)
+        assert bodies == [b"confirmed %d" % i for i in range(5)] + [
+            b"unconfirmed %d" % i for i in range(4)
+        ] + [b"after %d" % i for i in range(3)]
