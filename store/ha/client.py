@@ -8,7 +8,8 @@ Driver loop (trio layer or simulation)::
     loop:
         send(client.data_to_send())
         events = client.receive_data(chunk, now)   # or client.tick(now) at client.next_deadline()
-        PersistRequired  -> make truncation + epoch file durable, then client.persisted(now)
+        PersistRequired  -> make truncation + epoch file durable, then
+                            events = client.persisted(now) (handle those too)
         CloseConnection  -> close, wait ev.retry_after, start again
     on EOF / socket error: client.connection_lost()
 
@@ -20,13 +21,16 @@ else the local max. Otherwise the consistent point of the two histories is compu
 the epoch file to it.
 
 Transfer: every batch must start exactly at the local max offset (a gap or overlap closes the
-connection); a batch of a new epoch records ``(epoch, epochStartOffset)``; the confirm offset becomes
+connection); a batch of a new epoch records ``(epoch, epochStartOffset)`` and is applied only after
+the driver persisted the epoch file (``PersistRequired`` → ``persisted()``), so an entry is always
+durable before the bytes it covers; the confirm offset becomes
 ``min(master confirm, local max)``; the new max is acked when it grew, and at least every
 ``haSendHeartbeatInterval``. Nothing read for ``haHousekeepingInterval`` closes the connection.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 
 from store.config import MessageStoreConfig
@@ -82,6 +86,8 @@ class HAClient:
         self._last_write = now
         self._handshake_sent_at = now
         self._awaiting_persist = False
+        self._held: MasterTransfer | None = None
+        self._backlog: collections.deque[MasterHandshake | MasterTransfer] = collections.deque()
         self._reported = -1
 
     # ------------------------------------------------------------------ lifecycle
@@ -100,6 +106,8 @@ class HAClient:
         self._decoder = MasterPacketDecoder()
         self._out.clear()
         self._awaiting_persist = False
+        self._held = None
+        self._backlog.clear()
         self._reported = -1
         self._out += SlaveHandshake(self.sync_from_last_file, self.async_learner, self.broker_id).encode()
         self._last_read = self._last_write = self._handshake_sent_at = now
@@ -110,6 +118,8 @@ class HAClient:
             self.state = HAConnectionState.READY
         self._out.clear()
         self._awaiting_persist = False
+        self._held = None
+        self._backlog.clear()
 
     def shutdown(self) -> None:
         self.state = HAConnectionState.SHUTDOWN
@@ -125,14 +135,22 @@ class HAClient:
     def awaiting_persist(self) -> bool:
         return self._awaiting_persist
 
-    def persisted(self, now: float) -> None:
-        """The driver made the handshake truncation durable: send the first ack."""
+    def persisted(self, now: float) -> list[Event]:
+        """The driver made the epoch file (and a handshake truncation) durable. Sends the first ack
+        after a handshake, or applies the batch that started a new epoch; then goes on with the
+        packets that arrived meanwhile. Returns the events of that work."""
         if not self._awaiting_persist:
-            return
+            return []
         self._awaiting_persist = False
-        if self.state == HAConnectionState.TRANSFER:
+        events: list[Event] = []
+        if self._held is not None:
+            held, self._held = self._held, None
+            events.extend(self._apply(held, now))
+        elif self.state == HAConnectionState.TRANSFER:
             first = 0 if self.log.min_offset == self.log.max_offset else self.log.max_offset
             self._ack(first, now)
+        events.extend(self._process(now))
+        return events
 
     def next_deadline(self) -> float:
         """When ``tick`` must run next (heartbeat, housekeeping or handshake timeout)."""
@@ -173,20 +191,25 @@ class HAClient:
         if data:
             self._last_read = now
         try:
-            packets = self._decoder.feed(data)
+            self._backlog.extend(self._decoder.feed(data))
         except HAProtocolError as exc:
             return [self._close(f"malformed packet from master: {exc}", RECONNECT_RETRY)]
+        return self._process(now)
+
+    def _process(self, now: float) -> list[Event]:
+        """Handle buffered packets until none is left or a persist is awaited."""
         events: list[Event] = []
-        for packet in packets:
+        while self._backlog and not self._awaiting_persist:
+            packet = self._backlog.popleft()
             if isinstance(packet, MasterHandshake):
-                if self.state != HAConnectionState.HANDSHAKE or self._awaiting_persist:
+                if self.state != HAConnectionState.HANDSHAKE:
                     events.append(
                         self._close(f"master sent HANDSHAKE while we are {self.state.name}", RECONNECT_RETRY)
                     )
                     break
                 events.extend(self._on_handshake(packet, now))
             else:
-                if self.state != HAConnectionState.TRANSFER or self._awaiting_persist:
+                if self.state != HAConnectionState.TRANSFER:
                     events.append(
                         self._close(f"master sent TRANSFER while we are {self.state.name}", RECONNECT_RETRY)
                     )
@@ -260,7 +283,6 @@ class HAClient:
 
     def _on_transfer(self, packet: MasterTransfer, now: float) -> list[Event]:
         rlog = self.log
-        events: list[Event] = []
         empty = rlog.min_offset == rlog.max_offset
         if packet.offset >= 0 and not empty and packet.offset != rlog.max_offset:
             kind = "gap" if packet.offset > rlog.max_offset else "overlap"
@@ -290,11 +312,21 @@ class HAClient:
                         )
                     ]
             try:
-                if ef.append(packet.epoch, packet.epochStartOffset):
-                    events.append(EpochStarted(packet.epoch, packet.epochStartOffset))
+                started = ef.append(packet.epoch, packet.epochStartOffset)
             except EpochFileError as exc:
                 return [self._close(f"epoch history mismatch: {exc}", RECONNECT_RETRY)]
-            rlog.append_raw(packet.offset, body)
+            if started:
+                # The entry must be durable before any byte it covers can be.
+                self._held = packet
+                self._awaiting_persist = True
+                return [EpochStarted(packet.epoch, packet.epochStartOffset), PersistRequired()]
+        return self._apply(packet, now)
+
+    def _apply(self, packet: MasterTransfer, now: float) -> list[Event]:
+        rlog = self.log
+        events: list[Event] = []
+        if packet.body:
+            rlog.append_raw(packet.offset, packet.body)
             events.append(Appended(packet.offset, rlog.max_offset))
         if packet.confirmOffset >= 0:
             confirm = min(packet.confirmOffset, rlog.max_offset)

@@ -13,8 +13,9 @@ class Truncated(msgspec.Struct, frozen=True):
 
 
 class PersistRequired(msgspec.Struct, frozen=True):
-    """The driver must make the truncation and the epoch file durable, then call ``persisted()``.
-    The slave does not acknowledge (so the master sends no data) until then."""
+    """The driver must make the truncation and the epoch file durable, then call ``persisted()``
+    (and handle the events it returns). After a handshake the slave does not acknowledge (so the
+    master sends no data) until then; a batch that starts a new epoch is held until then."""
 
 
 class EpochStarted(msgspec.Struct, frozen=True):

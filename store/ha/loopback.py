@@ -39,7 +39,7 @@ class Loopback:
             self.events.append(event)
             if isinstance(event, PersistRequired):
                 self.on_persist()
-                self.client.persisted(now)
+                self._handle(self.client.persisted(now), now)
             elif isinstance(event, CloseConnection) and self.closed is None:
                 self.closed = event
         if self.closed is not None:

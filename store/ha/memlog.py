@@ -6,8 +6,8 @@ total size, an ``int`` magic code, then payload. A record never spans a "file" o
 minimum blank) is filled with a blank record (upstream ``BLANK_MAGIC_CODE``).
 
 Crash model (``crash()``): bytes beyond the flushed offset are lost, and the epoch file returns to its
-last persisted state. ``flush()`` follows the store's ordering contract: it persists the epoch file
-first, then makes the log bytes durable. Truncations are durable at once.
+last persisted state (``persist_epoch_file()``; ``flush()`` makes only log bytes durable, as the
+store's flusher does). Truncations are durable at once.
 
 Every truncation is recorded in ``truncations`` (offset, max offset before, confirm offset before) so
 simulations can check that confirmed data is never cut.
@@ -162,9 +162,8 @@ class MemLog:
         return self._flushed
 
     def flush(self, upto: int | None = None) -> None:
-        """Persist the epoch file, then make bytes up to ``upto`` (default: all) durable."""
-        self._durable_epochs = self._epoch_file.pairs()
-        self._epoch_file.persist()
+        """Make bytes up to ``upto`` (default: all) durable. Like the store's flusher this does not
+        persist the epoch file: the HA code persists epoch changes before the bytes they cover."""
         self._durable_confirm = self._confirm_offset
         target = self.max_offset if upto is None else min(upto, self.max_offset)
         self._flushed = max(self._flushed, target)

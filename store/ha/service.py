@@ -343,10 +343,11 @@ class HAService:
                         return retry
                     else:
                         events = client.receive_data(data, now)
-                    for event in events:
+                    while events:
+                        event = events.pop(0)
                         if isinstance(event, PersistRequired):
                             await self._persist()
-                            client.persisted(trio.current_time())
+                            events.extend(client.persisted(trio.current_time()))
                         elif isinstance(event, CloseConnection):
                             return event.retry_after
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:

@@ -193,7 +193,7 @@ class Sim:
     def persist(self, node: Node) -> None:
         if node.client is not None and node.client.awaiting_persist:
             node.log.persist_epoch_file()
-            node.client.persisted(self.now)
+            self.slave_events(node, node.client.persisted(self.now))
 
     # ------------------------------------------------------------------ controller
 

@@ -451,3 +451,39 @@ def test_classic_slave_rejects_wrong_offset() -> None:
     (event,) = client.receive_data(struct.pack(">qi", 60, 1) + b"x", 0.0)
     assert isinstance(event, CloseConnection)
     assert slave.max_offset == 120
+
+
+def test_batch_of_a_new_epoch_waits_for_the_epoch_file_to_be_persisted() -> None:
+    slave = MemLog(mapped_file_size=4096)
+    slave.epoch_file.append(1, 0)
+    fill(slave, 10)  # max 600
+    client = _client_in_transfer(slave)
+    slave.persist_epoch_file()
+    slave.flush()
+    stream = (
+        MasterTransfer(600, 2, 600, 0, b"y" * 60).encode()
+        + MasterTransfer(660, 2, 600, 0, b"z" * 60).encode()
+    )
+    events = client.receive_data(stream, 1.0)
+    assert events == [EpochStarted(2, 600), PersistRequired()]
+    assert slave.max_offset == 600  # nothing applied yet
+    slave.crash()  # a crash now loses the unpersisted entry, and no byte of epoch 2 exists
+    assert slave.epoch_file.pairs() == [(1, 0)]
+    assert slave.max_offset == 600
+
+
+def test_persisted_applies_the_held_batch_and_the_backlog() -> None:
+    slave = MemLog(mapped_file_size=4096)
+    slave.epoch_file.append(1, 0)
+    fill(slave, 10)
+    client = _client_in_transfer(slave)
+    stream = (
+        MasterTransfer(600, 2, 600, 0, b"y" * 60).encode()
+        + MasterTransfer(660, 2, 600, 0, b"z" * 60).encode()
+    )
+    client.receive_data(stream, 1.0)
+    slave.persist_epoch_file()
+    events = client.persisted(1.0)
+    assert [e for e in events if isinstance(e, Appended)] == [Appended(600, 660), Appended(660, 720)]
+    assert slave.epoch_file.pairs() == [(1, 0), (2, 600)]
+    assert client.data_to_send().endswith(SlaveAck(720).encode())
