@@ -11,7 +11,7 @@
 
 A name server and one RemotingServer host every broker (as a container does); each broker runs in
 its own cancel scope so it can be stopped and started again on the same store directory.
-Stores use 256 KiB commit-log files so tests cross file ends.
+Stores use 256 KiB commit-log files (tests cross file ends) and a small index.
 """
 
 from __future__ import annotations
@@ -83,7 +83,12 @@ class Group:
 
     async def start(self, name: str, **overrides: Any) -> Running:
         """Start (or restart) broker ``name`` with its store under ``root/name``."""
-        kw: dict[str, Any] = dict(mappedFileSizeCommitLog=FILE_SIZE, haSendHeartbeatInterval=500)
+        kw: dict[str, Any] = dict(
+            mappedFileSizeCommitLog=FILE_SIZE,
+            maxHashSlotNum=1000,
+            maxIndexNum=4000,
+            haSendHeartbeatInterval=500,
+        )
         kw.update(overrides)
         bc, sc = broker_configs(os.fspath(self.root / name), self.namesrv_addr, **kw)
         broker = BrokerController(bc, sc, client=self.broker_client)
