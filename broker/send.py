@@ -23,22 +23,23 @@ from broker.topics import (
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import ProcessorTable, RequestContext
-from remoting.headers import decode_header, encode_header
+from remoting.headers import decode_header
 from remoting.protocol.broker import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
     SendMessageRequestHeaderV2,
-    SendMessageResponseHeader,
 )
 from remoting.protocol.common import PermName, TopicConfig
 from store.message import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY,
+    PROPERTY_KEYS,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
     TRANSACTION_COMMIT_TYPE,
@@ -51,15 +52,26 @@ from store.message import (
     parse_host,
     parse_properties,
     properties_to_string,
+    tags_hash_code,
     transaction_type,
 )
-from store.results import PutMessageStatus
+from store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
 
 #: Clients at or above this version may set maxReconsumeTimes in the request (V3_4_9).
 V3_4_9 = 121
+
+#: Codes of a send whose message was stored (the Java client treats them as sent, with a status).
+_STORED_CODES = frozenset(
+    {
+        ResponseCode.SUCCESS,
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+    }
+)
 
 _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
     PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
@@ -214,30 +226,26 @@ class SendProcessor:
         return topic, queue_id
 
     def _response(
-        self, cmd: RemotingCommand, result: object, queue_id: int, uniq: str | None
+        self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int, uniq: str | None
     ) -> RemotingCommand:
-        code, remark = _STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, result.status.name))  # type: ignore[attr-defined]
-        if result.remark and code != ResponseCode.SUCCESS:  # type: ignore[attr-defined]
-            remark = f"{remark} ({result.remark})" if remark else result.remark  # type: ignore[attr-defined]
-        resp = cmd.response(code, remark)
-        if code in (
-            ResponseCode.SUCCESS,
-            ResponseCode.FLUSH_DISK_TIMEOUT,
-            ResponseCode.FLUSH_SLAVE_TIMEOUT,
-            ResponseCode.SLAVE_NOT_AVAILABLE,
-        ):
-            ext = encode_header(
-                SendMessageResponseHeader(
-                    msgId=result.msg_id,  # type: ignore[attr-defined]
-                    queueId=queue_id,
-                    queueOffset=result.logics_offset,  # type: ignore[attr-defined]
-                    transactionId=uniq,
-                )
-            )
-            ext.update(self._ext_ok)
-            resp.ext_fields = ext
+        """The send response; the header is built as a plain dict (this runs once per message)."""
+        status = result.status
+        if status is PutMessageStatus.PUT_OK:
+            code, remark = ResponseCode.SUCCESS, None
         else:
-            resp.ext_fields = dict(self._ext_ok)
+            code, remark = _STATUS_CODES.get(status, (ResponseCode.SYSTEM_ERROR, status.name))
+            if result.remark and code != ResponseCode.SUCCESS:
+                remark = f"{remark} ({result.remark})" if remark else result.remark
+        resp = cmd.response(code, remark)
+        ext = dict(self._ext_ok)
+        if code in _STORED_CODES:
+            # SendMessageResponseHeader: msgId, queueId, queueOffset, transactionId (strings on the wire)
+            ext["msgId"] = result.msg_id
+            ext["queueId"] = str(queue_id)
+            ext["queueOffset"] = str(result.logics_offset)
+            if uniq:
+                ext["transactionId"] = uniq
+        resp.ext_fields = ext
         return resp
 
     # --- handlers ---
@@ -296,7 +304,14 @@ class SendProcessor:
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(e))
         wait = props.get(PROPERTY_WAIT, "true") != "false"
         result = await self.broker.replication.put_message(
-            encoded, store_topic, store_queue, sys_flag=sys_flag, wait_store_msg_ok=wait
+            encoded,
+            store_topic,
+            store_queue,
+            sys_flag=sys_flag,
+            tags_code=tags_hash_code(props.get(PROPERTY_TAGS)),
+            keys=props.get(PROPERTY_KEYS),
+            uniq_key=uniq,
+            wait_store_msg_ok=wait,
         )
         if result.is_ok:
             self.broker.stats.on_put(topic, 1)

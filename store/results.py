@@ -9,13 +9,11 @@ one is built per send and per pull.
 from __future__ import annotations
 
 import enum
-import struct
+import functools
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import msgspec
-
-_PORT_OFFSET = struct.Struct(">iq")
 
 
 class PutMessageStatus(enum.Enum):
@@ -91,10 +89,16 @@ class PutMessageResult(msgspec.Struct):
         """Offset message id(s): store IP + port + physical offset as uppercase hex (ref. §5.7)."""
         if self.wrote_offset < 0 or not self.store_host:
             return ""
-        host = self.store_host
-        ip, port = host[:-4], int.from_bytes(host[-4:], "big", signed=True)
-        offsets = self.offsets if self.offsets is not None else [self.wrote_offset]
-        return ",".join((ip + _PORT_OFFSET.pack(port, off)).hex().upper() for off in offsets)
+        prefix = _host_hex(self.store_host)
+        if self.offsets is None:
+            return f"{prefix}{self.wrote_offset:016X}"
+        return ",".join(f"{prefix}{off:016X}" for off in self.offsets)
+
+
+@functools.lru_cache(maxsize=64)
+def _host_hex(store_host: bytes) -> str:
+    """The store-host part of an offset message id: IP bytes + port, uppercase hex."""
+    return store_host.hex().upper()
 
 
 class GetMessageResult:
