@@ -169,7 +169,7 @@ def test_print_config_output_loads_back(tmp_path: Path) -> None:
     effective.write_bytes(out.stdout)
     cfg = load_process_config(effective)
     assert cfg.namesrv is not None
-    assert [b.broker.brokerName for b in cfg.brokers] == ["broker-a", "broker-b"]
+    assert [b.broker.brokerName for b in cfg.brokers] == ["broker-a", "broker-b", "broker-a", "broker-b"]
     assert cfg.brokers[0].store.storePathRootDir == str(tmp_path / "broker-a")
 
 

@@ -511,7 +511,7 @@ def test_rendered_toml_contains_every_key(tmp_path: Path) -> None:
     for name in msgspec.structs.fields(MessageStoreConfig):
         assert f"\n{name.name} = " in text or f"\n# {name.name} = " in text
     assert "[namesrv]" in text
-    assert text.count("[[broker]]") == 2
+    assert text.count("[[broker]]") == 4
 
 
 def test_dev_cluster_file(tmp_path: Path) -> None:
@@ -519,8 +519,22 @@ def test_dev_cluster_file(tmp_path: Path) -> None:
     assert cfg.namesrv is not None
     assert cfg.namesrv.listenPort == 9876
     assert cfg.nettyServer.bindAddress == "127.0.0.1"
-    names = [(b.broker.brokerName, b.broker.listenPort, b.store.haListenPort) for b in cfg.brokers]
-    assert names == [("broker-a", 10911, 10912), ("broker-b", 10921, 10922)]
+    names = [
+        (
+            b.broker.brokerName,
+            b.broker.brokerId,
+            b.store.brokerRole.value,
+            b.broker.listenPort,
+            b.store.haListenPort,
+        )
+        for b in cfg.brokers
+    ]
+    assert names == [
+        ("broker-a", 0, "ASYNC_MASTER", 10911, 10912),
+        ("broker-b", 0, "ASYNC_MASTER", 10921, 10922),
+        ("broker-a", 1, "SLAVE", 10915, 10916),
+        ("broker-b", 1, "SLAVE", 10925, 10926),
+    ]
     assert all(b.broker.autoCreateTopicEnable for b in cfg.brokers)
     assert cfg.brokers[0].store.storePathRootDir == str(tmp_path / "broker-a")
     assert cfg.dataDir == str(tmp_path)
