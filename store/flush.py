@@ -13,6 +13,7 @@ runs are covered together by the next round.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 
 import trio
@@ -21,8 +22,9 @@ from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog
 from store.consume_queue_store import ConsumeQueueStore
 from store.dispatch import Dispatcher
+from store.epoch import EpochFile
 from store.index import IndexService
-from store.mapped_file import PAGE_SIZE, fsync_path
+from store.mapped_file import PAGE_SIZE, fsync_dir, fsync_path
 
 log = logging.getLogger("store.flush")
 
@@ -35,8 +37,11 @@ def _fsync_paths(paths: list[str]) -> None:
 class CommitLogFlusher:
     """Makes commit-log bytes durable and tracks :attr:`flushed_offset`."""
 
-    def __init__(self, commit_log: CommitLog) -> None:
+    def __init__(self, commit_log: CommitLog, epoch_file: EpochFile | None = None) -> None:
         self.commit_log = commit_log
+        #: persisted (when dirty) before commit-log bytes are flushed, so an epoch entry is on disk
+        #: before any byte it covers (store.ha ordering contract)
+        self.epoch_file = epoch_file
         #: every byte below this offset is durable
         self.flushed_offset = commit_log.max_offset
         #: store timestamp of the newest durable message (checkpoint ``physicMsgTimestamp``)
@@ -66,12 +71,25 @@ class CommitLogFlusher:
         generation = self.generation
         self._flushing = True
         done = self._round_done
+        paths = [mf.path for mf, _ in dirty]
+        new_files = [mf for mf, _ in dirty if not mf.dir_synced]
+        epoch = self.epoch_file
+
+        def job() -> None:
+            if epoch is not None and epoch.dirty:
+                epoch.persist()
+            _fsync_paths(paths)
+            if new_files:
+                fsync_dir(os.path.dirname(new_files[0].path))
+
         try:
-            await trio.to_thread.run_sync(_fsync_paths, [mf.path for mf, _ in dirty])
+            await trio.to_thread.run_sync(job)
         finally:
             self._flushing = False
             self._round_done = trio.Event()
             done.set()
+        for mf in new_files:
+            mf.dir_synced = True
         if generation == self.generation:
             for mf, w in dirty:
                 if mf.flushed_position < w:

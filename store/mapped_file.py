@@ -149,6 +149,7 @@ class MappedFile:
     """
 
     __slots__ = (
+        "dir_synced",
         "file_from_offset",
         "file_size",
         "flushed_position",
@@ -167,6 +168,8 @@ class MappedFile:
         self.view = memoryview(mm)
         self.wrote_position = 0
         self.flushed_position = 0
+        #: whether the directory entry of the file is known durable (see ``sync_dir``)
+        self.dir_synced = True
         #: store timestamp of the newest message appended here (0 = unknown); retention uses mtime.
         self.last_store_timestamp = 0
 
@@ -190,7 +193,9 @@ class MappedFile:
         """Open (or create) and map the file; blocking.
 
         ``prefault``: reserve the blocks and map every page (see :meth:`prefault_sync`; ``warm``
-        makes the pages writable too). ``sync_dir``: fsync the directory after creating the file.
+        makes the pages writable too). ``sync_dir``: a created file starts with
+        ``dir_synced = False`` and whoever first makes its data durable fsyncs the directory too
+        (creation stays fast: a directory fsync waits for a journal commit).
         An existing file of the wrong size is resized to ``file_size`` with a warning (a shorter file
         reads as zeros past its old end, which recovery treats as the end of the data).
         """
@@ -216,7 +221,7 @@ class MappedFile:
         if prefault:
             mf.prefault_sync(warm)
         if create and sync_dir:
-            fsync_dir(os.path.dirname(path))
+            mf.dir_synced = False
         return mf
 
     def prefault_sync(self, warm: bool = False) -> None:

@@ -39,6 +39,7 @@ from store.dispatch import SCHEDULE_TOPIC, ArrivalListener, Dispatcher, Dispatch
 from store.epoch import EpochFile
 from store.flush import CommitLogFlusher, LogicsFlusher
 from store.index import IndexService
+from store.mapped_file import delete_paths_sync
 from store.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, dispatch_info
 from store.reading import get_message, query_message
 from store.results import (
@@ -102,7 +103,7 @@ class DefaultMessageStore:
         self.dispatcher = Dispatcher(self.commit_log, self.queues, self.index, config.delay_levels_ms)
         self.checkpoint = StoreCheckpoint(config.checkpoint_path)
         self.epoch_file = EpochFile(config.epoch_file_path)
-        self.cl_flusher = CommitLogFlusher(self.commit_log)
+        self.cl_flusher = CommitLogFlusher(self.commit_log, self.epoch_file)
         self.maintenance_lock = trio.Lock()
         self.logics_flusher = LogicsFlusher(
             self.queues,
@@ -229,6 +230,17 @@ class DefaultMessageStore:
     @property
     def max_phy_offset(self) -> int:
         return self.commit_log.max_offset
+
+    #: ``store.ha.replica_log.ReplicaLog`` names
+    max_offset = max_phy_offset
+
+    @property
+    def min_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    @property
+    def mapped_file_size(self) -> int:
+        return self.commit_log.file_size
 
     @property
     def min_phy_offset(self) -> int:
@@ -506,6 +518,9 @@ class DefaultMessageStore:
                     if cl.last_blank_offset >= 0:
                         self.dispatcher.skip_blank(cl.last_blank_offset, off)
                     self.allocator.request_prepare()
+                    # let the allocator start on the next file now: a busy send loop may not
+                    # reach another checkpoint before this file is full
+                    await trio.lowlevel.checkpoint()
         finally:
             self._rolling -= 1
 
@@ -570,6 +585,11 @@ class DefaultMessageStore:
         if last is not None and last.file_from_offset >= off:
             return
         mf = await trio.to_thread.run_sync(cq.create_file_sync, off, queue_offset)
+        last = cq.mfq.last
+        if cq.file_needed(queue_offset) != off or (last is not None and last.file_from_offset >= off):
+            # the queue changed meanwhile (truncation, deletion): this file is not wanted
+            await trio.to_thread.run_sync(delete_paths_sync, cq.mfq.retire([mf]))
+            return
         cq.install_file(mf, queue_offset)
 
     # ------------------------------------------------------------------ reading

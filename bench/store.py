@@ -1,0 +1,414 @@
+"""Message store benchmark (issue #6): append + dispatch, cost growth, crash recovery, reads.
+
+Cases (each against a baseline measured in the same run, alternating rounds, best round kept):
+
+* **append + dispatch** of 128 B, 1 KiB and 16 KiB bodies: ``DefaultMessageStore.put_message`` of
+  records encoded beforehand (the broker encodes once, on its side of the call), ASYNC_FLUSH with
+  the background services running, default config (index on: every message has a UNIQ_KEY and a
+  tag). Baseline: the minimum any store must do -- pack the fixed header, CRC32 the body and copy
+  the record into an already-faulted file mmap, no dispatch. Targets: >= 0.35 of the baseline's
+  msgs/s at 128 B and 1 KiB, >= 0.7 of its MB/s at 16 KiB. Informational rows: the same path
+  without the index, and with the encoding (``store.message.encode_message``) included.
+* **cost growth**: 1 KiB appends spread over 1, 100 and 10,000 topic-queues, and with 4 MiB
+  commit-log files (a roll every ~4000 messages) against 1 GiB files: each within +-20 % of the
+  1-queue / no-roll figure (ratio >= 0.8).
+* **crash recovery** of a 1 GiB commit log (4 KiB messages): seconds to ``start()`` after an
+  abandoned store with a ~1 MiB and a ~512 MiB unflushed tail, and after a clean shutdown.
+* **read path**: ``get_message`` of 32 x 1 KiB from a warm queue, microseconds per call, against
+  the minimum (unpack 32 consume-queue units, slice 32 views).
+
+Standalone: ``python -m bench.store [quick]`` prints the table (``bin/bench store`` for the runner).
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import shutil
+import struct
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from bench.common import markdown_table, row
+from store.config import MessageStoreConfig
+from store.message import UniqIdGenerator, encode_message, tags_hash_code
+from store.message_store import DefaultMessageStore
+
+STORE_HOST = ("127.0.0.1", 10911)
+BORN_HOST = ("127.0.0.1", 40000)
+TAG = "TagA"
+TAG_CODE = tags_hash_code(TAG)
+ROUNDS = 3
+
+
+def _props(uniq: str) -> str:
+    return f"TAGS\x01{TAG}\x02UNIQ_KEY\x01{uniq}\x02"
+
+
+def _encode(topic: str, qid: int, body: bytes, uniq: str) -> bytearray:
+    return encode_message(
+        topic=topic,
+        queue_id=qid,
+        flag=0,
+        body=body,
+        properties=_props(uniq),
+        sys_flag=0,
+        born_timestamp=1_700_000_000_000,
+        born_host=BORN_HOST,
+        store_host=STORE_HOST,
+    )
+
+
+# --------------------------------------------------------------------------- baseline
+
+
+class Baseline:
+    """Pack the fixed header, CRC32 the body, copy the record into a pre-faulted file mmap."""
+
+    _HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
+
+    def __init__(self, directory: str, size: int) -> None:
+        self.size = size
+        self.path = os.path.join(directory, "baseline")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        os.ftruncate(fd, size)
+        self.mm = mmap.mmap(fd, size)
+        os.close(fd)
+        for pos in range(0, size, mmap.PAGESIZE):  # fault every page in
+            self.mm[pos] = 0
+        self.view = memoryview(self.mm)
+
+    def run(self, body: bytes, n: int) -> float:
+        topic = b"BenchTopic"
+        props = _props("0" * 32).encode()
+        head = self._HEADER.size
+        total = head + len(body) + 1 + len(topic) + 2 + len(props)
+        rec = bytearray(total)
+        rec[head : head + len(body)] = body
+        tail = head + len(body)
+        rec[tail] = len(topic)
+        rec[tail + 1 : tail + 1 + len(topic)] = topic
+        struct.pack_into(">h", rec, tail + 1 + len(topic), len(props))
+        rec[total - len(props) :] = props
+        pack, crc, view, limit = self._HEADER.pack_into, zlib.crc32, self.view, self.size - total
+        ip = bytes([127, 0, 0, 1])
+        pos = 0
+        t0 = time.perf_counter()
+        for i in range(n):
+            pack(
+                rec,
+                0,
+                total,
+                -626843481,
+                crc(body) & 0x7FFFFFFF,
+                0,
+                0,
+                i,
+                pos,
+                0,
+                1,
+                ip,
+                40000,
+                2,
+                ip,
+                10911,
+                0,
+                0,
+                len(body),
+            )
+            view[pos : pos + total] = rec
+            pos += total
+            if pos > limit:
+                pos = 0
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.view.release()
+        self.mm.close()
+
+
+# --------------------------------------------------------------------------- store helpers
+
+
+async def _with_store(cfg: MessageStoreConfig, fn: Callable[[DefaultMessageStore], Awaitable[Any]]) -> Any:
+    store = DefaultMessageStore(cfg, store_host=STORE_HOST)
+    await store.start()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            try:
+                return await fn(store)
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        await store.shutdown()
+
+
+def _records(
+    topic_qids: list[tuple[str, int]], body: bytes, pool: int
+) -> list[tuple[bytearray, str, int, str]]:
+    gen = UniqIdGenerator()
+    out = []
+    for i in range(pool):
+        topic, qid = topic_qids[i % len(topic_qids)]
+        uniq = gen.create()
+        out.append((_encode(topic, qid, body, uniq), topic, qid, uniq))
+    return out
+
+
+async def _put_all(store: DefaultMessageStore, recs: list[tuple[bytearray, str, int, str]], n: int) -> float:
+    put = store.put_message
+    m = len(recs)
+    t0 = time.perf_counter()
+    for i in range(n):
+        rec, topic, qid, uniq = recs[i % m]
+        res = await put(rec, topic, qid, sys_flag=0, tags_code=TAG_CODE, uniq_key=uniq)
+        if res.status.value != "PUT_OK":
+            raise RuntimeError(f"put failed: {res}")
+    return time.perf_counter() - t0
+
+
+async def _warm(store: DefaultMessageStore, recs: list[tuple[bytearray, str, int, str]]) -> None:
+    """Steady state before measuring: every queue has its file, the index's hash-slot pages were
+    touched (3 passes over the key pool), and the next commit-log file is prepared."""
+    await _put_all(store, recs, 3 * len(recs))
+    with trio.fail_after(60):
+        while store.commit_log.mfq.next_file is None:
+            await trio.sleep(0.02)
+
+
+async def _measure(
+    store: DefaultMessageStore, recs: list[tuple[bytearray, str, int, str]], n: int
+) -> tuple[float, float]:
+    """(msgs per wall second, msgs per CPU second of this thread)."""
+    c0 = time.thread_time()
+    wall = await _put_all(store, recs, n)
+    return n / wall, n / (time.thread_time() - c0)
+
+
+async def _encode_put_all(
+    store: DefaultMessageStore, body: bytes, uniqs: list[str], n: int
+) -> tuple[float, float]:
+    put = store.put_message
+    m = len(uniqs)
+    c0 = time.thread_time()
+    t0 = time.perf_counter()
+    for i in range(n):
+        uniq = uniqs[i % m]
+        rec = _encode("BenchTopic", 0, body, uniq)
+        await put(rec, "BenchTopic", 0, sys_flag=0, tags_code=TAG_CODE, uniq_key=uniq)
+    return n / (time.perf_counter() - t0), n / (time.thread_time() - c0)
+
+
+def _config(root: str, **kw: Any) -> MessageStoreConfig:
+    return MessageStoreConfig(storePathRootDir=root, **kw)
+
+
+# --------------------------------------------------------------------------- cases
+
+
+POOL = 10_000  # distinct records / keys per run, the same for every case
+
+
+def bench_append(work: str, quick: bool) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    sizes = [(128, 60_000), (1024, 40_000), (16 * 1024, 8_000)]
+    base = Baseline(work, 256 * 1024 * 1024)
+    for size, n in sizes:
+        if quick:
+            n //= 4
+        body = b"x" * size
+        best: dict[str, tuple[float, float]] = {}
+
+        def keep(key: str, got: tuple[float, float], best: dict[str, tuple[float, float]] = best) -> None:
+            old = best.get(key, (0.0, 0.0))
+            best[key] = (max(old[0], got[0]), max(old[1], got[1]))
+
+        async def store_round(
+            index: bool, encode: bool, n: int = n, body: bytes = body
+        ) -> tuple[float, float]:
+            root = tempfile.mkdtemp(dir=work)
+            cfg = _config(root, mappedFileSizeCommitLog=512 * 1024 * 1024, messageIndexEnable=index)
+
+            async def go(store: DefaultMessageStore) -> tuple[float, float]:
+                recs = _records([("BenchTopic", 0)], body, POOL)
+                await _warm(store, recs)
+                if encode:
+                    return await _encode_put_all(store, body, [r[3] for r in recs], n)
+                return await _measure(store, recs, n)
+
+            try:
+                return await _with_store(cfg, go)  # type: ignore[no-any-return]
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+
+        for _ in range(ROUNDS):
+            c0 = time.thread_time()
+            wall = base.run(body, n)
+            keep("base", (n / wall, n / (time.thread_time() - c0)))
+            keep("store", trio.run(store_round, True, False))
+            keep("noindex", trio.run(store_round, False, False))
+            keep("encode", trio.run(store_round, True, True))
+        label = f"{size // 1024} KiB" if size >= 1024 else f"{size} B"
+        scale, unit, target = (size / 1e6, "MB/s", 0.7) if size >= 16 * 1024 else (1.0, "msgs/s", 0.35)
+        b_wall, b_cpu = best["base"][0] * scale, best["base"][1] * scale
+        rows.append(row(f"append+dispatch {label}", best["store"][0] * scale, unit, b_wall, target))
+        rows.append(row(f"append+dispatch {label}, per CPU-second", best["store"][1] * scale, unit, b_cpu))
+        rows.append(row(f"append+dispatch {label}, no index", best["noindex"][0] * scale, unit, b_wall))
+        rows.append(row(f"encode+append+dispatch {label}", best["encode"][0] * scale, unit, b_wall))
+    base.close()
+    return rows
+
+
+def bench_growth(work: str, quick: bool) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    body = b"x" * 1024
+    n = 10_000 if quick else 40_000
+
+    async def queues_round(nq: int) -> float:
+        root = tempfile.mkdtemp(dir=work)
+        cfg = _config(root, mappedFileSizeCommitLog=512 * 1024 * 1024)
+        tq = [(f"T{q // 8}", q % 8) for q in range(nq)]
+
+        async def go(store: DefaultMessageStore) -> float:
+            recs = _records(tq, body, POOL)
+            await _warm(store, recs)
+            return (await _measure(store, recs, n))[0]
+
+        try:
+            return float(await _with_store(cfg, go))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    async def roll_round(file_size: int) -> float:
+        root = tempfile.mkdtemp(dir=work)
+        cfg = _config(root, mappedFileSizeCommitLog=file_size)
+
+        async def go(store: DefaultMessageStore) -> float:
+            recs = _records([("BenchTopic", 0)], body, POOL)
+            await _warm(store, recs)
+            return (await _measure(store, recs, n))[0]
+
+        try:
+            return float(await _with_store(cfg, go))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    best = {1: 0.0, 100: 0.0, 10_000: 0.0}
+    for _ in range(ROUNDS):
+        for nq in best:
+            best[nq] = max(best[nq], trio.run(queues_round, nq))
+    for nq in (100, 10_000):
+        rows.append(row(f"1 KiB appends over {nq:,} topic-queues vs 1", best[nq], "msgs/s", best[1], 0.8))
+    rolls = {"big": 0.0, "small": 0.0}
+    for _ in range(ROUNDS):
+        rolls["big"] = max(rolls["big"], trio.run(roll_round, 1024 * 1024 * 1024))
+        rolls["small"] = max(rolls["small"], trio.run(roll_round, 4 * 1024 * 1024))
+    rows.append(
+        row("1 KiB appends rolling 4 MiB files vs no roll", rolls["small"], "msgs/s", rolls["big"], 0.8)
+    )
+    return rows
+
+
+def bench_recovery(work: str, quick: bool) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    root = tempfile.mkdtemp(dir=work)
+    log_size = (256 if quick else 1024) * 1024 * 1024
+    cfg = _config(root, mappedFileSizeCommitLog=log_size)
+    body = b"r" * 4000
+    recs = _records([("RecTopic", q) for q in range(4)], body, 1000)
+    rec_size = len(recs[0][0])
+
+    async def fill_and_crash(bytes_before_checkpoint: int, tail_bytes: int) -> None:
+        store = DefaultMessageStore(cfg, store_host=STORE_HOST)
+        await store.start()
+        await _put_all(store, recs, bytes_before_checkpoint // rec_size)
+        await store.flush()
+        await store.logics_flusher.flush()
+        await _put_all(store, recs, tail_bytes // rec_size)
+        store.abandon()
+
+    async def timed_start() -> tuple[float, int, int]:
+        store = DefaultMessageStore(cfg, store_host=STORE_HOST)
+        t0 = time.perf_counter()
+        report = await store.start()
+        elapsed = time.perf_counter() - t0
+        await store.shutdown()
+        return elapsed, report.scanned_messages, store.max_phy_offset
+
+    half = log_size // 2 - 8 * 1024 * 1024
+    trio.run(fill_and_crash, half, half)  # ~1 GiB log, ~half of it unflushed
+    large, large_n, total = trio.run(timed_start)
+    trio.run(fill_and_crash, 0, 1024 * 1024)  # reopen, 1 MiB unflushed tail
+    small, small_n, total = trio.run(timed_start)
+    clean, _, _ = trio.run(timed_start)
+    gib = total / 2**30
+    rows.append(row(f"recovery, {gib:.2f} GiB log, 1 MiB tail ({small_n} msgs)", small, "s"))
+    rows.append(row(f"recovery, {gib:.2f} GiB log, {half >> 20} MiB tail ({large_n} msgs)", large, "s"))
+    rows.append(row(f"recovery, {gib:.2f} GiB log, clean shutdown", clean, "s"))
+    shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
+def bench_read(work: str, quick: bool) -> list[dict[str, Any]]:
+    root = tempfile.mkdtemp(dir=work)
+    cfg = _config(root, mappedFileSizeCommitLog=64 * 1024 * 1024)
+    calls = 5_000 if quick else 20_000
+
+    async def go(store: DefaultMessageStore) -> tuple[float, float]:
+        recs = _records([("ReadTopic", 0)], b"y" * 1024, 1000)
+        await _put_all(store, recs, 10_000)
+        cq = store.queues.get("ReadTopic", 0)
+        assert cq is not None
+        best_case = best_base = float("inf")
+        unit = struct.Struct(">qiq")
+        for _ in range(ROUNDS):
+            t0 = time.perf_counter()
+            for i in range(calls):
+                res = store.get_message("g", "ReadTopic", 0, (i * 32) % 9_000, 32)
+                if res is None or len(res.message_views) != 32:
+                    raise RuntimeError(f"unexpected read result {res}")
+                res.release()
+            best_case = min(best_case, (time.perf_counter() - t0) / calls)
+            read = store.commit_log.read
+            t0 = time.perf_counter()
+            for i in range(calls):
+                units = cq.read_units((i * 32) % 9_000, 32)
+                assert units is not None
+                views = [read(off, size) for off, size, _ in unit.iter_unpack(units)]
+                for v in views:
+                    v.release()  # type: ignore[union-attr]
+            best_base = min(best_base, (time.perf_counter() - t0) / calls)
+        return best_case * 1e6, best_base * 1e6
+
+    case, base = trio.run(_with_store, cfg, go)
+    shutil.rmtree(root, ignore_errors=True)
+    # lower is better: report the ratio base / case so that 1.0 means "no overhead"
+    r = row("get_message 32 x 1 KiB, warm queue (us/call)", case, "us", base)
+    r["ratio"] = round(base / case, 3) if case else None
+    return [r]
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    logging.getLogger("store").setLevel(logging.ERROR)
+    work = tempfile.mkdtemp(prefix="bench-store-")
+    try:
+        rows: list[dict[str, Any]] = []
+        rows += bench_append(work, quick)
+        rows += bench_growth(work, quick)
+        rows += bench_read(work, quick)
+        rows += bench_recovery(work, quick)
+        return rows
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    print(markdown_table(run(quick="quick" in sys.argv[1:])))
