@@ -344,3 +344,41 @@ async def test_schedule_topic_units_carry_the_delivery_time(tmp_path: Path, hint
         unit = store.queues.get("SCHEDULE_TOPIC_XXXX", 2).unit(0)  # type: ignore[union-attr]
         assert unit is not None
         assert unit[2] == res.store_timestamp + 10_000
+
+
+async def test_unwritable_next_file_gives_create_mapped_file_failed(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path)
+    async with running_store(cfg) as store:
+        first = await put(store, "TopicA", 0, b"x" * 3000)
+        # a directory squatting on the next file's name: creating the file fails
+        (tmp_path / "commitlog" / f"{cfg.mappedFileSizeCommitLog:020d}").mkdir()
+        results = [await put(store, "TopicA", 0, b"x" * 3000) for _ in range(30)]
+        failed = [r for r in results if r.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED]
+        assert failed
+        assert all(r.is_ok for r in results[: results.index(failed[0])])
+        (tmp_path / "commitlog" / f"{cfg.mappedFileSizeCommitLog:020d}").rmdir()
+        ok = await put(store, "TopicA", 0, b"after")
+        assert ok.is_ok
+        assert ok.wrote_offset == cfg.mappedFileSizeCommitLog
+        # queue offsets stay dense: failed puts took none
+        assert ok.logics_offset == 1 + results.index(failed[0])
+        assert first.logics_offset == 0
+
+
+async def test_controller_mode_restart_keeps_unconfirmed_records_out_of_the_queues(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path)
+    async with running_store(cfg, controller_mode=True) as store:
+        r = [await put(store, "TopicA", 0, b"m%d" % i) for i in range(5)]
+        store.set_confirm_offset(r[2].end_offset)
+        await store.reput()
+        assert store.get_max_offset_in_queue("TopicA", 0) == 3
+    async with running_store(cfg, controller_mode=True) as store:
+        assert store.confirm_offset == r[2].end_offset
+        assert store.get_max_offset_in_queue("TopicA", 0) == 3
+        nxt = await put(store, "TopicA", 0, b"m5")
+        assert nxt.logics_offset == 5  # the unconfirmed records keep their queue offsets
+        store.set_confirm_offset(store.max_phy_offset)
+        await store.reput()
+        assert [decode_message(b).body for b in read_queue(store, "TopicA", 0)] == [
+            b"m%d" % i for i in range(6)
+        ]
