@@ -105,23 +105,7 @@ class Dispatcher:
             return False
         index = self.index
         if index is not None and (keys or uniq_key):
-            index.put(
-                DispatchRequest(
-                    topic=cq.topic,
-                    queue_id=cq.queue_id,
-                    commit_log_offset=phys,
-                    msg_size=size,
-                    tags_code=tags_code,
-                    store_timestamp=store_timestamp,
-                    consume_queue_offset=queue_offset,
-                    keys=keys,
-                    uniq_key=uniq_key,
-                    sys_flag=sys_flag,
-                    born_timestamp=0,
-                    prepared_transaction_offset=0,
-                    properties={},
-                )
-            )
+            index.put_keys(cq.topic, phys, store_timestamp, sys_flag, keys, uniq_key)
         self.reput_offset = phys + size
         self.last_store_timestamp = store_timestamp
         if self.listeners and (t in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)):

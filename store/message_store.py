@@ -347,7 +347,7 @@ class DefaultMessageStore:
             refused = self._check_gate()
             if refused is not None:
                 return refused
-        if self.config.brokerRole is BrokerRole.SLAVE:
+        if self.config.brokerRole == BrokerRole.SLAVE:
             return PutMessageResult(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the message store is in slave mode"
             )
@@ -409,7 +409,7 @@ class DefaultMessageStore:
             refused = self._check_gate()
             if refused is not None:
                 return refused
-        if self.config.brokerRole is BrokerRole.SLAVE:
+        if self.config.brokerRole == BrokerRole.SLAVE:
             return PutMessageResult(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the message store is in slave mode"
             )

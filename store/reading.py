@@ -54,7 +54,7 @@ def get_message(
     result = GetMessageResult()
     cl = store.commit_log
     max_phy = cl.max_offset
-    check_offsets = cfg.brokerRole is not BrokerRole.SLAVE or cfg.offsetCheckInSlave
+    check_offsets = cfg.brokerRole != BrokerRole.SLAVE or cfg.offsetCheckInSlave
     cq = store.queues.get(topic, queue_id)
     if cq is None:
         result.status = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE

@@ -137,7 +137,7 @@ async def _run(root: str, sequence: list[tuple]) -> None:  # type: ignore[type-a
         await store.shutdown()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sequence=ops)
 def test_store_matches_an_in_memory_model(sequence: list[tuple]) -> None:  # type: ignore[type-arg]
     with tempfile.TemporaryDirectory(prefix="store-model-") as root:
