@@ -348,22 +348,35 @@ class IndexService:
         Rollback-type transaction messages and messages already indexed are skipped. Rolls to a new
         file (created sparse, on this thread) when the current one is full.
         """
-        if req.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+        self.put_keys(
+            req.topic, req.commit_log_offset, req.store_timestamp, req.sys_flag, req.keys, req.uniq_key
+        )
+
+    def put_keys(
+        self, topic: str, phy: int, ts: int, sys_flag: int, keys: str | None, uniq_key: str | None
+    ) -> None:
+        """:meth:`put` from the fields themselves (the send path has them without a request)."""
+        if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
             return
-        if req.commit_log_offset <= self.max_indexed_phy_offset:
+        files = self._files
+        last = files[-1] if files else None
+        if last is not None and last.index_count > 1:
+            if phy <= last.end_phy_offset:
+                return
+        elif phy <= self.max_indexed_phy_offset:
             return
-        topic = req.topic
-        phy = req.commit_log_offset
-        ts = req.store_timestamp
-        if req.uniq_key:
-            self._put_key(build_key(topic, req.uniq_key), phy, ts)
-        if req.keys:
-            for key in req.keys.split(KEY_SEPARATOR):
+        prefix = topic + "#"
+        if uniq_key:
+            self._put_key(prefix + uniq_key, phy, ts)
+        if keys:
+            for key in keys.split(KEY_SEPARATOR):
                 if key:
-                    self._put_key(build_key(topic, key), phy, ts)
+                    self._put_key(prefix + key, phy, ts)
 
     def _put_key(self, key: str, phy: int, ts: int) -> None:
-        h = index_key_hash(key)
+        h = java_string_hash(key)
+        if h < 0:
+            h = -h if h != -(2**31) else 0  # index_key_hash
         f = self._files[-1] if self._files else None
         if f is None or not f.put_key(h, phy, ts):
             f = self._new_file()

@@ -388,6 +388,18 @@ def test_tags_hash_code_matches_definition(s: str) -> None:
     assert m.tags_hash_code(s) == _java_hash_independent(s)
 
 
+@given(st.text(alphabet=st.characters(max_codepoint=127), min_size=0, max_size=2500))
+def test_java_string_hash_ascii_matches_definition(s: str) -> None:
+    # the ASCII path converts base-31 digit strings in chunks of 1024 characters
+    assert m.java_string_hash(s) == _java_hash_independent(s)
+
+
+@pytest.mark.parametrize("n", [1, 2, 1023, 1024, 1025, 2048, 2049, 5000])
+def test_java_string_hash_ascii_chunk_boundaries(n: int) -> None:
+    for ch in ("\x00", "\x7f", "z", "#"):
+        assert m.java_string_hash(ch * n) == _java_hash_independent(ch * n)
+
+
 # --- message ids ----------------------------------------------------------------------------------
 
 
