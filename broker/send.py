@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from broker.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
@@ -23,13 +25,14 @@ from broker.topics import (
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import ProcessorTable, RequestContext
-from remoting.headers import decode_header
+from remoting.headers import CommandHeader, decode_header
 from remoting.protocol.broker import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
     SendMessageRequestHeaderV2,
 )
 from remoting.protocol.common import PermName, TopicConfig
+from store.config import BrokerRole
 from store.message import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY,
@@ -45,14 +48,18 @@ from store.message import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_TYPE_MASK,
     MessageFormatError,
     decode_batch_body,
     decode_message,
     encode_message,
+    encode_record,
+    host_bytes,
     parse_host,
     parse_properties,
     properties_to_string,
     tags_hash_code,
+    topic_field,
     transaction_type,
 )
 from store.results import PutMessageResult, PutMessageStatus
@@ -104,6 +111,74 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
 }
 
 
+class _SendHeaderV2(
+    CommandHeader,
+    gc=False,
+    rename={
+        "producerGroup": "a",
+        "topic": "b",
+        "defaultTopic": "c",
+        "defaultTopicQueueNums": "d",
+        "queueId": "e",
+        "sysFlag": "f",
+        "bornTimestamp": "g",
+        "flag": "h",
+        "properties": "i",
+        "reconsumeTimes": "j",
+        "unitMode": "k",
+        "maxReconsumeTimes": "l",
+        "batch": "m",
+        "brokerName": "n",
+        "bname": " bname (not in V2)",
+    },
+):
+    """``SendMessageRequestHeaderV2`` decoded straight into the V1 field names (what
+    ``SendMessageRequestHeaderV2.to_v1()`` gives, without the second object). Same fields and
+    defaults as :class:`SendMessageRequestHeader` (a unit test keeps them in step)."""
+
+    producerGroup: str
+    topic: str
+    defaultTopic: str = "TBW102"
+    defaultTopicQueueNums: int = 4
+    queueId: int = -1
+    sysFlag: int = 0
+    bornTimestamp: int = 0
+    flag: int = 0
+    properties: str | None = None
+    reconsumeTimes: int | None = None
+    unitMode: bool | None = None
+    maxReconsumeTimes: int | None = None
+    batch: bool | None = None
+    brokerName: str | None = None
+    bname: str | None = None
+
+
+#: A decoded send header: V1 names either way.
+SendHeader = SendMessageRequestHeader | _SendHeaderV2
+
+
+def decode_send_header(cmd: RemotingCommand) -> SendHeader:
+    """The send header of SEND_MESSAGE (V1 names) or SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (V2).
+
+    Straight ``msgspec.convert`` when no value is empty (what :func:`decode_header` does then);
+    anything else goes through :func:`decode_header`, which raises its HeaderError with the field
+    named as on the wire."""
+    ext = cmd.ext_fields
+    v1 = cmd.code == RequestCode.SEND_MESSAGE
+    if ext and "" not in ext.values():
+        try:
+            return msgspec.convert(ext, SendMessageRequestHeader if v1 else _SendHeaderV2, strict=False)
+        except msgspec.ValidationError:
+            pass
+    if v1:
+        return decode_header(cmd, SendMessageRequestHeader)
+    return decode_header(cmd, SendMessageRequestHeaderV2).to_v1()
+
+
+#: Cached per-connection / per-topic values stay below this many entries (cleared when full).
+_CACHE_LIMIT = 4096
+
+
 class SendProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -112,6 +187,12 @@ class SendProcessor:
         self.delay_levels = broker.store_config.delay_levels_ms
         self._rng = random.Random()
         self._ext_ok = {"MSG_REGION": self.cfg.regionId, "TRACE_ON": "true" if self.cfg.traceOn else "false"}
+        #: topic names that passed validate_topic and are not forbidden for sends
+        self._send_topics: set[str] = set()
+        #: remote address -> (IP bytes, port) for the BORNHOST field
+        self._born_hosts: dict[str, tuple[bytes, int]] = {}
+        self._store_addr = ""
+        self._store_host_bytes: tuple[bytes, int] = (b"", 0)
 
     # --- helpers ---
 
@@ -123,11 +204,35 @@ class SendProcessor:
     def _store_host(self) -> tuple[str, int]:
         return parse_host(self.broker.addr)
 
+    def _hosts(self, remote: str) -> tuple[tuple[bytes, int], tuple[bytes, int]]:
+        """(born host, store host) as :func:`encode_record` takes them, cached."""
+        born = self._born_hosts.get(remote)
+        if born is None:
+            born = host_bytes(remote)
+            if len(self._born_hosts) >= _CACHE_LIMIT:
+                self._born_hosts.clear()
+            self._born_hosts[remote] = born
+        addr = self.broker.addr
+        if addr != self._store_addr:
+            self._store_host_bytes = host_bytes(addr)
+            self._store_addr = addr
+        return born, self._store_host_bytes
+
     def _check(
-        self, cmd: RemotingCommand, h: SendMessageRequestHeader, remote: str
+        self, cmd: RemotingCommand, h: SendHeader, remote: str
     ) -> tuple[TopicConfig | None, RemotingCommand | None]:
         """Upstream ``msgCheck``: the topic config to write to, or an error response."""
         b = self.broker
+        topic = h.topic
+        if (
+            topic in self._send_topics
+            and self.cfg.brokerPermission & PermName.PERM_WRITE
+            and b.store_config.brokerRole != BrokerRole.SLAVE
+        ):
+            # the common case in upstream's order, minus the name checks this topic passed before
+            config = b.topics.table.get(topic)
+            if config is not None and config.perm & PermName.PERM_WRITE and h.queueId < config.writeQueueNums:
+                return config, None
         if not PermName.is_writeable(self.cfg.brokerPermission):
             return None, self._error(
                 cmd,
@@ -147,6 +252,9 @@ class SendProcessor:
             return None, self._error(
                 cmd, ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden."
             )
+        if len(self._send_topics) >= _CACHE_LIMIT:
+            self._send_topics.clear()
+        self._send_topics.add(h.topic)
         config = b.topics.get(h.topic)
         if config is None:
             if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -251,16 +359,13 @@ class SendProcessor:
     # --- handlers ---
 
     async def send(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
-        if cmd.code == RequestCode.SEND_MESSAGE:
-            h = decode_header(cmd, SendMessageRequestHeader)
-        else:
-            h = decode_header(cmd, SendMessageRequestHeaderV2).to_v1()
+        h = decode_send_header(cmd)
         remote = ctx.connection.remote_address
         config, error = self._check(cmd, h, remote)
         if error is not None:
             return error
         assert config is not None
-        if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
+        if h.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE:
             return await self._send_batch(cmd, h, config, remote)
         body = cmd.body_bytes
         if len(body) > self.store_cfg.maxMessageSize:
@@ -269,40 +374,72 @@ class SendProcessor:
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message body size {len(body)} is over the limit {self.store_cfg.maxMessageSize}",
             )
-        props = parse_properties(h.properties or "")
-        props[PROPERTY_CLUSTER] = self.cfg.brokerClusterName
+        props_s = h.properties or ""
+        props = parse_properties(props_s)
+        # Upstream parses the client's string, adds CLUSTER (and UNIQ_KEY) and writes it out again.
+        # When every pair was well formed and no key repeats, that equals the client's string with
+        # the new pairs appended: skip the rebuild then (``tail`` holds the appended pairs).
+        tail: str | None = (
+            "" if not props_s or (props_s[-1] == "\x02" and len(props) == props_s.count("\x02")) else None
+        )
+        cluster = self.cfg.brokerClusterName
+        if tail is not None and PROPERTY_CLUSTER not in props:
+            tail += f"{PROPERTY_CLUSTER}\x01{cluster}\x02"
+        else:
+            tail = None
+        props[PROPERTY_CLUSTER] = cluster
         uniq = props.get(PROPERTY_UNIQ_KEY)
         if not uniq:
-            uniq = props[PROPERTY_UNIQ_KEY] = self.broker.uniq_ids.create()
+            if tail is not None and PROPERTY_UNIQ_KEY not in props:
+                uniq = self.broker.uniq_ids.create()
+                tail += f"{PROPERTY_UNIQ_KEY}\x01{uniq}\x02"
+            else:
+                uniq = self.broker.uniq_ids.create()
+                tail = None
+            props[PROPERTY_UNIQ_KEY] = uniq
+        topic = h.topic
         queue_id = self._pick_queue(config, h.queueId)
-        redirected = self._redirect_retry(h, cmd, h.topic, queue_id, props)
-        if isinstance(redirected, RemotingCommand):
-            return redirected
-        topic, queue_id = redirected
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            redirected = self._redirect_retry(h, cmd, topic, queue_id, props)
+            if isinstance(redirected, RemotingCommand):
+                return redirected
+            topic, queue_id = redirected
+            tail = None
         sys_flag = h.sysFlag
-        if transaction_type(sys_flag) == TRANSACTION_PREPARED_TYPE and self.cfg.rejectTransactionMessage:
+        if (
+            sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE
+            and self.cfg.rejectTransactionMessage
+        ):
             return self._error(
                 cmd,
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{self.cfg.brokerIP1}] sending transaction message is forbidden",
             )
-        store_topic, store_queue = self._park_delay(topic, queue_id, props, sys_flag)
+        if PROPERTY_DELAY in props:
+            store_topic, store_queue = self._park_delay(topic, queue_id, props, sys_flag)
+            tail = None
+        else:
+            store_topic, store_queue = topic, queue_id
         try:
-            encoded = encode_message(
-                topic=store_topic,
-                queue_id=store_queue,
-                flag=h.flag,
-                body=body,
-                properties=properties_to_string(props),
-                sys_flag=sys_flag,
-                born_timestamp=h.bornTimestamp,
-                born_host=parse_host(remote),
-                store_host=self._store_host(),
-                reconsume_times=h.reconsumeTimes or 0,
+            topic_b, magic = topic_field(store_topic)
+            born, store = self._hosts(remote)
+            encoded = encode_record(
+                topic_b,
+                magic,
+                store_queue,
+                h.flag,
+                body,
+                (props_s + tail if tail is not None else properties_to_string(props)).encode(),
+                sys_flag,
+                h.bornTimestamp,
+                born[0],
+                born[1],
+                store[0],
+                store[1],
+                h.reconsumeTimes or 0,
             )
         except MessageFormatError as e:
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(e))
-        wait = props.get(PROPERTY_WAIT, "true") != "false"
         result = await self.broker.replication.put_message(
             encoded,
             store_topic,
@@ -311,9 +448,9 @@ class SendProcessor:
             tags_code=tags_hash_code(props.get(PROPERTY_TAGS)),
             keys=props.get(PROPERTY_KEYS),
             uniq_key=uniq,
-            wait_store_msg_ok=wait,
+            wait_store_msg_ok=props.get(PROPERTY_WAIT, "true") != "false",
         )
-        if result.is_ok:
+        if result.status is PutMessageStatus.PUT_OK:
             self.broker.stats.on_put(topic, 1)
         return self._response(cmd, result, store_queue, uniq)
 

@@ -324,20 +324,83 @@ def encode_message(
     MAGIC_V2 with a 2-byte topic length is used only when the topic's UTF-8 length exceeds 127.
     Raises :class:`MessageFormatError` when the topic exceeds 255 bytes or the properties 32767.
     """
-    topic_b = topic.encode()
-    topic_len = len(topic_b)
-    if topic_len > MAX_TOPIC_LENGTH:
-        raise MessageFormatError(f"topic is {topic_len} bytes in UTF-8, the limit is {MAX_TOPIC_LENGTH}")
+    topic_b, magic = topic_field(topic)
     props_b = properties.encode()
-    props_len = len(props_b)
+    if len(props_b) > MAX_PROPERTIES_LENGTH:  # checked before the hosts, as it always was
+        raise MessageFormatError(
+            f"properties are {len(props_b)} bytes in UTF-8, the limit is {MAX_PROPERTIES_LENGTH}"
+        )
+    return encode_record(
+        topic_b,
+        magic,
+        queue_id,
+        flag,
+        body,
+        props_b,
+        sys_flag,
+        born_timestamp,
+        _ip_bytes(born_host[0]),
+        born_host[1],
+        _ip_bytes(store_host[0]),
+        store_host[1],
+        reconsume_times,
+        prepared_transaction_offset,
+        store_timestamp,
+        queue_offset,
+        physical_offset,
+    )
+
+
+@lru_cache(maxsize=4096)
+def topic_field(topic: str) -> tuple[bytes, int]:
+    """The TOPIC part of a record for ``topic`` (length byte(s) + UTF-8 bytes) and the magic code
+    that goes with it. Raises :class:`MessageFormatError` beyond 255 bytes."""
+    topic_b = topic.encode()
+    n = len(topic_b)
+    if n > MAX_TOPIC_LENGTH:
+        raise MessageFormatError(f"topic is {n} bytes in UTF-8, the limit is {MAX_TOPIC_LENGTH}")
+    if n > 127:
+        return _U16.pack(n) + topic_b, MAGIC_V2
+    return bytes((n,)) + topic_b, MAGIC_V1
+
+
+def host_bytes(host: str | tuple[str, int]) -> tuple[bytes, int]:
+    """``(ip bytes, port)`` of ``"ip:port"`` / ``"[v6]:port"`` / ``(ip, port)`` for
+    :func:`encode_record` (4 IP bytes for IPv4, 16 for IPv6)."""
+    ip, port = parse_host(host)
+    return _ip_bytes(ip), port
+
+
+def encode_record(
+    topic_field: bytes,
+    magic: int,
+    queue_id: int,
+    flag: int,
+    body: bytes | bytearray | memoryview,
+    properties: bytes,
+    sys_flag: int,
+    born_timestamp: int,
+    born_ip: bytes,
+    born_port: int,
+    store_ip: bytes,
+    store_port: int,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    store_timestamp: int = 0,
+    queue_offset: int = 0,
+    physical_offset: int = 0,
+) -> bytearray:
+    """:func:`encode_message` from parts already in wire form: ``topic_field`` / ``magic`` from
+    :func:`topic_field`, UTF-8 ``properties``, hosts from :func:`host_bytes` (the send path keeps
+    those per topic and connection). Raises :class:`MessageFormatError` for properties over 32767
+    bytes."""
+    props_len = len(properties)
     if props_len > MAX_PROPERTIES_LENGTH:
         raise MessageFormatError(
             f"properties are {props_len} bytes in UTF-8, the limit is {MAX_PROPERTIES_LENGTH}"
         )
-    born_ip = _ip_bytes(born_host[0])
-    store_ip = _ip_bytes(store_host[0])
-    sys_flag &= ~_SYSFLAG_V6_MASK
     idx = 0
+    sys_flag &= ~_SYSFLAG_V6_MASK
     if len(born_ip) == 16:
         sys_flag |= BORNHOST_V6_FLAG
         idx = 2
@@ -346,48 +409,31 @@ def encode_message(
         idx |= 1
     prefix = _PREFIX[idx]
     body_len = len(body)
-    if topic_len > 127:
-        magic = MAGIC_V2
-        topic_field = 2
-    else:
-        magic = MAGIC_V1
-        topic_field = 1
-    head = prefix.size
-    total = head + body_len + topic_field + topic_len + 2 + props_len
-    buf = bytearray(total)
-    prefix.pack_into(
-        buf,
-        0,
-        total,
-        magic,
-        zlib.crc32(body) & 0x7FFFFFFF,
-        queue_id,
-        flag,
-        queue_offset,
-        physical_offset,
-        sys_flag,
-        born_timestamp,
-        born_ip,
-        born_host[1],
-        store_timestamp,
-        store_ip,
-        store_host[1],
-        reconsume_times,
-        prepared_transaction_offset,
-        body_len,
+    buf = bytearray(
+        prefix.pack(
+            prefix.size + body_len + len(topic_field) + 2 + props_len,
+            magic,
+            zlib.crc32(body) & 0x7FFFFFFF,
+            queue_id,
+            flag,
+            queue_offset,
+            physical_offset,
+            sys_flag,
+            born_timestamp,
+            born_ip,
+            born_port,
+            store_timestamp,
+            store_ip,
+            store_port,
+            reconsume_times,
+            prepared_transaction_offset,
+            body_len,
+        )
     )
-    pos = head + body_len
-    buf[head:pos] = body
-    if topic_field == 1:
-        buf[pos] = topic_len
-        pos += 1
-    else:
-        _U16.pack_into(buf, pos, topic_len)
-        pos += 2
-    buf[pos : pos + topic_len] = topic_b
-    pos += topic_len
-    _I16.pack_into(buf, pos, props_len)
-    buf[pos + 2 :] = props_b
+    buf += body
+    buf += topic_field
+    buf += _I16.pack(props_len)
+    buf += properties
     return buf
 
 

@@ -1,0 +1,99 @@
+"""The send path's shortcuts give exactly what the general path gives: the V2 header decoded into
+V1 names, and the stored properties string (the client's string with CLUSTER / UNIQ_KEY appended
+only when that equals upstream's parse + rebuild)."""
+
+from __future__ import annotations
+
+import os
+
+import msgspec
+import pytest
+
+from broker.send import _SendHeaderV2, decode_send_header
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import request
+from remoting.headers import HeaderError, decode_header
+from remoting.protocol.broker import SendMessageRequestHeader, SendMessageRequestHeaderV2
+from store.message import (
+    PROPERTY_CLUSTER,
+    PROPERTY_UNIQ_KEY,
+    decode_message,
+    decode_offset_msg_id,
+    parse_properties,
+    properties_to_string,
+)
+from tests.integration.broker_env import CLUSTER, broker_env
+from tests.integration.broker_requests import describe, send_header, send_request
+
+TOPIC = "FastPathTopic"
+
+
+def test_v2_header_class_mirrors_v1_fields_and_v2_names() -> None:
+    v1 = msgspec.structs.fields(SendMessageRequestHeader)
+    fast = msgspec.structs.fields(_SendHeaderV2)
+    assert [(f.name, f.type, f.default) for f in fast] == [(f.name, f.type, f.default) for f in v1]
+    v2_names = [f.name for f in msgspec.structs.fields(SendMessageRequestHeaderV2)]
+    assert [f.encode_name for f in fast][: len(v2_names)] == v2_names
+
+
+@pytest.mark.parametrize(
+    "ext",
+    [
+        {"a": "G", "b": "T"},
+        {"a": "G", "b": "T", "c": "X", "d": "8", "e": "3", "f": "4", "g": "17", "h": "5", "i": "K\x01v\x02"},
+        {"a": "G", "b": "T", "j": "2", "k": "true", "l": "16", "m": "FALSE", "n": "broker-a"},
+        {"a": "G", "b": "T", "e": "", "m": "1"},  # empty = absent for non-string fields
+        {"a": "G", "b": "T", "bname": "x"},  # not a V2 field
+    ],
+)
+def test_v2_fast_decode_equals_generic_decode(ext: dict[str, str]) -> None:
+    cmd = request(RequestCode.SEND_MESSAGE_V2, dict(ext))
+    fast = decode_send_header(cmd)
+    slow = decode_header(cmd, SendMessageRequestHeaderV2).to_v1()
+    assert msgspec.structs.asdict(fast) == msgspec.structs.asdict(slow)
+
+
+@pytest.mark.parametrize(
+    ("code", "ext", "message"),
+    [
+        (RequestCode.SEND_MESSAGE_V2, {"b": "T"}, "missing required header field 'a'"),
+        (RequestCode.SEND_MESSAGE_V2, {"a": "G", "b": "T", "e": "x"}, "header field 'e': expected int"),
+        (RequestCode.SEND_MESSAGE, {"producerGroup": "G"}, "missing required header field 'topic'"),
+        (RequestCode.SEND_MESSAGE, {"producerGroup": "G", "topic": "T", "sysFlag": "1.5"}, "'sysFlag'"),
+    ],
+)
+def test_send_header_errors_name_the_wire_field(code: int, ext: dict[str, str], message: str) -> None:
+    with pytest.raises(HeaderError, match=message):
+        decode_send_header(request(code, dict(ext)))
+
+
+PROPERTY_STRINGS = [
+    "",
+    "UNIQ_KEY\x01ABC\x02WAIT\x01true\x02",
+    "TAGS\x01t\x02KEYS\x01k1 k2\x02",  # no UNIQ_KEY: the broker makes one
+    "UNIQ_KEY\x01ABC\x02UNIQ_KEY\x01DEF\x02",  # repeated key: last one wins, rebuilt
+    "UNIQ_KEY\x01ABC\x02junk\x02a\x02",  # a piece without 0x01 and one too short: dropped
+    "UNIQ_KEY\x01ABC\x02K\x01v",  # no trailing separator
+    "UNIQ_KEY\x01ABC\x02CLUSTER\x01other\x02X\x01y\x02",  # CLUSTER replaced in place
+    "UNIQ_KEY\x01\x02X\x01y\x02",  # empty UNIQ_KEY replaced in place
+    "UNIQ_KEY\x01ABC\x02K\x01a\x01b\x02",  # value holding 0x01
+    "UNIQ_KEY\x01ÄÖ标\x02名\x01值\x02",  # non-ASCII
+]
+
+
+async def test_stored_properties_equal_parse_and_rebuild(tmp_path: os.PathLike[str]) -> None:
+    async with broker_env(tmp_path) as env:
+        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
+            for props_s in PROPERTY_STRINGS:
+                response = await env.call(send_request(TOPIC, b"body", code=code, properties=props_s))
+                assert response.code == ResponseCode.SUCCESS, describe(response)
+                _ip, _port, phys = decode_offset_msg_id(send_header(response).msgId)
+                view = env.broker.store.look_message_by_offset(phys)
+                assert view is not None
+                stored = decode_message(view)
+                expected = parse_properties(props_s)
+                expected[PROPERTY_CLUSTER] = CLUSTER
+                if not expected.get(PROPERTY_UNIQ_KEY):
+                    expected[PROPERTY_UNIQ_KEY] = stored.properties[PROPERTY_UNIQ_KEY]
+                assert stored.properties_raw == properties_to_string(expected), (code, props_s)
+                assert send_header(response).transactionId == expected[PROPERTY_UNIQ_KEY]
