@@ -49,11 +49,13 @@ import trio
 
 from broker.slave_sync import SlaveSynchronize
 from store.config import BrokerRole
+from store.ha.ack_waiters import AckWaiters
 from store.ha.classic_service import ClassicHAService
 from store.ha.gating import rip34_check_before_put, rip34_in_sync_replicas, rip34_need_ack_nums
 from store.ha.role import RoleChangeError
 from store.ha.service import HAService
 from store.ha.store_log import DrainingStream, StoreReplicaLog
+from store.ha.streams import GatheringStream
 from store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -94,6 +96,7 @@ class Replication:
         self.bound_port: int | None = None
         self._local_sss_epoch = 0
         self._master_known = trio.Event()
+        self._waiters: AckWaiters | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -130,6 +133,12 @@ class Replication:
                     alter_sync_state_set=self._alter,
                     check_period=b.broker_config.checkSyncStateSetPeriod / 1000,
                 )
+                # Sends wait in end-offset order; the service's ack signal releases them (it must
+                # have one: the waiters take its place, with the same event/notify shape).
+                if not hasattr(self.ha, "_acked"):
+                    raise RuntimeError("HAService has no _acked signal to hook the send waiters into")
+                self._waiters = AckWaiters(self._auto_acked)
+                self.ha._acked = self._waiters  # type: ignore[assignment]
                 await nursery.start(self.ha.run)
             else:
                 role = "slave" if sc.brokerRole == BrokerRole.SLAVE else "master"
@@ -153,7 +162,7 @@ class Replication:
 
     async def _serve(self, stream: trio.abc.Stream) -> None:
         if self.ha is not None:
-            await self.ha.handle_connection(stream)
+            await self.ha.handle_connection(GatheringStream(stream))
         elif self.classic is not None:
             await self.classic.handle_connection(stream)
         else:
@@ -261,9 +270,7 @@ class Replication:
         timeout = sc.slaveTimeout / 1000
         end = result.end_offset
         if self.ha is not None:
-            status = PutMessageStatus(
-                (await self.ha.wait_for_replication(end, timeout)).value  # store.ha.gating's twin enum
-            )
+            status = await self._wait_auto(end, timeout)
         elif self.classic is not None:
             status = await self.classic.wait_for_replication(end, self._classic_need_ack_nums(), timeout)
         else:
@@ -271,6 +278,25 @@ class Replication:
         if status is not PutMessageStatus.PUT_OK:
             result.status = status
         return result
+
+    def _auto_acked(self, end_offset: int, need: int) -> bool:
+        group = self.ha.group if self.ha is not None else None
+        return group is None or group.is_acked(end_offset, need)
+
+    async def _wait_auto(self, end_offset: int, timeout: float) -> PutMessageStatus:
+        ha, waiters = self.ha, self._waiters
+        assert ha is not None
+        assert waiters is not None
+        group = ha.group
+        if group is None:
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        need = group.need_ack_nums()
+        if 0 <= need <= 1:
+            return PutMessageStatus.PUT_OK
+        acked = await waiters.wait(end_offset, need, timeout)
+        if ha.group is None:
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        return PutMessageStatus.PUT_OK if acked else PutMessageStatus.FLUSH_SLAVE_TIMEOUT
 
     async def put_message(
         self, encoded: bytearray, topic: str, queue_id: int, **kwargs: Any

@@ -25,10 +25,12 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from store.config import MessageStoreConfig
+from store.ha.ack_waiters import AckWaiters
 from store.ha.classic import ClassicHAClient, ClassicHAConnection
 from store.ha.events import CloseConnection
 from store.ha.gating import acked_by_count, classic_slave_available
 from store.ha.replica_log import ReplicaLog
+from store.ha.streams import send_buffers
 from store.results import PutMessageStatus
 
 log = logging.getLogger("store.ha.classic_service")
@@ -69,7 +71,7 @@ class ClassicHAService:
         #: sessions with a master that ended (slave side; tests and status)
         self.sessions = 0
         self._wakes: set[trio.Event] = set()
-        self._acked = trio.Event()
+        self._waiters = AckWaiters(lambda end, need: acked_by_count(end, need, self.slave_acks))
         self._address_changed = trio.Event()
         self._session_scope: trio.CancelScope | None = None
 
@@ -96,8 +98,7 @@ class ClassicHAService:
             wake.set()
 
     def _notify_acked(self) -> None:
-        self._acked.set()
-        self._acked = trio.Event()
+        self._waiters.notify()
 
     def slave_available(self) -> bool:
         """Upstream ``isSlaveOK``: a slave is connected and within ``haMaxGapNotInSync`` of our end."""
@@ -116,12 +117,8 @@ class ClassicHAService:
             return PutMessageStatus.PUT_OK
         if not self.slave_available():
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
-        with trio.move_on_after(timeout):
-            while True:
-                event = self._acked
-                if acked_by_count(end_offset, need_ack_nums, self.slave_acks):
-                    return PutMessageStatus.PUT_OK
-                await event.wait()
+        if await self._waiters.wait(end_offset, need_ack_nums, timeout):
+            return PutMessageStatus.PUT_OK
         return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
 
     async def handle_connection(self, stream: trio.abc.Stream) -> None:
@@ -160,8 +157,7 @@ class ClassicHAService:
                 if conn.tick(now):
                     return
                 while not conn.closed and (bufs := conn.poll_send(now)):
-                    for buf in bufs:
-                        await stream.send_all(buf)
+                    await send_buffers(stream, bufs)
                 if conn.closed:
                     return
                 with trio.move_on_at(conn.next_deadline()):
