@@ -50,7 +50,7 @@ from store.message import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_TYPE_MASK,
     MessageFormatError,
-    decode_batch_body,
+    append_record,
     decode_message,
     encode_message,
     encode_record,
@@ -58,6 +58,7 @@ from store.message import (
     parse_host,
     parse_properties,
     properties_to_string,
+    split_batch_body,
     tags_hash_code,
     topic_field,
     transaction_type,
@@ -282,6 +283,34 @@ class SendProcessor:
             )
         return config, None
 
+    def _complete_properties(self, props_s: str) -> tuple[dict[str, str], str | None, str]:
+        """Parse a client's properties and add CLUSTER (and UNIQ_KEY when missing or empty).
+
+        Returns the map, the pairs to append to ``props_s`` -- or None when the stored string must
+        be rebuilt from the map -- and the unique key. Upstream parses, adds and writes the string
+        out again; when every pair was well formed and no key repeats, that equals the client's
+        string with the new pairs appended, which is cheaper.
+        """
+        props = parse_properties(props_s)
+        tail: str | None = (
+            "" if not props_s or (props_s[-1] == "\x02" and len(props) == props_s.count("\x02")) else None
+        )
+        cluster = self.cfg.brokerClusterName
+        if tail is not None and PROPERTY_CLUSTER not in props:
+            tail += f"{PROPERTY_CLUSTER}\x01{cluster}\x02"
+        else:
+            tail = None
+        props[PROPERTY_CLUSTER] = cluster
+        uniq = props.get(PROPERTY_UNIQ_KEY)
+        if not uniq:
+            uniq = self.broker.uniq_ids.create()
+            if tail is not None and PROPERTY_UNIQ_KEY not in props:
+                tail += f"{PROPERTY_UNIQ_KEY}\x01{uniq}\x02"
+            else:
+                tail = None
+            props[PROPERTY_UNIQ_KEY] = uniq
+        return props, tail, uniq
+
     def _pick_queue(self, config: TopicConfig, queue_id: int) -> int:
         if queue_id < 0:
             return self._rng.randrange(max(1, config.writeQueueNums))
@@ -306,7 +335,7 @@ class SendProcessor:
 
     def _redirect_retry(
         self,
-        h: SendMessageRequestHeader,
+        h: SendHeader,
         cmd: RemotingCommand,
         topic: str,
         queue_id: int,
@@ -375,28 +404,7 @@ class SendProcessor:
                 f"the message body size {len(body)} is over the limit {self.store_cfg.maxMessageSize}",
             )
         props_s = h.properties or ""
-        props = parse_properties(props_s)
-        # Upstream parses the client's string, adds CLUSTER (and UNIQ_KEY) and writes it out again.
-        # When every pair was well formed and no key repeats, that equals the client's string with
-        # the new pairs appended: skip the rebuild then (``tail`` holds the appended pairs).
-        tail: str | None = (
-            "" if not props_s or (props_s[-1] == "\x02" and len(props) == props_s.count("\x02")) else None
-        )
-        cluster = self.cfg.brokerClusterName
-        if tail is not None and PROPERTY_CLUSTER not in props:
-            tail += f"{PROPERTY_CLUSTER}\x01{cluster}\x02"
-        else:
-            tail = None
-        props[PROPERTY_CLUSTER] = cluster
-        uniq = props.get(PROPERTY_UNIQ_KEY)
-        if not uniq:
-            if tail is not None and PROPERTY_UNIQ_KEY not in props:
-                uniq = self.broker.uniq_ids.create()
-                tail += f"{PROPERTY_UNIQ_KEY}\x01{uniq}\x02"
-            else:
-                uniq = self.broker.uniq_ids.create()
-                tail = None
-            props[PROPERTY_UNIQ_KEY] = uniq
+        props, tail, uniq = self._complete_properties(props_s)
         topic = h.topic
         queue_id = self._pick_queue(config, h.queueId)
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -455,52 +463,59 @@ class SendProcessor:
         return self._response(cmd, result, store_queue, uniq)
 
     async def _send_batch(
-        self, cmd: RemotingCommand, h: SendMessageRequestHeader, config: TopicConfig, remote: str
+        self, cmd: RemotingCommand, h: SendHeader, config: TopicConfig, remote: str
     ) -> RemotingCommand:
-        if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        topic = h.topic
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return self._error(
-                cmd, ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + h.topic
+                cmd, ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + topic
             )
+        body = cmd.body if isinstance(cmd.body, bytes) else cmd.body_bytes
         try:
-            items = decode_batch_body(cmd.body_bytes)
+            items = split_batch_body(body)
         except MessageFormatError as e:
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, f"malformed batch body: {e}")
         if not items:
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, "empty batch")
         queue_id = self._pick_queue(config, h.queueId)
-        born_host = parse_host(remote)
-        store_host = self._store_host()
+        (born_ip, born_port), (store_ip, store_port) = self._hosts(remote)
+        sys_flag = h.sysFlag
+        born_ts = h.bornTimestamp
+        max_size = self.store_cfg.maxMessageSize
+        complete = self._complete_properties
         encoded = bytearray()
         uniqs = []
         try:
-            for item in items:
-                if len(item.body) > self.store_cfg.maxMessageSize:
+            topic_b, magic = topic_field(topic)
+            for flag, data, props_s in items:
+                if len(data) > max_size:
                     return self._error(
                         cmd,
                         ResponseCode.MESSAGE_ILLEGAL,
-                        f"a batch message body of {len(item.body)} bytes is over the limit",
+                        f"a batch message body of {len(data)} bytes is over the limit",
                     )
-                props = parse_properties(item.properties)
-                props[PROPERTY_CLUSTER] = self.cfg.brokerClusterName
-                if not props.get(PROPERTY_UNIQ_KEY):
-                    props[PROPERTY_UNIQ_KEY] = self.broker.uniq_ids.create()
-                uniqs.append(props[PROPERTY_UNIQ_KEY])
-                encoded += encode_message(
-                    topic=h.topic,
-                    queue_id=queue_id,
-                    flag=item.flag,
-                    body=item.body,
-                    properties=properties_to_string(props),
-                    sys_flag=h.sysFlag,
-                    born_timestamp=h.bornTimestamp,
-                    born_host=born_host,
-                    store_host=store_host,
+                props, tail, uniq = complete(props_s)
+                uniqs.append(uniq)
+                append_record(
+                    encoded,
+                    topic_b,
+                    magic,
+                    queue_id,
+                    flag,
+                    data,
+                    (props_s + tail if tail is not None else properties_to_string(props)).encode(),
+                    sys_flag,
+                    born_ts,
+                    born_ip,
+                    born_port,
+                    store_ip,
+                    store_port,
                 )
         except MessageFormatError as e:
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(e))
-        result = await self.broker.replication.put_messages(encoded, h.topic, queue_id, sys_flag=h.sysFlag)
-        if result.is_ok:
-            self.broker.stats.on_put(h.topic, len(uniqs))
+        result = await self.broker.replication.put_messages(encoded, topic, queue_id, sys_flag=sys_flag)
+        if result.status is PutMessageStatus.PUT_OK:
+            self.broker.stats.on_put(topic, len(uniqs))
         return self._response(cmd, result, queue_id, ",".join(uniqs))
 
     async def send_back(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:

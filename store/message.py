@@ -394,6 +394,52 @@ def encode_record(
     :func:`topic_field`, UTF-8 ``properties``, hosts from :func:`host_bytes` (the send path keeps
     those per topic and connection). Raises :class:`MessageFormatError` for properties over 32767
     bytes."""
+    out = bytearray()
+    append_record(
+        out,
+        topic_field,
+        magic,
+        queue_id,
+        flag,
+        body,
+        properties,
+        sys_flag,
+        born_timestamp,
+        born_ip,
+        born_port,
+        store_ip,
+        store_port,
+        reconsume_times,
+        prepared_transaction_offset,
+        store_timestamp,
+        queue_offset,
+        physical_offset,
+    )
+    return out
+
+
+def append_record(
+    out: bytearray,
+    topic_field: bytes,
+    magic: int,
+    queue_id: int,
+    flag: int,
+    body: bytes | bytearray | memoryview,
+    properties: bytes,
+    sys_flag: int,
+    born_timestamp: int,
+    born_ip: bytes,
+    born_port: int,
+    store_ip: bytes,
+    store_port: int,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    store_timestamp: int = 0,
+    queue_offset: int = 0,
+    physical_offset: int = 0,
+) -> int:
+    """:func:`encode_record` appending to ``out`` (a batch is encoded into one buffer); returns
+    the record's size. Nothing is appended when it raises."""
     props_len = len(properties)
     if props_len > MAX_PROPERTIES_LENGTH:
         raise MessageFormatError(
@@ -409,32 +455,31 @@ def encode_record(
         idx |= 1
     prefix = _PREFIX[idx]
     body_len = len(body)
-    buf = bytearray(
-        prefix.pack(
-            prefix.size + body_len + len(topic_field) + 2 + props_len,
-            magic,
-            zlib.crc32(body) & 0x7FFFFFFF,
-            queue_id,
-            flag,
-            queue_offset,
-            physical_offset,
-            sys_flag,
-            born_timestamp,
-            born_ip,
-            born_port,
-            store_timestamp,
-            store_ip,
-            store_port,
-            reconsume_times,
-            prepared_transaction_offset,
-            body_len,
-        )
+    total = prefix.size + body_len + len(topic_field) + 2 + props_len
+    out += prefix.pack(
+        total,
+        magic,
+        zlib.crc32(body) & 0x7FFFFFFF,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        born_ip,
+        born_port,
+        store_timestamp,
+        store_ip,
+        store_port,
+        reconsume_times,
+        prepared_transaction_offset,
+        body_len,
     )
-    buf += body
-    buf += topic_field
-    buf += _I16.pack(props_len)
-    buf += properties
-    return buf
+    out += body
+    out += topic_field
+    out += _I16.pack(props_len)
+    out += properties
+    return total
 
 
 def patch_append_fields(
@@ -733,17 +778,26 @@ _BATCH_FIXED = _BATCH_HEAD.size + 2
 def decode_batch_body(body: bytes | bytearray | memoryview) -> list[BatchItem]:
     """Split a batch body (upstream ``MessageDecoder.decodesBatch`` layout) into items.
     Raises :class:`MessageFormatError` when a record's lengths do not add up or overrun the body."""
-    items: list[BatchItem] = []
+    return [BatchItem(flag, bytes(data), props) for flag, data, props in split_batch_body(body)]
+
+
+def split_batch_body(body: bytes | bytearray | memoryview) -> list[tuple[int, memoryview, str]]:
+    """:func:`decode_batch_body` as ``(flag, body view, properties)`` tuples; the views point into
+    ``body`` (nothing is copied). Same checks and errors; the whole body is checked first."""
+    items: list[tuple[int, memoryview, str]] = []
     pos = 0
     n = len(body)
+    mv = memoryview(body)
+    head = _BATCH_HEAD
+    head_size = head.size
     while pos < n:
         if pos + _BATCH_FIXED > n:
             raise MessageFormatError(f"batch record at {pos} is truncated ({n - pos} bytes left)")
-        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(body, pos)
-        p = pos + _BATCH_HEAD.size
+        total, _magic, _crc, flag, body_len = head.unpack_from(body, pos)
+        p = pos + head_size
         if body_len < 0 or p + body_len + 2 > n:
             raise MessageFormatError(f"batch record at {pos}: body length {body_len} overruns the batch")
-        data = bytes(body[p : p + body_len])
+        data = mv[p : p + body_len]
         p += body_len
         props_len = _I16.unpack_from(body, p)[0]
         p += 2
@@ -756,10 +810,10 @@ def decode_batch_body(body: bytes | bytearray | memoryview) -> list[BatchItem]:
                 f"batch record at {pos}: total size {total} != {p + props_len - pos} from its lengths"
             )
         try:
-            props = bytes(body[p : p + props_len]).decode()
+            props = str(mv[p : p + props_len], "utf-8")
         except UnicodeDecodeError as exc:
             raise MessageFormatError(f"batch record at {pos}: properties are not UTF-8") from exc
-        items.append(BatchItem(flag, data, props))
+        items.append((flag, data, props))
         pos = p + props_len
     return items
 

@@ -23,7 +23,7 @@ from store.message import (
     properties_to_string,
 )
 from tests.integration.broker_env import CLUSTER, broker_env
-from tests.integration.broker_requests import describe, send_header, send_request
+from tests.integration.broker_requests import batch_body, describe, send_header, send_request
 
 TOPIC = "FastPathTopic"
 
@@ -97,3 +97,26 @@ async def test_stored_properties_equal_parse_and_rebuild(tmp_path: os.PathLike[s
                     expected[PROPERTY_UNIQ_KEY] = stored.properties[PROPERTY_UNIQ_KEY]
                 assert stored.properties_raw == properties_to_string(expected), (code, props_s)
                 assert send_header(response).transactionId == expected[PROPERTY_UNIQ_KEY]
+
+
+async def test_batch_stored_properties_equal_parse_and_rebuild(tmp_path: os.PathLike[str]) -> None:
+    async with broker_env(tmp_path) as env:
+        bodies = [f"m{i}".encode() for i in range(len(PROPERTY_STRINGS))]
+        cmd = send_request(TOPIC, batch_body(bodies, PROPERTY_STRINGS), code=RequestCode.SEND_BATCH_MESSAGE)
+        response = await env.call(cmd)
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+        header = send_header(response)
+        ids = header.msgId.split(",")
+        uniqs = (header.transactionId or "").split(",")
+        assert len(ids) == len(uniqs) == len(bodies)
+        for msg_id, uniq, body, props_s in zip(ids, uniqs, bodies, PROPERTY_STRINGS, strict=True):
+            view = env.broker.store.look_message_by_offset(decode_offset_msg_id(msg_id)[2])
+            assert view is not None
+            stored = decode_message(view)
+            assert stored.body == body
+            expected = parse_properties(props_s)
+            expected[PROPERTY_CLUSTER] = CLUSTER
+            if not expected.get(PROPERTY_UNIQ_KEY):
+                expected[PROPERTY_UNIQ_KEY] = stored.properties[PROPERTY_UNIQ_KEY]
+            assert stored.properties_raw == properties_to_string(expected), props_s
+            assert uniq == expected[PROPERTY_UNIQ_KEY]
