@@ -12,7 +12,9 @@ from pathlib import Path
 
 import trio
 
-from remoting.codes import ResponseCode
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import request
+from remoting.protocol.broker import SubscriptionGroupConfig
 from store.config import BrokerRole
 from tests.integration.broker_requests import describe, messages, pull_header, pull_request, send_header
 from tests.integration.replication_kit import (
@@ -168,3 +170,51 @@ async def test_slave_serves_pulls_and_suggests_the_master(tmp_path: Path) -> Non
         response = await g.call(slave.addr, pull_request("G1", TOPIC, 0, 10))
         assert response.code == ResponseCode.PULL_RETRY_IMMEDIATELY, describe(response)
         assert pull_header(response).suggestWhichBrokerId == 0
+
+
+async def test_slave_sync_copies_the_masters_metadata_with_data_versions(tmp_path: Path) -> None:
+    async with replication_group(tmp_path) as g:
+        master = await g.start("m", brokerRole=BrokerRole.ASYNC_MASTER)
+        slave = await g.start("s", brokerRole=BrokerRole.SLAVE, brokerId=1)
+        await wait_until(lambda: slave.broker.master_addr == master.addr, 10, "slave knows its master")
+        await g.create_topic(master.addr, "SyncTopic", queues=3)
+        group = SubscriptionGroupConfig(groupName="SyncGroup", retryMaxTimes=7)
+        response = await g.call(
+            master.addr, request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=group.encode())
+        )
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+        for q, offset in ((0, 11), (2, 29)):
+            response = await g.call(
+                master.addr,
+                request(
+                    RequestCode.UPDATE_CONSUMER_OFFSET,
+                    {
+                        "consumerGroup": "SyncGroup",
+                        "topic": "SyncTopic",
+                        "queueId": q,
+                        "commitOffset": offset,
+                    },
+                ),
+            )
+            assert response.code == ResponseCode.SUCCESS, describe(response)
+
+        sync = slave.broker.replication.slave_sync
+        await sync.sync_all()
+        m, s = master.broker, slave.broker
+        assert s.topics.get("SyncTopic") == m.topics.get("SyncTopic")
+        assert s.topics.data_version == m.topics.data_version
+        assert s.groups.table["SyncGroup"].retryMaxTimes == 7
+        assert s.groups.data_version == m.groups.data_version
+        assert s.offsets.queues_of("SyncGroup", "SyncTopic") == {0: 11, 2: 29}
+        assert s.offsets.data_version == m.offsets.data_version
+        delay = Path(s.store_config.config_dir) / "delayOffset.json"
+        assert delay.exists()
+
+        # A topic deleted on the master goes away on the slave at the next sync.
+        response = await g.call(
+            master.addr, request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "SyncTopic"})
+        )
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+        await sync.sync_all()
+        assert s.topics.get("SyncTopic") is None
+        assert s.topics.data_version == m.topics.data_version

@@ -1,0 +1,77 @@
+"""``AckWaiters``: sends released in end-offset order as acks arrive, timeouts, re-checks."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from store.ha.ack_waiters import AckWaiters
+
+
+async def test_waiters_are_released_exactly_when_acked() -> None:
+    acked = 0
+    checks: list[int] = []
+
+    def is_acked(end: int, need: int) -> bool:
+        checks.append(end)
+        return end <= acked
+
+    waiters = AckWaiters(is_acked)
+    done: dict[int, bool] = {}
+
+    async def send(end: int) -> None:
+        done[end] = await waiters.wait(end, 2, 10)
+
+    async with trio.open_nursery() as nursery:
+        for end in (300, 100, 200, 400):
+            nursery.start_soon(send, end)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(waiters) == 4
+        acked = 250
+        checks.clear()
+        waiters.notify()
+        await trio.testing.wait_all_tasks_blocked()
+        assert done == {100: True, 200: True}
+        # the release walk stopped at the first waiter still short of acks
+        assert checks[:3] == [100, 200, 300]
+        acked = 1000
+        waiters.notify()
+    assert done == {100: True, 200: True, 300: True, 400: True}
+    assert len(waiters) == 0
+
+
+async def test_a_waiter_times_out_and_is_dropped(autojump_clock: trio.testing.MockClock) -> None:
+    waiters = AckWaiters(lambda end, need: False)
+    assert await waiters.wait(10, 2, 3.0) is False
+    assert trio.current_time() >= 3.0
+    waiters.notify()  # the abandoned entry goes at the next walk
+    assert len(waiters) == 0
+
+
+async def test_an_already_acked_offset_does_not_wait() -> None:
+    waiters = AckWaiters(lambda end, need: need <= 1 or end <= 5)
+    assert await waiters.wait(5, 2, 0)
+    assert await waiters.wait(50, 1, 0)
+    assert len(waiters) == 0
+
+
+async def test_a_release_that_is_not_an_ack_waits_again() -> None:
+    state = {"acked": 0, "force": False}
+    waiters = AckWaiters(lambda end, need: state["force"] or end <= state["acked"])
+    result: list[bool] = []
+
+    async def send() -> None:
+        result.append(await waiters.wait(100, 2, 10))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send)
+        await trio.testing.wait_all_tasks_blocked()
+        state["force"] = True  # e.g. the role changed: everybody wakes and looks again
+        waiters.notify()
+        state["force"] = False
+        await trio.testing.wait_all_tasks_blocked()
+        assert result == []
+        assert len(waiters) == 1
+        state["acked"] = 100
+        waiters.notify()
+    assert result == [True]
