@@ -137,6 +137,11 @@ async def test_slave_process_killed_mid_transfer_resumes_without_gap(tmp_path: P
                     return len(codes) > restarted_at + 200 and codes[-1] == ResponseCode.SUCCESS
 
                 await wait_until(resumed, 60, "sends succeeding again after the restart")
+
+                async def several_files() -> bool:
+                    return await _max_offset(client, m_addr) > 4 * FILE_SIZE
+
+                await wait_until(several_files, 60, "the master's log spanning several files")
                 stop_sending.set()
 
             end = await _max_offset(client, m_addr)
