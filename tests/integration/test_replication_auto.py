@@ -128,11 +128,40 @@ async def test_unconfirmed_messages_are_not_readable(tmp_path: Path) -> None:
         assert await _pull_bodies(g, m.addr, 0) == [b"before %d" % i for i in range(3)]
         assert m.store.get_max_offset_in_queue(TOPIC, 0) == 3
 
-        # The replica acknowledges it: confirmed, dispatched, readable.
+        # A real slave gets the message too, but its dispatch stops at the master's confirm offset.
+        s = await g.start("s", **auto(2, allAckInSyncStateSet=True, slaveTimeout=300))
+        await s.broker.replication.change_to_slave(m.ha_addr, 1, master_addr=m.addr)
+        await wait_until(lambda: s.store.max_phy_offset == end, 5, "slave holds the unconfirmed message")
+        await wait_until(lambda: s.store.confirm_offset == confirmed, 5, "slave confirm offset")
+        await s.store.reput()
+        assert s.store.get_max_offset_in_queue(TOPIC, 0) == 3
+
+        # The silent replica acknowledges it: confirmed, dispatched, readable on both.
         await stream.send_all(SlaveAck(end).encode())
         await wait_until(lambda: m.store.get_max_offset_in_queue(TOPIC, 0) == 4, 5, "dispatch after the ack")
         assert (await _pull_bodies(g, m.addr, 0))[-1] == b"unconfirmed"
+        await wait_until(
+            lambda: s.store.get_max_offset_in_queue(TOPIC, 0) == 4, 5, "slave dispatch after the ack"
+        )
         await stream.aclose()
+
+
+async def test_in_sync_replicas_not_enough_refuses_before_appending(tmp_path: Path) -> None:
+    async with replication_group(tmp_path) as g:
+        keys = dict(totalReplicas=2, inSyncReplicas=2, minInSyncReplicas=2, slaveTimeout=2000)
+        m = await g.start("m", **auto(1, **keys))
+        await m.broker.replication.change_to_master(1)
+        await g.create_topic(m.addr, queues=QUEUES)
+        before = m.store.max_phy_offset
+        response = await g.send(m.addr, b"alone")
+        assert response.code == ResponseCode.SYSTEM_ERROR, describe(response)
+        assert "in-sync replicas not enough" in (response.remark or "")
+        assert m.store.max_phy_offset == before  # nothing appended
+        s = await g.start("s", **auto(2, **keys))
+        await s.broker.replication.change_to_slave(m.ha_addr, 1, master_addr=m.addr)
+        await wait_until(lambda: m.broker.replication.sync_state_set == {1, 2}, 10, "SyncStateSet {1, 2}")
+        await g.send_ok(m.addr, b"two replicas")
+        assert s.store.max_phy_offset == m.store.max_phy_offset  # inSyncReplicas=2: the slave acked it
 
 
 async def test_master_killed_with_unreplicated_writes_rejoins_as_slave_and_truncates(tmp_path: Path) -> None:
