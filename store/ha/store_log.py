@@ -227,13 +227,19 @@ class StoreReplicaLog:
         """Run the queued store operations in order (shielded); returns when the queue is empty."""
         if not self.pending:
             return
-        async with self._lock:
+        try:
+            self._lock.acquire_nowait()  # the usual case: no yield to the scheduler
+        except trio.WouldBlock:
+            await self._lock.acquire()
+        try:
             with trio.CancelScope(shield=True):
                 self._draining = True
                 try:
                     await self._drain_locked()
                 finally:
                     self._draining = False
+        finally:
+            self._lock.release()
 
     async def _drain_locked(self) -> None:
         store = self.store
