@@ -317,9 +317,14 @@ class ReplicasManager:
                 bc.brokerClusterName, bc.brokerName, broker_id, b.addr, b.now_ms()
             )
         except ControllerError as e:
-            if e.code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED:
-                await self._reclaim_identity(broker_id)
-            raise
+            if (
+                e.code != ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED
+                or not await self._reclaim_identity(broker_id)
+            ):
+                raise
+            header, sss = await self.api.register_broker(
+                bc.brokerClusterName, bc.brokerName, broker_id, b.addr, b.now_ms()
+            )
         self.log.info(
             "registered to the controller as id %d: master %s (%s) epoch %s, SyncStateSet %s epoch %d",
             broker_id,
@@ -339,15 +344,16 @@ class ReplicasManager:
             )
         return True
 
-    async def _reclaim_identity(self, broker_id: int) -> None:
-        """The controller does not know our persisted id (it lost its state): claim it again, or
-        drop the identity so that the next attempt obtains a new one."""
+    async def _reclaim_identity(self, broker_id: int) -> bool:
+        """The controller does not know our persisted id (it lost its state): claim it again (True),
+        or drop the identity so that the next attempt obtains a new one (False)."""
         b = self.broker
         bc = b.broker_config
         code = register_check_code(b.addr, b.now_ms())
         try:
             await self.api.apply_broker_id(bc.brokerClusterName, bc.brokerName, broker_id, code)
             self.log.warning("the controller did not know broker id %d; claimed it again", broker_id)
+            return True
         except ControllerError as e:
             self.log.warning(
                 "the controller does not know broker id %d and refuses it (%s): obtaining a new id",
@@ -356,6 +362,7 @@ class ReplicasManager:
             )
             await trio.to_thread.run_sync(self.files.delete_metadata)
             self.register_state = RegisterState.INITIAL
+            return False
 
     # ------------------------------------------------------------------ election and heartbeats
 

@@ -1,0 +1,484 @@
+"""Controller mode end to end in one trio process: a controller peer, a name server and brokers of one
+group on real loopback sockets, stores under tmp dirs (broker/replicas_manager.py).
+
+Each broker has its own remoting client, so stopping one closes its connections like a dead process
+(the controller then sees it inactive at once). Timings are short (heartbeats every 100 ms, a broker
+is dead after 1 s without one) so that failovers take well under a second.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+from broker.controller import BrokerController
+from broker.replicas_manager import EpochEntryCache, ReplicasManager
+from controller.config import ControllerConfig
+from controller.service import ControllerPeer
+from namesrv.config import NamesrvConfig
+from namesrv.controller import NamesrvController
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand, request
+from remoting.protocol.controller import BrokerReplicasInfo
+from remoting.server import RemotingServer
+from store.message import encode_message
+from tests.cluster.harness import free_ports
+from tests.integration.broker_env import broker_configs, wait_until
+from tests.integration.broker_requests import describe, messages, pull_header, pull_request, send_request
+from tests.integration.replication_kit import commit_log_bytes
+
+CLUSTER, NAME, TOPIC = "TestCluster", "broker-a", "CtlTopic"
+QUEUES = 2
+FILE_SIZE = 256 * 1024
+TIMEOUT = 5.0
+#: No test here may take longer (a hang fails instead of blocking the suite).
+TEST_DEADLINE = 60.0
+
+
+@dataclass
+class Node:
+    """One running broker (its own remoting client) that can be stopped and started again."""
+
+    name: str
+    broker: BrokerController
+    scope: trio.CancelScope
+    done: trio.Event = field(default_factory=trio.Event)
+
+    @property
+    def addr(self) -> str:
+        return self.broker.addr
+
+    @property
+    def manager(self) -> ReplicasManager:
+        assert self.broker.replicas_manager is not None
+        return self.broker.replicas_manager
+
+    @property
+    def controller_id(self) -> int | None:
+        return self.manager.view.broker_controller_id
+
+    @property
+    def is_master(self) -> bool:
+        return self.manager.running.is_set() and self.broker.replication.role == "master"
+
+    @property
+    def is_slave(self) -> bool:
+        return self.manager.running.is_set() and self.broker.replication.role == "slave"
+
+    @property
+    def epoch(self) -> int:
+        return self.manager.view.master_epoch
+
+
+@dataclass
+class ControllerMode:
+    root: Path
+    nursery: trio.Nursery
+    server: RemotingServer
+    namesrv_addr: str
+    controller_addr: str
+    client: RemotingClient
+    controller_keys: dict[str, Any]
+    controller_scope: trio.CancelScope | None = None
+    controller_done: trio.Event = field(default_factory=trio.Event)
+
+    async def start_controller(self, store: str = "controller") -> None:
+        cfg = ControllerConfig(
+            controllerDLegerGroup="ctl",
+            controllerDLegerPeers=f"n0-{self.controller_addr}",
+            controllerDLegerSelfId="n0",
+            controllerStorePath=os.fspath(self.root / store),
+            configStorePath=os.fspath(self.root / "controller.properties"),
+            scanNotActiveBrokerInterval=100,
+            scanInactiveMasterInterval=300,
+            rmqRaftHeartbeatIntervalMillis=50,
+            rmqRaftElectionTimeoutMillis=300,
+            **self.controller_keys,
+        )
+        scope = self.controller_scope = trio.CancelScope()
+        done = self.controller_done = trio.Event()
+
+        async def run(*, task_status: trio.TaskStatus[None]) -> None:
+            with scope:
+                async with RemotingClient(name="test.controller") as client:
+                    peer = ControllerPeer(cfg, client)
+                    port = int(self.controller_addr.rpartition(":")[2])
+                    listener = await self.server.add_listener(
+                        "127.0.0.1", port, peer.processor_table(), name="ctl"
+                    )
+                    try:
+                        async with trio.open_nursery() as nursery:
+                            await nursery.start(peer.run)
+                            task_status.started()
+                    finally:
+                        with trio.CancelScope(shield=True):
+                            await self.server.remove_listener(listener)
+            done.set()
+
+        await self.nursery.start(run)
+
+    async def stop_controller(self) -> None:
+        assert self.controller_scope is not None
+        self.controller_scope.cancel()
+        await self.controller_done.wait()
+
+    async def start(self, name: str, **overrides: Any) -> Node:
+        """Start (or restart) broker ``name`` on the store under ``root/name`` (a new port each time)."""
+        kw: dict[str, Any] = dict(
+            brokerClusterName=CLUSTER,
+            brokerName=NAME,
+            enableControllerMode=True,
+            controllerAddr=self.controller_addr,
+            allAckInSyncStateSet=True,
+            brokerHeartbeatInterval=100,
+            controllerHeartBeatTimeoutMills=1000,
+            syncBrokerMetadataPeriod=300,
+            checkSyncStateSetPeriod=200,
+            syncControllerMetadataPeriod=1000,
+            haMaxTimeSlaveNotCatchup=5000,
+            haSendHeartbeatInterval=500,
+            mappedFileSizeCommitLog=FILE_SIZE,
+        )
+        kw.update(overrides)
+        bc, sc = broker_configs(os.fspath(self.root / name), self.namesrv_addr, **kw)
+        scope = trio.CancelScope()
+        started: list[Node] = []
+
+        async def run(*, task_status: trio.TaskStatus[None]) -> None:
+            try:
+                async with RemotingClient(name=f"test.{name}") as client:
+                    broker = BrokerController(bc, sc, client=client)
+                    started.append(Node(name, broker, scope))
+                    with scope:
+                        await broker.run(self.server, task_status=task_status)
+            finally:
+                if started:
+                    started[0].done.set()
+
+        await self.nursery.start(run)
+        return started[0]
+
+    async def stop(self, node: Node, *, crash: bool = False) -> None:
+        """Stop a broker; ``crash`` leaves its store as a killed process would."""
+        if crash:
+            store = node.broker.store
+
+            async def abandon() -> None:
+                store.abandon()
+
+            store.shutdown = abandon  # type: ignore[method-assign]
+        node.scope.cancel()
+        await node.done.wait()
+
+    async def call(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
+        return await self.client.invoke(addr, cmd, TIMEOUT)
+
+    async def send(self, node: Node, body: bytes, queue_id: int = 0) -> RemotingCommand:
+        return await self.call(node.addr, send_request(TOPIC, body, queue_id=queue_id))
+
+    async def create_topic(self, node: Node) -> None:
+        cmd = request(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {"topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": QUEUES, "writeQueueNums": QUEUES,
+             "perm": 6, "topicFilterType": "SINGLE_TAG", "order": False},
+        )  # fmt: skip
+        response = await self.call(node.addr, cmd)
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+
+    async def replicas(self) -> BrokerReplicasInfo:
+        """The controller's CONTROLLER_GET_SYNC_STATE_DATA for the group."""
+        body = msgspec.json.encode([NAME])
+        response = await self.call(
+            self.controller_addr, request(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, body=body)
+        )
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+        return BrokerReplicasInfo.decode(response.body_bytes)
+
+    async def pull_bodies(self, node: Node) -> list[bytes]:
+        out: list[bytes] = []
+        for queue_id in range(QUEUES):
+            offset = 0
+            while True:
+                response = await self.call(
+                    node.addr, pull_request("G", TOPIC, queue_id, offset, max_nums=256)
+                )
+                if response.code != ResponseCode.SUCCESS:
+                    break
+                out += [m.body for m in messages(response)]
+                offset = pull_header(response).nextBeginOffset
+        return out
+
+
+@asynccontextmanager
+async def controller_mode(tmp_path: Path, **controller_keys: Any) -> AsyncIterator[ControllerMode]:
+    root = Path(tmp_path)
+    (port,) = free_ports(1)
+    async with trio.open_nursery() as nursery:
+        namesrv = NamesrvController(NamesrvConfig(kvConfigPath=os.fspath(root / "kvConfig.json")))
+        await nursery.start(namesrv.run)
+        server = RemotingServer(name="ctl-test")
+        ns_listener = await server.add_listener("127.0.0.1", 0, namesrv.processor_table, name="namesrv")
+        await nursery.start(server.run)
+        async with RemotingClient(name="ctl-test.client") as client:
+            env = ControllerMode(
+                root,
+                nursery,
+                server,
+                f"127.0.0.1:{ns_listener.port}",
+                f"127.0.0.1:{port}",
+                client,
+                controller_keys,
+            )
+            with trio.fail_after(TEST_DEADLINE):
+                await env.start_controller()
+                yield env
+            nursery.cancel_scope.cancel()
+
+
+async def master_and_slave(env: ControllerMode, **overrides: Any) -> tuple[Node, Node]:
+    """``a`` becomes master (epoch 1), ``b`` its slave; both in the SyncStateSet."""
+    a = await env.start("a", **overrides)
+    await wait_until(lambda: a.is_master, 10, "a master")
+    await env.create_topic(a)
+    b = await env.start("b", **overrides)
+    await wait_until(lambda: b.is_slave, 10, "b slave")
+    await wait_until(lambda: a.broker.replication.sync_state_set == {1, 2}, 10, "SyncStateSet {1, 2}")
+    return a, b
+
+
+async def send_all(env: ControllerMode, node: Node, bodies: list[bytes]) -> None:
+    for i, body in enumerate(bodies):
+        response = await env.send(node, body, queue_id=i % QUEUES)
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+
+
+# --- tests --------------------------------------------------------------------------------------------
+
+
+async def test_first_broker_is_master_of_epoch_1_second_is_its_slave(tmp_path: Path) -> None:
+    async with controller_mode(tmp_path) as env:
+        a, b = await master_and_slave(env)
+        assert (a.controller_id, b.controller_id) == (1, 2)
+        assert (a.epoch, b.epoch) == (1, 1)
+        # roles as the name server and the clients see them: master id 0, slave its controller id
+        assert a.broker.broker_config.brokerId == 0
+        assert b.broker.broker_config.brokerId == 2
+        await wait_until(
+            lambda: env.nursery is not None and b.broker.master_addr == a.addr, 5, "slave knows its master"
+        )
+        assert (tmp_path / "a" / "store" / "brokerIdentity").read_text() == f"{CLUSTER}#{NAME}#1"
+        assert (tmp_path / "b" / "store" / "brokerIdentity").read_text() == f"{CLUSTER}#{NAME}#2"
+
+        info = (await env.replicas()).replicasInfoTable[NAME]
+        assert (info.masterBrokerId, info.masterAddress, info.masterEpoch) == (1, a.addr, 1)
+        assert {r.brokerId for r in info.inSyncReplicas} == {1, 2}
+
+        bodies = [f"m{i}".encode() for i in range(20)]
+        await send_all(env, a, bodies)
+        # allAckInSyncStateSet: an acknowledged message is already on the slave
+        assert b.broker.store.max_phy_offset == a.broker.store.max_phy_offset
+        response = await env.send(b, b"to the slave")
+        assert response.code != ResponseCode.SUCCESS
+
+        response = await env.call(a.addr, request(RequestCode.GET_BROKER_EPOCH_CACHE))
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+        cache = EpochEntryCache.decode(response.body_bytes)
+        assert (cache.clusterName, cache.brokerName, cache.brokerId) == (CLUSTER, NAME, 0)
+        assert [(e.epoch, e.startOffset) for e in cache.epochList] == [(1, 0)]
+        assert cache.maxOffset == a.broker.store.max_phy_offset
+
+
+async def test_master_death_elects_the_slave_and_the_old_master_rejoins_as_slave_truncated(
+    tmp_path: Path,
+) -> None:
+    async with controller_mode(tmp_path) as env:
+        a, b = await master_and_slave(env, haSendHeartbeatInterval=60_000)
+        acked = [f"before-{i}".encode() for i in range(30)]
+        await send_all(env, a, acked)
+        await wait_until(
+            lambda: b.broker.store.max_phy_offset == a.broker.store.max_phy_offset, 5, "b caught up"
+        )
+        replicated_end = b.broker.store.max_phy_offset
+        # A message appended on the master that no replica got (its producer never got an answer);
+        # with no idle HA traffic (long haSendHeartbeatInterval) nothing sends it before the crash.
+        tail = await append_unreplicated(a, b"lost-tail")
+        assert a.broker.store.max_phy_offset == tail > replicated_end
+        await env.stop(a, crash=True)
+        assert b.broker.store.max_phy_offset == replicated_end
+
+        t0 = trio.current_time()
+        await wait_until(lambda: b.is_master, 10, "b elected")
+        failover = trio.current_time() - t0
+        assert b.epoch == 2
+        assert b.broker.broker_config.brokerId == 0
+        assert failover < 3.0, f"failover took {failover:.2f}s"
+        after = [f"after-{i}".encode() for i in range(10)]
+        await send_all(env, b, after)
+        acked += after
+
+        a = await env.start("a")
+        await wait_until(lambda: a.is_slave, 10, "old master back as slave")
+        assert a.controller_id == 1
+        assert a.epoch == 2
+        await wait_until(
+            lambda: a.broker.store.max_phy_offset == b.broker.store.max_phy_offset, 10, "old master caught up"
+        )
+        assert (
+            a.broker.store.epoch_file.pairs()
+            == b.broker.store.epoch_file.pairs()
+            == [(1, 0), (2, replicated_end)]
+        )
+        await a.broker.store.flush()
+        await b.broker.store.flush()
+        end = b.broker.store.max_phy_offset
+        assert commit_log_bytes(tmp_path / "a" / "store", 0, end) == commit_log_bytes(
+            tmp_path / "b" / "store", 0, end
+        )
+        await wait_until(
+            lambda: b.broker.replication.sync_state_set == {1, 2}, 10, "old master back in the set"
+        )
+
+        got = await env.pull_bodies(b)
+        assert sorted(got) == sorted(acked)
+        assert b"lost-tail" not in got
+
+
+async def append_unreplicated(node: Node, body: bytes) -> int:
+    """Append a message to ``node``'s store without waking replication (as if the process died right
+    after the append); returns the new max offset."""
+    b = node.broker
+    encoded = encode_message(
+        topic=TOPIC,
+        queue_id=0,
+        flag=0,
+        body=body,
+        properties="",
+        sys_flag=0,
+        born_timestamp=1,
+        born_host=("127.0.0.1", 1),
+        store_host=("127.0.0.1", b.broker_config.listenPort),
+    )
+    result = await b.store.put_message(encoded, TOPIC, 0, sys_flag=0)
+    assert result.wrote_offset >= 0, result
+    return b.store.max_phy_offset
+
+
+@pytest.mark.parametrize("lost_notification", [False, True])
+async def test_failover_without_notifications_goes_through_the_poll(
+    tmp_path: Path, lost_notification: bool
+) -> None:
+    keys = {"notifyBrokerRoleChanged": False} if lost_notification else {}
+    async with controller_mode(tmp_path, **keys) as env:
+        a, b = await master_and_slave(env)
+        await env.stop(a, crash=True)
+        await wait_until(lambda: b.is_master, 10, "b elected")
+        assert b.epoch == 2
+
+
+async def test_restart_on_another_port_keeps_the_broker_id(tmp_path: Path) -> None:
+    """Upstream #5745: the persistent id survives an address change; the controller records the new one."""
+    async with controller_mode(tmp_path) as env:
+        a, b = await master_and_slave(env)
+        old_addr = b.addr
+        await env.stop(b)
+        b = await env.start("b")
+        assert b.addr != old_addr
+        await wait_until(lambda: b.is_slave, 10, "b slave again")
+        assert b.controller_id == 2
+        info = (await env.replicas()).replicasInfoTable[NAME]
+        addresses = {r.brokerId: r.brokerAddress for r in info.inSyncReplicas + info.notInSyncReplicas}
+        assert addresses == {1: a.addr, 2: b.addr}
+
+
+async def test_lone_survivor_restarts_as_master(tmp_path: Path) -> None:
+    """Upstream #6586: after every replica died, the last one alive (the only SyncStateSet member)
+    restarts alone and comes back as master, without anybody deleting files."""
+    async with controller_mode(tmp_path) as env:
+        a, b = await master_and_slave(env)
+        await send_all(env, a, [b"one", b"two"])
+        await env.stop(a, crash=True)
+        await wait_until(lambda: b.is_master, 10, "b elected")
+        await send_all(env, b, [b"three"])
+        await env.stop(b, crash=True)
+        b = await env.start("b")
+        await wait_until(lambda: b.is_master, 10, "lone b master")
+        assert b.epoch > 2
+        await send_all(env, b, [b"four"])
+        assert sorted(await env.pull_bodies(b)) == [b"four", b"one", b"three", b"two"]
+
+
+async def test_both_replicas_restarting_together_elect_one_master(tmp_path: Path) -> None:
+    """Both replicas die at once (one process) and restart together: one becomes master, the other
+    its slave, and nothing acknowledged is lost."""
+    async with controller_mode(tmp_path) as env:
+        a, b = await master_and_slave(env)
+        await send_all(env, a, [b"one", b"two"])
+        await env.stop(a, crash=True)
+        await env.stop(b, crash=True)
+        a, b = await env.start("a"), await env.start("b")
+        await wait_until(lambda: {a.is_master, b.is_master} == {True, False}, 10, "one master")
+        master, slave = (a, b) if a.is_master else (b, a)
+        await wait_until(lambda: slave.is_slave, 10, "the other one its slave")
+        await send_all(env, master, [b"three"])
+        assert sorted(await env.pull_bodies(master)) == [b"one", b"three", b"two"]
+
+
+async def test_lone_master_restarts_as_master(tmp_path: Path) -> None:
+    async with controller_mode(tmp_path) as env:
+        a, b = await master_and_slave(env)
+        await env.stop(b)
+        await wait_until(lambda: a.broker.replication.sync_state_set == {1}, 10, "SyncStateSet shrunk to {1}")
+        await env.stop(a)
+        a = await env.start("a")
+        await wait_until(lambda: a.is_master, 10, "a master again")
+        assert a.epoch > 1
+        await send_all(env, a, [b"again"])
+
+
+async def test_controller_that_lost_its_state_takes_the_broker_back(tmp_path: Path) -> None:
+    """The controller's store is gone (a new one starts empty): the broker's persisted id is claimed
+    again and the broker becomes master, with no file deleted by hand."""
+    async with controller_mode(tmp_path) as env:
+        a = await env.start("a")
+        await wait_until(lambda: a.is_master, 10, "a master")
+        await env.stop(a)
+        await env.stop_controller()
+        await env.start_controller(store="controller-new")
+        a = await env.start("a")
+        await wait_until(lambda: a.is_master, 10, "a master under the new controller")
+        assert a.controller_id == 1
+        assert (tmp_path / "a" / "store" / "brokerIdentity").read_text() == f"{CLUSTER}#{NAME}#1"
+
+
+async def test_identity_of_another_broker_set_is_refused(tmp_path: Path) -> None:
+    async with controller_mode(tmp_path) as env:
+        store = tmp_path / "a" / "store"
+        store.mkdir(parents=True)
+        (store / "brokerIdentity").write_text(f"{CLUSTER}#broker-z#1")
+        a = await env.start("a")
+        with trio.move_on_after(1.0):
+            await a.manager.running.wait()
+        assert not a.manager.running.is_set()
+        assert a.broker.isolated
+        assert (store / "brokerIdentity").read_text() == f"{CLUSTER}#broker-z#1"
+
+
+async def test_crash_between_temp_file_and_apply_reapplies_the_same_id(tmp_path: Path) -> None:
+    async with controller_mode(tmp_path) as env:
+        store = tmp_path / "a" / "store"
+        store.mkdir(parents=True)
+        (store / "brokerIdentity-temp").write_text(f"{CLUSTER}#{NAME}#1#127.0.0.1:1;42")
+        a = await env.start("a")
+        await wait_until(lambda: a.is_master, 10, "a master")
+        assert a.controller_id == 1
+        assert not (store / "brokerIdentity-temp").exists()
+        assert (store / "brokerIdentity").read_text() == f"{CLUSTER}#{NAME}#1"
