@@ -53,7 +53,6 @@ from store.message import (
     append_record,
     decode_message,
     encode_message,
-    encode_record,
     host_bytes,
     parse_host,
     parse_properties,
@@ -161,12 +160,13 @@ SendHeader = SendMessageRequestHeader | _SendHeaderV2
 def decode_send_header(cmd: RemotingCommand) -> SendHeader:
     """The send header of SEND_MESSAGE (V1 names) or SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (V2).
 
-    Straight ``msgspec.convert`` when no value is empty (what :func:`decode_header` does then);
-    anything else goes through :func:`decode_header`, which raises its HeaderError with the field
-    named as on the wire."""
+    Straight ``msgspec.convert`` (what :func:`decode_header` does for these classes); when that
+    fails -- an empty value for a non-string field, which :func:`decode_header` reads as absent,
+    or a bad one -- the request goes through :func:`decode_header`, which raises its HeaderError
+    with the field named as on the wire. An empty value of a string field is kept either way."""
     ext = cmd.ext_fields
     v1 = cmd.code == RequestCode.SEND_MESSAGE
-    if ext and "" not in ext.values():
+    if ext:
         try:
             return msgspec.convert(ext, SendMessageRequestHeader if v1 else _SendHeaderV2, strict=False)
         except msgspec.ValidationError:
@@ -374,15 +374,19 @@ class SendProcessor:
             if result.remark and code != ResponseCode.SUCCESS:
                 remark = f"{remark} ({result.remark})" if remark else result.remark
         resp = cmd.response(code, remark)
-        ext = dict(self._ext_ok)
         if code in _STORED_CODES:
             # SendMessageResponseHeader: msgId, queueId, queueOffset, transactionId (strings on the wire)
-            ext["msgId"] = result.msg_id
-            ext["queueId"] = str(queue_id)
-            ext["queueOffset"] = str(result.logics_offset)
+            ext = {
+                **self._ext_ok,
+                "msgId": result.msg_id,
+                "queueId": str(queue_id),
+                "queueOffset": str(result.logics_offset),
+            }
             if uniq:
                 ext["transactionId"] = uniq
-        resp.ext_fields = ext
+            resp.ext_fields = ext
+        else:
+            resp.ext_fields = dict(self._ext_ok)
         return resp
 
     # --- handlers ---
@@ -431,7 +435,9 @@ class SendProcessor:
         try:
             topic_b, magic = topic_field(store_topic)
             born, store = self._hosts(remote)
-            encoded = encode_record(
+            encoded = bytearray()
+            append_record(
+                encoded,
                 topic_b,
                 magic,
                 store_queue,

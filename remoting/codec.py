@@ -321,12 +321,46 @@ def encode(cmd: RemotingCommand) -> list[Buffer]:
     The first buffer holds length prefix, serialize word and header; the body part(s) follow
     unchanged (a list body is spliced in part by part, never concatenated).
     """
-    header = encode_header_bytes(cmd)
+    if cmd.serialize_type == SerializeType.ROCKETMQ:
+        header = _encode_binary_header(cmd)
+        word = 0x1000000 | len(header)
+    else:
+        # encode_header_bytes' JSON branch, inlined: this runs for every response
+        ext = cmd.ext_fields
+        remark = cmd.remark
+        lang = _LANG_NAME_BYTES.get(cmd.language, b"OTHER")
+        if ext is not None:
+            for v in ext.values():
+                if type(v) is not str:
+                    ext = _string_ext(ext)
+                    break
+            if remark is None:
+                header = _JSON_EXT % (cmd.code, _ENCODER.encode(ext), cmd.flag, lang, cmd.opaque, cmd.version)
+            else:
+                header = _JSON_EXT_REMARK % (
+                    cmd.code,
+                    _ENCODER.encode(ext),
+                    cmd.flag,
+                    lang,
+                    cmd.opaque,
+                    _ENCODER.encode(remark),
+                    cmd.version,
+                )
+        elif remark is None:
+            header = _JSON_BARE % (cmd.code, cmd.flag, lang, cmd.opaque, cmd.version)
+        else:
+            header = _JSON_REMARK % (
+                cmd.code,
+                cmd.flag,
+                lang,
+                cmd.opaque,
+                _ENCODER.encode(remark),
+                cmd.version,
+            )
+        word = len(header)
     body = cmd.body
-    hlen = len(header)
-    word = (int(cmd.serialize_type) << 24) | hlen
     if body is None:
-        return [_PREFIX.pack(4 + hlen, word) + header]
+        return [_PREFIX.pack(4 + len(header), word) + header]
     if isinstance(body, list):
         parts: list[Buffer] = [b""]
         blen = 0
@@ -335,10 +369,10 @@ def encode(cmd: RemotingCommand) -> list[Buffer]:
             if n:
                 parts.append(p)
                 blen += n
-        parts[0] = _PREFIX.pack(4 + hlen + blen, word) + header
+        parts[0] = _PREFIX.pack(4 + len(header) + blen, word) + header
         return parts
     blen = buffer_len(body)
-    head = _PREFIX.pack(4 + hlen + blen, word) + header
+    head = _PREFIX.pack(4 + len(header) + blen, word) + header
     return [head, body] if blen else [head]
 
 
@@ -406,26 +440,32 @@ class FrameDecoder:
         end = buffer_len(src)
         pos = 0
         limit = self.max_frame_size - 4
+        unpack_prefix = _PREFIX.unpack_from
+        fast_decode = _FAST_DECODER.decode
+        lang_by_name = _LANG_BY_NAME
+        append = out.append
         with memoryview(src) as mv:
-            while end - pos >= 4:
-                (length,) = _INT.unpack_from(mv, pos)
+            while end - pos >= 8:
+                length, word = unpack_prefix(mv, pos)
                 if length < 4 or length > limit:
                     raise FrameLengthError(self._length_problem(length))
-                if end - pos - 4 < length:
+                fend = pos + 4 + length
+                if fend > end:
                     break
-                (word,) = _INT.unpack_from(mv, pos + 4)
-                stype = (word >> 24) & 0xFF
                 hlen = word & _HEADER_LEN_MASK
                 if hlen > length - 4:
                     raise HeaderLengthError(
                         f"header length {hlen} does not fit in a frame of length {length}"
                     )
-                hstart = pos + 8
-                bstart = hstart + hlen
-                fend = pos + 4 + length
+                bstart = pos + 8 + hlen
+                stype = word >> 24
                 if stype == 0:
-                    h, ext = _decode_json_header(mv[hstart:bstart])
-                    lang = _LANG_BY_NAME.get(h.language)
+                    try:
+                        h: Any = fast_decode(mv[pos + 8 : bstart])
+                        ext = h.extFields
+                    except msgspec.DecodeError:
+                        h, ext = _decode_json_header(mv[pos + 8 : bstart])
+                    lang = lang_by_name.get(h.language)
                     cmd = RemotingCommand(
                         code=h.code,
                         language=_language(h.language) if lang is None else lang,
@@ -434,17 +474,23 @@ class FrameDecoder:
                         flag=h.flag,
                         remark=h.remark,
                         ext_fields=ext,
+                        body=bytes(mv[bstart:fend]) if fend > bstart else None,
                     )
                 elif stype == 1:
-                    cmd = _decode_binary_header(mv[hstart:bstart])
+                    cmd = _decode_binary_header(mv[pos + 8 : bstart])
+                    if fend > bstart:
+                        cmd.body = bytes(mv[bstart:fend])
                 else:
                     raise UnknownSerializeTypeError(
                         f"unknown serialize type {stype} (word 0x{word & 0xFFFFFFFF:08x})"
                     )
-                if fend > bstart:
-                    cmd.body = bytes(mv[bstart:fend])
-                out.append(cmd)
+                append(cmd)
                 pos = fend
+            if end - pos >= 4:
+                # only the length of the next frame has arrived: check it now, not when all of it is here
+                (length,) = _INT.unpack_from(mv, pos)
+                if length < 4 or length > limit:
+                    raise FrameLengthError(self._length_problem(length))
         return pos
 
     def _length_problem(self, length: int) -> str:

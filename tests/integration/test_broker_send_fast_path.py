@@ -43,6 +43,7 @@ def test_v2_header_class_mirrors_v1_fields_and_v2_names() -> None:
         {"a": "G", "b": "T", "c": "X", "d": "8", "e": "3", "f": "4", "g": "17", "h": "5", "i": "K\x01v\x02"},
         {"a": "G", "b": "T", "j": "2", "k": "true", "l": "16", "m": "FALSE", "n": "broker-a"},
         {"a": "G", "b": "T", "e": "", "m": "1"},  # empty = absent for non-string fields
+        {"a": "G", "b": "T", "c": "", "i": "", "k": ""},  # empty strings stay, empty bool is absent
         {"a": "G", "b": "T", "bname": "x"},  # not a V2 field
     ],
 )
