@@ -139,6 +139,7 @@ class Replication:
                     raise RuntimeError("HAService has no _acked signal to hook the send waiters into")
                 self._waiters = AckWaiters(self._auto_acked)
                 self.ha._acked = self._waiters  # type: ignore[assignment]
+                await nursery.start(self._waiters.run)
                 await nursery.start(self.ha.run)
             else:
                 role = "slave" if sc.brokerRole == BrokerRole.SLAVE else "master"

@@ -79,11 +79,13 @@ class ClassicHAService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Slave: follow the master until cancelled. Master: nothing to do besides connections."""
-        task_status.started()
-        if self.role == "slave":
-            await self._slave_loop()
-        else:
-            await trio.sleep_forever()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self._waiters.run)
+            task_status.started()
+            if self.role == "slave":
+                await self._slave_loop()
+            else:
+                await trio.sleep_forever()
 
     # ------------------------------------------------------------------ master side
 

@@ -40,11 +40,22 @@ async def test_waiters_are_released_exactly_when_acked() -> None:
     assert len(waiters) == 0
 
 
-async def test_a_waiter_times_out_and_is_dropped(autojump_clock: trio.testing.MockClock) -> None:
+async def test_waiters_time_out_at_their_own_deadline(autojump_clock: trio.testing.MockClock) -> None:
     waiters = AckWaiters(lambda end, need: False)
-    assert await waiters.wait(10, 2, 3.0) is False
-    assert trio.current_time() >= 3.0
-    waiters.notify()  # the abandoned entry goes at the next walk
+    ended: dict[int, float] = {}
+
+    async def send(end: int, timeout: float) -> None:
+        assert await waiters.wait(end, 2, timeout) is False
+        ended[end] = trio.current_time()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(waiters.run)
+        nursery.start_soon(send, 10, 3.0)
+        nursery.start_soon(send, 20, 1.0)  # an earlier deadline than the one the task sleeps on
+        await trio.sleep(5)
+        nursery.cancel_scope.cancel()
+    assert ended == {10: 3.0, 20: 1.0}
+    waiters.notify()  # the expired entries go at the next walk
     assert len(waiters) == 0
 
 
@@ -55,23 +66,19 @@ async def test_an_already_acked_offset_does_not_wait() -> None:
     assert len(waiters) == 0
 
 
-async def test_a_release_that_is_not_an_ack_waits_again() -> None:
-    state = {"acked": 0, "force": False}
-    waiters = AckWaiters(lambda end, need: state["force"] or end <= state["acked"])
+async def test_the_owner_can_release_everybody() -> None:
+    state = {"force": False}
+    waiters = AckWaiters(lambda end, need: state["force"])
     result: list[bool] = []
 
-    async def send() -> None:
-        result.append(await waiters.wait(100, 2, 10))
+    async def send(end: int) -> None:
+        result.append(await waiters.wait(end, 2, 10))
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(send)
+        for end in (100, 50):
+            nursery.start_soon(send, end)
         await trio.testing.wait_all_tasks_blocked()
-        state["force"] = True  # e.g. the role changed: everybody wakes and looks again
+        state["force"] = True  # e.g. the role changed: everybody wakes and looks at the state
         waiters.notify()
-        state["force"] = False
-        await trio.testing.wait_all_tasks_blocked()
-        assert result == []
-        assert len(waiters) == 1
-        state["acked"] = 100
-        waiters.notify()
-    assert result == [True]
+    assert result == [True, True]
+    assert len(waiters) == 0
