@@ -113,6 +113,48 @@ class Dispatcher:
                 cb(cq.topic, cq.queue_id, cq.max_offset)
         return True
 
+    def dispatch_batch_direct(
+        self,
+        cq: ConsumeQueue,
+        phys: int,
+        offsets: list[int],
+        size: int,
+        hints: list[tuple[int, str | None, str | None]],
+        queue_offset: int,
+        store_timestamp: int,
+        sys_flag: int,
+    ) -> bool:
+        """:meth:`dispatch_direct` for a batch just appended at ``phys == reput_offset``: records at
+        ``phys + offsets[i]`` (``size`` bytes in all), queue offsets from ``queue_offset`` on,
+        ``hints[i]`` = (tags code, KEYS, UNIQ_KEY) of record i. Only for NOT_TYPE / COMMIT records.
+
+        Returns False when a consume queue file is needed before some record: the records before
+        it are dispatched and :attr:`reput_offset` points at it (:meth:`pump` goes on from there).
+        """
+        index = self.index
+        topic = cq.topic
+        put = cq.put
+        n = len(offsets)
+        last = n - 1
+        ok = True
+        for i in range(n):
+            start = phys + offsets[i]
+            rec_size = (offsets[i + 1] if i < last else size) - offsets[i]
+            tags_code, keys, uniq = hints[i]
+            if not put(start, rec_size, tags_code, queue_offset + i):
+                self.reput_offset = start
+                ok = False
+                break
+            if index is not None and (keys or uniq):
+                index.put_keys(topic, start, store_timestamp, sys_flag, keys, uniq)
+        else:
+            self.reput_offset = phys + size
+        if ok or i:
+            self.last_store_timestamp = store_timestamp
+            for cb in self.listeners:
+                cb(topic, cq.queue_id, cq.max_offset)
+        return ok
+
     def skip_blank(self, blank_offset: int, next_file_offset: int) -> None:
         """The log rolled: a record at ``next_file_offset`` follows the filler at ``blank_offset``."""
         if blank_offset <= self.reput_offset < next_file_offset:

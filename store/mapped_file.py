@@ -368,14 +368,14 @@ class MappedFileQueue:
 
     @property
     def min_offset(self) -> int:
-        """Start of the first file (0 when empty)."""
-        return self.files[0].file_from_offset if self.files else 0
+        """Start of the first file (:attr:`base_offset` when empty)."""
+        return self.files[0].file_from_offset if self.files else self.base_offset
 
     @property
     def max_offset(self) -> int:
-        """End of the written data."""
+        """End of the written data (:attr:`base_offset` when empty)."""
         if not self.files:
-            return 0
+            return self.base_offset
         last = self.files[-1]
         return last.file_from_offset + last.wrote_position
 

@@ -690,7 +690,9 @@ class DefaultMessageStore:
         only takes complete records."""
         cl = self.commit_log
         if phy_offset != cl.max_offset:
-            raise StoreOffsetError(f"append at {phy_offset} but the max offset is {cl.max_offset}")
+            if cl.max_offset != cl.min_offset or phy_offset % cl.file_size:
+                raise StoreOffsetError(f"append at {phy_offset} but the max offset is {cl.max_offset}")
+            await self._restart_empty_log(phy_offset)
         if not data:
             return
         cur = cl.current
@@ -713,6 +715,18 @@ class DefaultMessageStore:
         self._queue_table_stale = True
         if not self._controller_mode:
             await self._catch_up()
+
+    async def _restart_empty_log(self, offset: int) -> None:
+        """A log holding no bytes takes replicated bytes from another file start (a new slave
+        syncing from the master's last file): it now begins at ``offset``."""
+        cl = self.commit_log
+        log.info("empty commit log restarts at offset %d", offset)
+        gone = cl.cut(cl.min_offset)
+        await trio.to_thread.run_sync(delete_paths_sync, cl.mfq.retire(gone))
+        cl.mfq.base_offset = offset
+        self.dispatcher.reput_offset = offset
+        self.cl_flusher.truncated(offset)
+        self.cl_flusher.flushed_offset = offset
 
     def last_message_boundary_at_or_below(self, offset: int) -> int:
         """The largest record boundary ``<= offset`` (a file start, a record start or the end)."""

@@ -72,9 +72,33 @@ async def test_read_raw_never_crosses_a_file_end(tmp_path: Path) -> None:
 async def test_append_raw_requires_the_max_offset(tmp_path: Path) -> None:
     async with running_store(small_config(tmp_path, brokerRole=BrokerRole.SLAVE)) as slave:
         with pytest.raises(StoreOffsetError):
-            await slave.append_raw(10, b"x")
-        with pytest.raises(StoreOffsetError):
             await slave.append_raw(100, b"x")  # an empty store can only start at a file boundary
+        await slave.append_raw(0, b"x" * 10)
+        with pytest.raises(StoreOffsetError):
+            await slave.append_raw(20, b"x")
+
+
+async def test_empty_slave_starts_at_the_masters_last_file(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path / "m")
+    size = cfg.mappedFileSizeCommitLog
+    async with (
+        running_store(cfg) as master,
+        running_store(small_config(tmp_path / "s", brokerRole=BrokerRole.SLAVE)) as slave,
+    ):
+        await _fill_master(master, 90)
+        start = master.commit_log.mfq.files[-1].file_from_offset
+        assert start >= size
+        view = master.read_raw(start, size)
+        assert view is not None
+        await slave.append_raw(start, view)
+        view.release()
+        assert (slave.min_offset, slave.max_offset) == (start, master.max_offset)
+        for q in range(3):
+            mine = read_queue(slave, "TopicA", q)
+            assert mine == read_queue(master, "TopicA", q)[-len(mine) :]
+            assert slave.get_min_offset_in_queue("TopicA", q) == master.get_max_offset_in_queue(
+                "TopicA", q
+            ) - len(mine)
 
 
 async def test_boundary_at_or_below_finds_record_starts_and_ends(tmp_path: Path) -> None:
