@@ -117,7 +117,12 @@ class Replication:
         rlog = self.rlog = StoreReplicaLog(b.store)
         port = 0 if sc.haListenPort == 0 else b.ha_port
         host = getattr(b.listener, "host", None) or b.broker_config.brokerIP2
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        try:
+            listeners = await trio.open_tcp_listeners(port, host=host)
+        except OSError as exc:
+            raise RuntimeError(
+                f"{b.name}: cannot listen on HA port {host}:{port}: {exc.strerror or exc}"
+            ) from exc
         self.bound_port = listeners[0].socket.getsockname()[1]
         if self.bound_port != b.ha_port:
             b.ha_port = self.bound_port

@@ -157,4 +157,5 @@ class GatheringStream(trio.abc.Stream):
         self._acked = 1 << 62  # whatever is held goes with the next write
 
     async def aclose(self) -> None:
+        self._held.clear()  # views of the mapped log: let the files close
         await self.inner.aclose()
