@@ -188,7 +188,7 @@ class StoreReplicaLog:
         vmax = self.max_offset
         restart = False
         if offset != vmax:
-            empty = not self.store.commit_log.mfq.files and not self.pending
+            empty = self.store.min_phy_offset == self.store.max_phy_offset and not self.pending
             if not empty:
                 raise ValueError(f"append at {offset}, log ends at {vmax}")
             if offset % self.mapped_file_size:
@@ -258,22 +258,13 @@ class StoreReplicaLog:
             await trio.to_thread.run_sync(store.epoch_file.persist)
         while self._appends:
             op = self._appends[0]
-            if op.restart and not store.commit_log.mfq.files:
-                self._restart_at(op.offset)
+            # (a restart at another file start is the store's: append_raw on an empty log)
             # Popped only after the store took it: a failure leaves the queue as it was.
             await store.append_raw(op.offset, op.data)
             self._appends.popleft()
             self.ops_done += 1
         if self._confirm is not None:
             store.set_confirm_offset(self._confirm)
-
-    def _restart_at(self, offset: int) -> None:
-        """An empty store takes replicated bytes from a file start other than its own base: move the
-        base and the dispatch position there (upstream creates the first file at that offset)."""
-        store = self.store
-        log.info("empty commit log starts at offset %d (the master's first transferred byte)", offset)
-        store.commit_log.mfq.base_offset = offset
-        store.dispatcher.reput_offset = offset
 
     async def persist(self) -> None:
         """The HA service's ``persist`` hook: drain, then make the epoch file durable."""
