@@ -494,10 +494,10 @@ def _comparable(cfg: ProcessConfig) -> dict[str, object]:
     return data
 
 
-CONF_FILES = sorted((PROJECT_ROOT / "conf").iterdir())
+CONF_FILES = sorted(p for p in (PROJECT_ROOT / "conf").rglob("*") if p.is_file())
 
 
-@pytest.mark.parametrize("conf", CONF_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("conf", CONF_FILES, ids=lambda p: str(p.relative_to(PROJECT_ROOT / "conf")))
 def test_print_config_round_trips_through_the_loader(conf: Path, tmp_path: Path) -> None:
     cfg = load_process_config(conf, data_dir=str(tmp_path / "data"))
     out = write(tmp_path / "effective.toml", render_toml(cfg))
