@@ -218,10 +218,12 @@ async def recover(store: DefaultMessageStore, abnormal: bool) -> RecoveryReport:
     # --- the commit log ends at `end` ---
     cut_mf = cl.mfq.find(end) if end < old_end else None
     gone = cl.cut(end)
-    if gone:
-        report.dropped_files = [mf.path for mf in gone]
-    # files past the end: count those holding data (a pre-created next file is all zeros)
-    report.dropped_bytes = sum(mf.file_size for mf in gone if mf.mm[:8] != bytes(8))
+    # files past the end: those holding data matter; a pre-created next file is all zeros
+    holding_data = [mf for mf in gone if mf.mm[:8] != bytes(8)]
+    report.dropped_files = [mf.path for mf in holding_data]
+    report.dropped_bytes = sum(mf.file_size for mf in holding_data)
+    if len(gone) > len(holding_data):
+        log.info("commit log: removed %d pre-allocated empty file(s) after offset %d", len(gone) - len(holding_data), end)
     paths = cl.mfq.retire(gone)
     await trio.to_thread.run_sync(delete_paths_sync, paths)
     if abnormal and cut_mf is not None and not cut_mf.closed:
