@@ -123,12 +123,12 @@ class BrokerController:
         #: (upstream ``isIsolated``); broker/replicas_manager.py ends it. Without controllerAddr the
         #: roles are set by hand (broker/replication.py) and there is no isolation.
         self.isolated = bc.enableControllerMode and bool(bc.controller_addr_list)
-        #: controller-mode membership (broker/replicas_manager.py), set by its ``register``
+        #: controller-mode membership (broker/replicas_manager.py), set by broker/replicas_processor.py
         self.replicas_manager: ReplicasManager | None = None
 
-        from broker import admin, client_processor, pull, query, replicas_manager, send
+        from broker import admin, client_processor, pull, query, replicas_processor, send
 
-        for module in (send, pull, query, client_processor, admin, replicas_manager):
+        for module in (send, pull, query, client_processor, admin, replicas_processor):
             module.register(self, self.processor_table)
 
     # --- identity and role ---

@@ -34,8 +34,8 @@ Deviations from upstream, each for robustness:
   slave learns the master's HA address from that answer; upstream waits for the periodic
   registration).
 
-The broker also serves GET_BROKER_EPOCH_CACHE (1007) and NOTIFY_BROKER_ROLE_CHANGED (1008), see
-:func:`register`.
+The requests the broker serves for controller mode (GET_BROKER_EPOCH_CACHE, NOTIFY_BROKER_ROLE_CHANGED)
+are in :mod:`broker.replicas_processor`, which also creates the manager.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ import logging
 import random
 from typing import TYPE_CHECKING
 
-import msgspec
 import trio
 
 from broker.controller_api import ControllerAPI, ControllerError, ControllerUnavailable
@@ -67,23 +66,16 @@ from broker.replica_view import (
     on_replica_info,
     record,
 )
-from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
-from remoting.fastjson import FastjsonError
-from remoting.headers import HeaderError, decode_header
-from remoting.processor import RequestContext
-from remoting.protocol.common import Body
+from remoting.codes import ResponseCode
 from remoting.protocol.controller import (
     BrokerHeartbeatRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
     SyncStateSet,
 )
-from store.epoch import LONG_MAX
 from store.ha.role import RoleChangeError
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
-    from remoting.connection import ProcessorTable
 
 #: Upstream ``RETRY_INTERVAL_SECOND``: pause between failed startup sequences (upper bound here).
 RETRY_INTERVAL = 5.0
@@ -114,24 +106,6 @@ class RegisterState(enum.Enum):
     CREATE_TEMP_METADATA_FILE_DONE = 1
     CREATE_METADATA_FILE_DONE = 2
     REGISTERED = 3
-
-
-class EpochEntry(Body, kw_only=True):
-    """One epoch of the epoch file as GET_BROKER_EPOCH_CACHE reports it (upstream ``EpochEntry``)."""
-
-    epoch: int = 0
-    startOffset: int = 0
-    endOffset: int = LONG_MAX
-
-
-class EpochEntryCache(Body, kw_only=True):
-    """GET_BROKER_EPOCH_CACHE response body (upstream ``EpochEntryCache``)."""
-
-    clusterName: str | None = None
-    brokerName: str | None = None
-    brokerId: int = 0
-    epochList: list[EpochEntry] = msgspec.field(default_factory=list)
-    maxOffset: int = 0
 
 
 class ReplicasManager:
@@ -255,6 +229,8 @@ class ReplicasManager:
                 self._set_controller_id(metadata.brokerId)
             elif temp is not None:
                 self.register_state = RegisterState.CREATE_TEMP_METADATA_FILE_DONE
+            else:
+                self.register_state = RegisterState.INITIAL
             stored = metadata or temp
             if stored is not None and (why := mismatch(stored, bc.brokerClusterName, bc.brokerName)):
                 self.log.error("%s; fix the config or remove %s", why, self.files.path)
@@ -610,6 +586,14 @@ class ReplicasManager:
 
     # ------------------------------------------------------------------ requests served by the broker
 
+    def role_changed_notified(self, header: NotifyBrokerRoleChangedRequestHeader, sss: SyncStateSet) -> bool:
+        """Handle NOTIFY_BROKER_ROLE_CHANGED in the background (a role change may take a while:
+        truncation, an fsync of the epoch file); False when the manager is not running."""
+        if self._nursery is None:
+            return False
+        self._nursery.start_soon(self.on_role_changed_notification, header, sss)
+        return True
+
     async def on_role_changed_notification(
         self, header: NotifyBrokerRoleChangedRequestHeader, sss: SyncStateSet
     ) -> None:
@@ -633,61 +617,6 @@ class ReplicasManager:
         )
 
 
-def epoch_entry_cache(b: BrokerController) -> EpochEntryCache:
-    """What GET_BROKER_EPOCH_CACHE answers: the epoch file's entries and the max offset."""
-    bc = b.broker_config
-    return EpochEntryCache(
-        clusterName=bc.brokerClusterName,
-        brokerName=bc.brokerName,
-        brokerId=bc.brokerId,
-        epochList=[
-            EpochEntry(epoch=e.epoch, startOffset=e.start_offset, endOffset=e.end_offset)
-            for e in b.store.epoch_file.entries()
-        ],
-        maxOffset=b.store.max_phy_offset,
-    )
-
-
 def decision_id(view: ReplicaView) -> int:
     assert view.broker_controller_id is not None
     return view.broker_controller_id
-
-
-# ---------------------------------------------------------------------------------------------------
-# Request handlers (registered on every broker; answers depend on enableControllerMode)
-# ---------------------------------------------------------------------------------------------------
-
-CONTROLLER_MODE_ONLY = "this request only for controllerMode "
-
-
-def register(broker: BrokerController, table: ProcessorTable) -> None:
-    """Create ``broker.replicas_manager`` (controller mode with ``controllerAddr``; without it the
-    roles are set by hand) and serve 1007 and 1008 on ``table``."""
-    bc = broker.broker_config
-    manager = ReplicasManager(broker) if bc.enableControllerMode and bc.controller_addr_list else None
-    broker.replicas_manager = manager
-
-    async def get_broker_epoch_cache(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
-        if not bc.enableControllerMode:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, CONTROLLER_MODE_ONLY)
-        response = cmd.response(ResponseCode.SUCCESS)
-        response.body = epoch_entry_cache(broker).encode()
-        return response
-
-    async def notify_broker_role_changed(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
-        if manager is None:
-            return cmd.response(ResponseCode.SUCCESS)
-        try:
-            header = decode_header(cmd, NotifyBrokerRoleChangedRequestHeader)
-            sss = SyncStateSet.decode(cmd.body_bytes) if cmd.body else SyncStateSet()
-        except (HeaderError, FastjsonError, msgspec.ValidationError) as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad NOTIFY_BROKER_ROLE_CHANGED: {e}")
-        nursery = manager._nursery
-        if nursery is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, "the broker's replicas manager is not running")
-        # The role change may take a while (truncation, epoch file fsync): not on the connection's task.
-        nursery.start_soon(manager.on_role_changed_notification, header, sss)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    table.register(RequestCode.GET_BROKER_EPOCH_CACHE, get_broker_epoch_cache)
-    table.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, notify_broker_role_changed)

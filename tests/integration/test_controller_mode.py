@@ -20,7 +20,8 @@ import pytest
 import trio
 
 from broker.controller import BrokerController
-from broker.replicas_manager import EpochEntryCache, ReplicasManager
+from broker.replicas_manager import ReplicasManager
+from broker.replicas_processor import EpochEntryCache
 from controller.config import ControllerConfig
 from controller.service import ControllerPeer
 from namesrv.config import NamesrvConfig
