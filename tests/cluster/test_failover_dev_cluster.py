@@ -1,0 +1,116 @@
+"""The default dev cluster (``conf/dev-cluster.toml``, what ``bin/rmq-container`` runs with no argument)
+in controller mode: started as a real process (on free ports instead of the fixed ones), both broker
+groups elect a master whose SyncStateSet holds both replicas, a Python client sends to and reads from
+both groups, and the process restarted on its data directory comes back the same way."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import trio
+
+from client.admin import AdminError
+from client.admin_controller import ControllerAdmin
+from client.instance import ClientInstance
+from client.message import Message, PullStatus, SendStatus
+from client.producer import Producer
+from client.pull_consumer import PullConsumer
+from remoting.client import RemotingClient
+from remoting.errors import RemotingError
+from tests.cluster.harness import PROJECT_ROOT, ContainerProc, free_ports, wait_until
+
+DEV_PORTS = (9876, 9878, 10911, 10915, 10921, 10925)
+TOPIC = "DevClusterTopic"
+
+
+def dev_cluster_on_free_ports(directory: Path) -> tuple[Path, dict[int, int]]:
+    """conf/dev-cluster.toml with every fixed port replaced by a free one (HA ports follow the rule
+    listenPort + 1)."""
+    text = (PROJECT_ROOT / "conf" / "dev-cluster.toml").read_text()
+    taken: set[int] = set()
+    singles = free_ports(2, taken=taken)
+    pairs = free_ports(4, pairs=True, taken=taken)
+    mapping = dict(zip(DEV_PORTS, singles + pairs, strict=True))
+    text = re.sub(r"\b(9876|9878|10911|10915|10921|10925)\b", lambda m: str(mapping[int(m.group(1))]), text)
+    path = directory / "dev-cluster.toml"
+    path.write_text(text)
+    return path, mapping
+
+
+async def groups_ready(admin: ControllerAdmin) -> bool:
+    try:
+        info = await admin.get_in_sync_state_data(["broker-a", "broker-b"])
+    except (AdminError, RemotingError):
+        return False
+    table = info.replicasInfoTable
+    return all(
+        (r := table.get(g)) is not None
+        and r.masterBrokerId is not None
+        and len([x for x in r.inSyncReplicas if x.alive]) == 2
+        for g in ("broker-a", "broker-b")
+    )
+
+
+async def send_and_read(namesrv: str, bodies: list[bytes]) -> list[bytes]:
+    """Send ``bodies`` (each acknowledged), then read the whole topic back."""
+    instance = ClientInstance(namesrv, poll_name_server_interval=0.5)
+    async with instance, Producer("PG_DEV", instance=instance) as producer:
+        for body in bodies:
+            result = await producer.send(Message(TOPIC, body))
+            assert result.send_status == SendStatus.SEND_OK
+    got: list[bytes] = []
+    reader = ClientInstance(namesrv)
+    async with reader, PullConsumer("CG_DEV", instance=reader) as consumer:
+        for mq in await consumer.fetch_subscribe_message_queues(TOPIC):
+            offset = 0
+            while True:
+                result = await consumer.pull(mq, "*", offset, 64)
+                if result.status != PullStatus.FOUND:
+                    break
+                got += [m.body for m in result.messages]
+                offset = result.next_begin_offset
+    return got
+
+
+async def test_dev_cluster_runs_controller_mode_and_restarts(tmp_path: Path) -> None:
+    path, ports = dev_cluster_on_free_ports(tmp_path)
+    proc = ContainerProc("dev", path, tmp_path)
+    namesrv = f"127.0.0.1:{ports[9876]}"
+    try:
+        with trio.fail_after(60):
+            banner = await proc.start()
+            assert any(line.startswith("controller n0 ") for line in banner)
+            async with RemotingClient(name="dev-test") as client:
+                admin = ControllerAdmin(client, f"127.0.0.1:{ports[9878]}")
+                await wait_until(lambda: groups_ready(admin), 20, "both groups: a master and 2 in sync")
+                first = [f"first-{i}".encode() for i in range(16)]
+
+                async def all_read() -> bool:
+                    return sorted(await send_and_read(namesrv, [])) == sorted(first)
+
+                got = await send_and_read(namesrv, first)
+                if sorted(got) != sorted(first):  # the last ones may still be on their way to the queues
+                    await wait_until(all_read, 5, "every message readable")
+                brokers = {m.brokerName for m in await _queues(namesrv)}
+                assert brokers == {"broker-a", "broker-b"}
+
+                await proc.stop()
+                await proc.start()
+                await wait_until(lambda: groups_ready(admin), 20, "both groups back after a restart")
+                second = [f"second-{i}".encode() for i in range(8)]
+                got = await send_and_read(namesrv, second)
+
+                async def everything() -> bool:
+                    return sorted(await send_and_read(namesrv, [])) == sorted(first + second)
+
+                if sorted(got) != sorted(first + second):
+                    await wait_until(everything, 5, "every message readable after the restart")
+    finally:
+        proc.close()
+
+
+async def _queues(namesrv: str) -> list:
+    instance = ClientInstance(namesrv)
+    async with instance, PullConsumer("CG_DEV_Q", instance=instance) as consumer:
+        return await consumer.fetch_subscribe_message_queues(TOPIC)
