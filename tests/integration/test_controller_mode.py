@@ -29,11 +29,11 @@ from namesrv.controller import NamesrvController
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
-from remoting.protocol.controller import BrokerReplicasInfo
+from remoting.protocol.controller import BrokerReplicasInfo, SyncStateSet
 from remoting.server import RemotingServer
 from store.message import encode_message
 from tests.cluster.harness import free_ports
-from tests.integration.broker_env import broker_configs, wait_until
+from tests.integration.broker_env import broker_configs, broker_env, wait_until
 from tests.integration.broker_requests import describe, messages, pull_header, pull_request, send_request
 from tests.integration.replication_kit import commit_log_bytes
 
@@ -483,3 +483,46 @@ async def test_crash_between_temp_file_and_apply_reapplies_the_same_id(tmp_path:
         assert a.controller_id == 1
         assert not (store / "brokerIdentity-temp").exists()
         assert (store / "brokerIdentity").read_text() == f"{CLUSTER}#{NAME}#1"
+
+
+async def test_stale_role_notification_is_ignored(tmp_path: Path) -> None:
+    async with controller_mode(tmp_path) as env:
+        a, b = await master_and_slave(env)
+        stale = request(
+            RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
+            {"masterAddress": b.addr, "masterEpoch": 1, "syncStateSetEpoch": 9, "masterBrokerId": 2},
+            SyncStateSet(syncStateSet=frozenset({2}), syncStateSetEpoch=9).encode(),
+        )
+        response = await env.call(a.addr, stale)
+        assert response.code == ResponseCode.SUCCESS
+        await env.client.invoke_oneway(b.addr, stale)
+        await send_all(env, a, [b"still master"])
+        assert a.is_master
+        assert b.is_slave
+        assert (a.epoch, b.epoch) == (1, 1)
+
+
+async def test_sync_state_set_changes_only_when_the_controller_accepts(tmp_path: Path) -> None:
+    async with controller_mode(tmp_path) as env:
+        a, b = await master_and_slave(env)
+        await env.stop_controller()
+        await env.stop(b)
+        # the shrink to {1} cannot be reported: the local set stays as the controller last accepted it
+        with trio.move_on_after(1.5):
+            while a.broker.replication.sync_state_set == {1, 2}:
+                await trio.sleep(0.05)
+        assert a.broker.replication.sync_state_set == {1, 2}
+        await env.start_controller()
+        await wait_until(lambda: a.broker.replication.sync_state_set == {1}, 15, "shrink accepted")
+        info = (await env.replicas()).replicasInfoTable[NAME]
+        assert {r.brokerId for r in info.inSyncReplicas} == {1}
+
+
+async def test_brokers_outside_controller_mode_do_not_serve_the_epoch_cache(tmp_path: Path) -> None:
+    async with broker_env(tmp_path) as env:
+        response = await env.call(request(RequestCode.GET_BROKER_EPOCH_CACHE))
+        assert response.code == ResponseCode.SYSTEM_ERROR
+        assert response.remark == "this request only for controllerMode "
+        notify = request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, {"masterEpoch": 5, "masterBrokerId": 1})
+        assert (await env.call(notify)).code == ResponseCode.SUCCESS
+        assert env.broker.replicas_manager is None
