@@ -85,8 +85,11 @@ LEADER_TRIES = 3
 REGISTER_TRIES = 5
 #: Upstream: periodic tasks start after 3 s (here: at most that, at most one period).
 FIRST_DELAY = 3.0
-#: How often a new slave re-registers with the name servers until they name its master.
+#: A new slave re-registers with the name servers until they name its master: first pause, longest.
 MASTER_LOOKUP_INTERVAL = 0.2
+MASTER_LOOKUP_MAX_INTERVAL = 3.0
+#: Upstream ``BrokerOuterAPI``: every controller call waits at most 3 s.
+CONTROLLER_CALL_TIMEOUT = 3.0
 
 
 class State(enum.Enum):
@@ -118,7 +121,7 @@ class ReplicasManager:
         self.api = ControllerAPI(
             broker.client,
             bc.controller_addr_list,
-            timeout=max(1.0, bc.registerBrokerTimeoutMills / 8000),
+            timeout=CONTROLLER_CALL_TIMEOUT,
             logger=self.log,
         )
         self.files = BrokerIdentityFiles(broker.store_config.broker_identity_path)
@@ -535,6 +538,7 @@ class ReplicasManager:
         """A new slave learns its master's HA address from the name servers' registration answer:
         register until they name the master the controller chose (and its HA address)."""
         b = self.broker
+        pause = MASTER_LOOKUP_INTERVAL
         with scope:
             await self.running.wait()
             while True:
@@ -543,7 +547,8 @@ class ReplicasManager:
                     self.log.info("master %s serves HA at %s", master_address, ha.master_address)
                     return
                 await b.register_to_namesrvs()
-                await trio.sleep(MASTER_LOOKUP_INTERVAL)
+                await trio.sleep(pause)
+                pause = min(pause * 2, MASTER_LOOKUP_MAX_INTERVAL)
 
     # ------------------------------------------------------------------ SyncStateSet (master)
 
@@ -551,7 +556,7 @@ class ReplicasManager:
         """The HA service's callback: CONTROLLER_ALTER_SYNC_STATE_SET; the accepted set, or None."""
         view = self.view
         bc = self.broker.broker_config
-        if not view.is_master or view.broker_controller_id is None or self.state != State.RUNNING:
+        if not view.is_master or view.broker_controller_id is None:
             return None
         try:
             result = await self.api.alter_sync_state_set(
