@@ -490,7 +490,8 @@ class SendProcessor:
         max_size = self.store_cfg.maxMessageSize
         complete = self._complete_properties
         encoded = bytearray()
-        uniqs = []
+        uniqs: list[str] = []
+        hints: list[tuple[int, str | None, str | None]] = []
         try:
             topic_b, magic = topic_field(topic)
             for flag, data, props_s in items:
@@ -502,6 +503,7 @@ class SendProcessor:
                     )
                 props, tail, uniq = complete(props_s)
                 uniqs.append(uniq)
+                hints.append((tags_hash_code(props.get(PROPERTY_TAGS)), props.get(PROPERTY_KEYS), uniq))
                 append_record(
                     encoded,
                     topic_b,
@@ -519,7 +521,9 @@ class SendProcessor:
                 )
         except MessageFormatError as e:
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(e))
-        result = await self.broker.replication.put_messages(encoded, topic, queue_id, sys_flag=sys_flag)
+        result = await self.broker.replication.put_messages(
+            encoded, topic, queue_id, sys_flag=sys_flag, hints=hints
+        )
         if result.status is PutMessageStatus.PUT_OK:
             self.broker.stats.on_put(topic, len(uniqs))
         return self._response(cmd, result, queue_id, ",".join(uniqs))

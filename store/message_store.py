@@ -400,11 +400,22 @@ class DefaultMessageStore:
         return PutMessageResult(status, phys, n, qo, now, 1, "", self._host_bytes)
 
     async def put_messages(
-        self, encoded: bytearray, topic: str, queue_id: int, *, sys_flag: int, wait_store_msg_ok: bool = True
+        self,
+        encoded: bytearray,
+        topic: str,
+        queue_id: int,
+        *,
+        sys_flag: int,
+        wait_store_msg_ok: bool = True,
+        hints: list[tuple[int, str | None, str | None]] | None = None,
     ) -> PutMessageResult:
         """Append several records laid end to end in ``encoded`` (all for ``topic`` / ``queue_id``)
         as one block with consecutive queue offsets; the block never spans files. Transaction
-        messages cannot be batched (MESSAGE_ILLEGAL, as upstream)."""
+        messages cannot be batched (MESSAGE_ILLEGAL, as upstream).
+
+        ``hints`` -- (tags code, KEYS, UNIQ_KEY) of every record, in order -- let dispatch skip
+        decoding the records again (as ``tags_code`` / ``keys`` / ``uniq_key`` of :meth:`put_message`).
+        """
         if self._refuse is not None or self._queue_table_stale:
             refused = self._check_gate()
             if refused is not None:
@@ -438,14 +449,34 @@ class DefaultMessageStore:
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 remark=f"batch of {n} bytes does not fit in one commit-log file",
             )
-        cq = self.queues.get_or_create(topic, queue_id)
-        got = await self._append_rolling(encoded, cq, True, 0, offsets, len(offsets))
-        if isinstance(got, PutMessageResult):
-            return got
-        phys, qo, now = got
+        count = len(offsets)
+        table = self._queue_tables.get(topic)
+        cq = table.get(queue_id) if table is not None else None
+        if cq is None:
+            cq = self.queues.get_or_create(topic, queue_id)
+        phys = NEED_FILE
+        if not self._rolling:
+            qo = cq.next_offset
+            now = self.now_ms()
+            phys = self.commit_log.append_batch(encoded, offsets, qo, now, True)
+            if phys >= 0:
+                cq.next_offset = qo + count
+        if phys < 0:
+            got = await self._append_rolling(encoded, cq, True, 0, offsets, count)
+            if isinstance(got, PutMessageResult):
+                return got
+            phys, qo, now = got
         end = phys + n
         if not self._controller_mode:
-            await self._catch_up()
+            d = self.dispatcher
+            if (
+                hints is None
+                or len(hints) != count
+                or topic == SCHEDULE_TOPIC
+                or d.reput_offset != phys
+                or not d.dispatch_batch_direct(cq, phys, offsets, n, hints, qo, now, sys_flag)
+            ):
+                await self._catch_up()
         status = PutMessageStatus.PUT_OK
         if (
             wait_store_msg_ok
