@@ -517,7 +517,13 @@ class ReplicasManager:
                     set(decision.sync_state_set), decision.sync_state_set_epoch
                 )
         except RoleChangeError as e:
-            self.log.error("role change refused by the local epoch history: %s", e)
+            # The controller's epochs are behind this broker's epoch file: it lost its data (a new
+            # controllerStorePath). Acting on them would rewrite the replicas' shared history.
+            self.log.error(
+                "role change refused by the local epoch history: %s (the controller's master epochs are "
+                "behind this broker's epoch file; was the controller's store replaced?)",
+                e,
+            )
             return False
         self.view = record(self.view, decision, b.addr)
         return True

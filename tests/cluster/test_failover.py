@@ -219,7 +219,6 @@ async def read_everything(namesrvs: str) -> list[bytes]:
     return out
 
 
-@pytest.mark.slow
 async def test_master_and_controller_leader_kills_lose_no_acknowledged_message(cluster: Cluster) -> None:
     with trio.fail_after(120):
         for p in cluster.procs:
