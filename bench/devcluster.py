@@ -27,7 +27,7 @@ NAMESRV = "127.0.0.1:9876"
 CLUSTER = "DefaultCluster"
 BROKERS = {"broker-a", "broker-b"}
 #: every port the dev cluster binds (name server, masters and slaves, their HA ports)
-PORTS = (9876, 10911, 10912, 10921, 10922, 10915, 10916, 10925, 10926)
+PORTS = (9876, 9878, 10911, 10912, 10921, 10922, 10915, 10916, 10925, 10926)
 STARTS = 3
 IDLE_SECONDS = 5.0
 TARGET_START_S = 2.0

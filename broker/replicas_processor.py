@@ -21,33 +21,18 @@ from remoting.command import RemotingCommand
 from remoting.fastjson import FastjsonError
 from remoting.headers import HeaderError, decode_header
 from remoting.processor import RequestContext
-from remoting.protocol.common import Body
-from remoting.protocol.controller import NotifyBrokerRoleChangedRequestHeader, SyncStateSet
-from store.epoch import LONG_MAX
+from remoting.protocol.controller import (
+    EpochEntry,
+    EpochEntryCache,
+    NotifyBrokerRoleChangedRequestHeader,
+    SyncStateSet,
+)
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
     from remoting.connection import ProcessorTable
 
 CONTROLLER_MODE_ONLY = "this request only for controllerMode "
-
-
-class EpochEntry(Body, kw_only=True):
-    """One epoch of the epoch file as GET_BROKER_EPOCH_CACHE reports it (upstream ``EpochEntry``)."""
-
-    epoch: int = 0
-    startOffset: int = 0
-    endOffset: int = LONG_MAX
-
-
-class EpochEntryCache(Body, kw_only=True):
-    """GET_BROKER_EPOCH_CACHE response body (upstream ``EpochEntryCache``)."""
-
-    clusterName: str | None = None
-    brokerName: str | None = None
-    brokerId: int = 0
-    epochList: list[EpochEntry] = msgspec.field(default_factory=list)
-    maxOffset: int = 0
 
 
 def epoch_entry_cache(broker: BrokerController) -> EpochEntryCache:

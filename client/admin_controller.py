@@ -36,13 +36,14 @@ from remoting.command import RemotingCommand, request
 from remoting.errors import RemotingError, RemotingTimeoutError
 from remoting.fastjson import FastjsonError
 from remoting.headers import CommandHeader, HeaderError, decode_header, encode_header
-from remoting.protocol.common import Body
 from remoting.protocol.controller import (
     BrokerReplicasInfo,
     CleanControllerBrokerDataRequestHeader,
     ElectMasterRequestHeader,
     ElectMasterResponseBody,
     ElectMasterResponseHeader,
+    EpochEntry,
+    EpochEntryCache,
     GetMetaDataResponseHeader,
 )
 
@@ -63,32 +64,11 @@ H = TypeVar("H", bound=CommandHeader)
 LEADER_RETRY_PAUSE = 0.1
 #: Longest single request while following the leader (the overall admin timeout bounds the rest).
 PER_CALL_TIMEOUT = 3.0
-JAVA_LONG_MAX = 2**63 - 1
+
 EPOCH_NOT_SUPPORTED = (
     "the broker does not serve GET_BROKER_EPOCH_CACHE (1007): it answered REQUEST_CODE_NOT_SUPPORTED "
     "(not a controller-mode broker of this version)"
 )
-
-
-class EpochEntry(Body, kw_only=True):
-    """One epoch of a broker's epoch file; ``endOffset`` is Long.MAX_VALUE for the open last epoch."""
-
-    epoch: int = 0
-    startOffset: int = 0
-    endOffset: int = JAVA_LONG_MAX
-
-    def __str__(self) -> str:
-        return f"EpochEntry{{epoch={self.epoch}, startOffset={self.startOffset}, endOffset={self.endOffset}}}"
-
-
-class EpochEntryCache(Body, kw_only=True):
-    """GET_BROKER_EPOCH_CACHE response body (upstream ``EpochEntryCache``)."""
-
-    clusterName: str | None = None
-    brokerName: str | None = None
-    brokerId: int = 0
-    epochList: list[EpochEntry] = msgspec.field(default_factory=list)
-    maxOffset: int = 0
 
 
 def parse_properties_body(data: bytes) -> dict[str, str]:

@@ -252,3 +252,28 @@ def decode_broker_names(data: bytes | memoryview | None) -> list[str]:
     Raises :class:`remoting.fastjson.FastjsonError` / ``msgspec.ValidationError`` when it is not.
     """
     return fastjson.decode(bytes(data or b""), list[str])
+
+
+#: Java Long.MAX_VALUE: the end offset of the open (last) epoch.
+JAVA_LONG_MAX = 2**63 - 1
+
+
+class EpochEntry(Body, kw_only=True):
+    """One epoch of a broker's epoch file as GET_BROKER_EPOCH_CACHE reports it (upstream ``EpochEntry``)."""
+
+    epoch: int = 0
+    startOffset: int = 0
+    endOffset: int = JAVA_LONG_MAX
+
+    def __str__(self) -> str:
+        return f"EpochEntry{{epoch={self.epoch}, startOffset={self.startOffset}, endOffset={self.endOffset}}}"
+
+
+class EpochEntryCache(Body, kw_only=True):
+    """GET_BROKER_EPOCH_CACHE (1007) response body (upstream ``EpochEntryCache``)."""
+
+    clusterName: str | None = None
+    brokerName: str | None = None
+    brokerId: int = 0
+    epochList: list[EpochEntry] = msgspec.field(default_factory=list)
+    maxOffset: int = 0

@@ -307,7 +307,7 @@ async def _kill_master(
 
 
 async def _epochs(client: RemotingClient, addr: str) -> tuple[list[tuple[int, int]], int]:
-    from broker.replicas_processor import EpochEntryCache
+    from remoting.protocol.controller import EpochEntryCache
 
     r = await call(client, addr, RequestCode.GET_BROKER_EPOCH_CACHE)
     assert r.code == ResponseCode.SUCCESS, r.remark

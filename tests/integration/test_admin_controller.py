@@ -13,7 +13,6 @@ import trio
 from click.testing import CliRunner, Result
 
 from client.admin_cli import main
-from client.admin_controller import EpochEntry, EpochEntryCache
 from container.config import ProcessConfig
 from container.process import ContainerProcess
 from controller.config import ControllerConfig
@@ -24,6 +23,7 @@ from remoting.command import RemotingCommand, request
 from remoting.connection import ProcessorTable, RequestContext
 from remoting.headers import encode_header
 from remoting.protocol.common import DataVersion, TopicConfigAndMappingSerializeWrapper
+from remoting.protocol.controller import EpochEntry, EpochEntryCache
 from remoting.protocol.namesrv import RegisterBrokerBody, RegisterBrokerRequestHeader
 from remoting.server import RemotingServer
 from tests.cluster.harness import free_ports

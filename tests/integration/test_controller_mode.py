@@ -21,7 +21,6 @@ import trio
 
 from broker.controller import BrokerController
 from broker.replicas_manager import ReplicasManager
-from broker.replicas_processor import EpochEntryCache
 from controller.config import ControllerConfig
 from controller.service import ControllerPeer
 from namesrv.config import NamesrvConfig
@@ -29,7 +28,7 @@ from namesrv.controller import NamesrvController
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
-from remoting.protocol.controller import BrokerReplicasInfo, SyncStateSet
+from remoting.protocol.controller import BrokerReplicasInfo, EpochEntryCache, SyncStateSet
 from remoting.server import RemotingServer
 from store.message import encode_message
 from tests.cluster.harness import free_ports
