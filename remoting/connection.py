@@ -380,6 +380,7 @@ class Connection:
             sock = self._sock
             decoder = self._decoder
             recv_buf, recv_view = _receive_buffer()
+            again = False  # the last read had data and was not followed by a yield
             while decoder.error is None:
                 if len(self._backlog) >= self._max_in_flight and not self._pending:
                     # Every slot busy and as many requests waiting: stop reading (backpressure).
@@ -395,6 +396,7 @@ class Connection:
                 try:
                     n = sock.recv_into(recv_buf)
                 except BlockingIOError:
+                    again = False
                     await trio.lowlevel.wait_readable(sock)
                     continue
                 except OSError as e:
@@ -417,9 +419,14 @@ class Connection:
                     cmds = []
                 if cmds and await self._dispatch(cmds):
                     return
-                # Let the other tasks run before reading again: by then the peer has often sent
-                # its next request, which saves a failed read and an epoll round trip.
-                await trio.lowlevel.checkpoint()
+                # Read again at once: a peer with one request in flight has often answered our
+                # response already (the send woke it), and a failed read just waits below. After
+                # two reads with data in a row, let the other tasks run (fairness).
+                if again:
+                    again = False
+                    await trio.lowlevel.checkpoint()
+                else:
+                    again = True
             else:  # the decoder failed (possibly after frames that were handled first)
                 self._log.warning("closing connection %s: %s", self.remote_address, decoder.error)
                 self.close_reason = str(decoder.error)
