@@ -321,6 +321,8 @@ class DirectSender:
     prefix: str = "m"
     timeout: float = 5.0
     pause: float = 0.005
+    #: pause after an acknowledged send (0: the next one at once; > 0 caps the rate per loop)
+    ok_pause: float = 0.0
     acked: list[Ack] = field(default_factory=list)
     failures: Counter[str] = field(default_factory=Counter)
     attempts: int = 0
@@ -347,7 +349,10 @@ class DirectSender:
             if r.code == ResponseCode.SUCCESS:
                 ack = Ack(body, addr, trio.current_time())
                 self.acked.append(ack)
-                self._acked_event.set()
+                event, self._acked_event = self._acked_event, trio.Event()
+                event.set()
+                if self.ok_pause:
+                    await trio.sleep(self.ok_pause)
                 return ack
             self.failures[f"{addr}: code {r.code}"] += 1
         if self._preferred % len(self.addrs) == index:
@@ -375,10 +380,11 @@ class DirectSender:
             return sum(1 for a in self.acked if a.at >= after and (at is None or a.addr == at)) >= count
 
         with trio.move_on_after(timeout):
-            while not enough():
-                self._acked_event = trio.Event()
-                await self._acked_event.wait()
-            return
+            while True:
+                event = self._acked_event  # replaced (and set) by the next ack
+                if enough():
+                    return
+                await event.wait()
         raise AssertionError(
             f"fewer than {count} acknowledged sends{f' on {at}' if at else ''} within {timeout}s "
             f"({len(self.acked)} acked, failures {dict(self.failures)})"
