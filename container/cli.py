@@ -10,8 +10,8 @@ Exit codes: 0 after a clean stop (SIGINT/SIGTERM) or ``--print-config``; 2 for a
 
 from __future__ import annotations
 
-import logging
 import gc
+import logging
 import sys
 from pathlib import Path
 
