@@ -7,11 +7,29 @@
   any peer from local state;
 * every other controller request is leader-only: a follower answers CONTROLLER_NOT_LEADER
   (upstream remark, plus ``controllerLeaderId`` / ``controllerLeaderAddress`` extFields when the
-  leader is known — an addition; upstream brokers ask GET_METADATA_INFO instead). On the leader
-  the request runs under one lock (upstream's single event thread): a read barrier brings the
-  state up to the commit index, the state machine computes a
-  :class:`~controller.replicas.ControllerResult`, its events (if any) are proposed as one Raft
-  entry, and the response goes out only once that entry is committed and applied.
+  leader is known — an addition; upstream brokers ask GET_METADATA_INFO instead).
+
+On the leader, leader-only requests go through one queue drained by one task (:meth:`run`;
+upstream's single event thread). Each round takes every queued request (up to
+:data:`MAX_BATCH`), in arrival order:
+
+1. a read barrier (``linearizable_read``) when the round holds a read, or when no barrier has
+   completed in this leadership term yet (a write after a term change must see everything
+   committed before it; within the term every entry is this leader's own, applied before the
+   next round starts);
+2. each request's :class:`~controller.replicas.ControllerResult` is computed against a
+   *speculative* state: the committed state plus the events of the requests computed before it
+   in the round (applied to a :meth:`~controller.replicas.ReplicasInfoManager.fork`), so it is
+   exactly the result one-at-a-time processing in that order gives;
+3. the events of the whole round are proposed as ONE Raft entry (the entry format is already a
+   batch of events), and the requests computed from the speculative state are answered once it
+   is applied. Requests computed before the first event (reads, rejections) are answered at once:
+   their answers depend on committed state only. If the proposal fails (leadership lost,
+   timeout), every request that depended on it gets the answer it would have got one at a time:
+   CONTROLLER_NOT_LEADER, or SYSTEM_ERROR for a timeout.
+
+Requests that arrive while a round's entry is being committed form the next round, so the
+number of Raft round trips per request falls as concurrency rises.
 
 The Raft side is any object with the :class:`RaftHandle` shape (the trio driver in
 ``controller/raft``). Time comes from an injectable ``clock_ms``. Outgoing notifications go to an
@@ -24,6 +42,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
@@ -31,7 +50,7 @@ import trio
 
 from controller.config import ControllerConfig
 from controller.elect_policy import DefaultElectPolicy
-from controller.events import encode_events
+from controller.events import Event, encode_events
 from controller.heartbeat import BrokerHeartbeatManager, BrokerLiveInfo
 from controller.raft.errors import (
     LeadershipLostError,
@@ -66,6 +85,8 @@ log = logging.getLogger("controller")
 
 #: Upstream ``ControllerRequestProcessor.WAIT_TIMEOUT_OUT``: how long a request may take in total.
 REQUEST_TIMEOUT = 5.0
+#: Most requests one round computes and commits together (upstream's event queue holds 1024).
+MAX_BATCH = 1024
 #: Upstream ``ControllerManager.triggerElectMaster``: each controller-triggered attempt waits this long.
 ELECT_ATTEMPT_TIMEOUT = 3.0
 NOT_LEADER_REMARK = "The controller is not in leader state"
@@ -120,6 +141,39 @@ class _NotLeader(Exception):
 
 
 Notify = Callable[[str, RemotingCommand], None]
+#: Computes a request's result from a state (the committed one, or a speculative fork of it).
+Compute = Callable[[ReplicasInfoManager], ControllerResult]
+
+
+@dataclass(eq=False)
+class _Pending:
+    """One queued leader-only request."""
+
+    compute: Compute
+    write: bool
+    done: trio.Event = field(default_factory=trio.Event)
+    result: ControllerResult | None = None
+    error: BaseException | None = None
+    #: the caller stopped waiting (timeout, cancellation): skip it if not computed yet
+    abandoned: bool = False
+
+    def resolve(self, result: ControllerResult) -> None:
+        self.result = result
+        self.done.set()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+
+def _failure_for(exc: BaseException) -> Callable[[], BaseException]:
+    """How each request depending on a failed barrier/proposal fails (a fresh exception per request,
+    mapped by :meth:`ControllerManager.handle` like the single-request path always did)."""
+    if isinstance(exc, (NotLeaderError, LeadershipLostError, ProposalDroppedError, _NotLeader)):
+        return lambda: _NotLeader(str(exc))
+    if isinstance(exc, (RaftTimeoutError, trio.TooSlowError)):
+        return lambda: RaftTimeoutError(str(exc))
+    return lambda: RaftError(str(exc))
 
 
 def role_change_notifications(
@@ -171,8 +225,12 @@ class ControllerManager:
         self.heartbeats = heartbeats if heartbeats is not None else BrokerHeartbeatManager()
         self.clock_ms: Callable[[], float] = clock_ms or (lambda: trio.current_time() * 1000.0)
         self.notify = notify
-        self._lock = trio.Lock()
+        self._queue: list[_Pending] = []
+        self._wakeup = trio.Event()
         self._caught_up_term: int | None = None
+        #: rounds run and requests they computed (for tests and the benchmark's curiosity)
+        self.rounds = 0
+        self.batched_requests = 0
         self._handlers: dict[int, Callable[[Any, RemotingCommand], Any]] = {
             RequestCode.BROKER_HEARTBEAT: self._heartbeat,
             RequestCode.CONTROLLER_GET_METADATA_INFO: self._metadata,
@@ -260,37 +318,110 @@ class ControllerManager:
         response.body = result.body
         return response
 
-    # -- the leader's serialized read / write path -----------------------------------------
+    # -- the leader's batched read / write path ----------------------------------------------
 
-    async def run_read(self, compute: Callable[[], ControllerResult]) -> ControllerResult:
+    async def run_read(self, compute: Compute) -> ControllerResult:
         """Compute a read on the leader after a linearizable read barrier."""
-        return await self._run(compute, write=False)
+        return await self._submit(compute, write=False)
 
-    async def run_write(self, compute: Callable[[], ControllerResult]) -> ControllerResult:
+    async def run_write(self, compute: Compute) -> ControllerResult:
         """Compute a result and commit its events; the result is valid once this returns."""
-        return await self._run(compute, write=True)
+        return await self._submit(compute, write=True)
 
-    async def _run(self, compute: Callable[[], ControllerResult], *, write: bool) -> ControllerResult:
-        with trio.fail_after(REQUEST_TIMEOUT):
-            async with self._lock:
-                try:
-                    # A write only needs the state caught up once per leadership term: after that
-                    # barrier every entry of the term is one of ours, applied before the lock is
-                    # released (its commit also proves leadership). A read needs it every time.
-                    term = getattr(self.raft, "term", None)
-                    if not write or term is None or term != self._caught_up_term:
-                        self._caught_up_term = None
-                        await self.raft.linearizable_read(REQUEST_TIMEOUT)
-                        self._caught_up_term = term
-                    result = compute()
-                    if result.events:
-                        self._caught_up_term = None  # until this proposal is known to be applied
-                        await self.raft.propose(encode_events(result.events), REQUEST_TIMEOUT)
-                        self._caught_up_term = term
-                except (NotLeaderError, LeadershipLostError, ProposalDroppedError) as exc:
-                    log.info("controller request failed on a non-leader: %s", exc)
-                    raise _NotLeader from exc
-                return result
+    async def _submit(self, compute: Compute, *, write: bool) -> ControllerResult:
+        pending = _Pending(compute, write)
+        self._queue.append(pending)
+        self._wakeup.set()
+        try:
+            with trio.fail_after(REQUEST_TIMEOUT):
+                await pending.done.wait()
+        finally:
+            if not pending.done.is_set():
+                pending.abandoned = True
+        if pending.error is not None:
+            raise pending.error
+        assert pending.result is not None
+        return pending.result
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Drain the request queue, one round at a time, until cancelled (see the module docstring).
+
+        Must run for leader-only requests to be answered; :class:`controller.service.ControllerService`
+        starts it.
+        """
+        task_status.started()
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup = trio.Event()
+                while self._queue:
+                    batch = [p for p in self._queue[:MAX_BATCH] if not p.abandoned]
+                    del self._queue[:MAX_BATCH]
+                    if batch:
+                        await self._round(batch)
+        finally:
+            for pending in self._queue:
+                pending.fail(RaftError("controller stopped"))
+            self._queue.clear()
+
+    async def _round(self, batch: list[_Pending]) -> None:
+        """Barrier, compute in order against the speculative state, one proposal, answers."""
+        self.rounds += 1
+        self.batched_requests += len(batch)
+        term = getattr(self.raft, "term", None)
+        try:
+            if not self.raft.is_leader:
+                raise _NotLeader
+            if any(not p.write for p in batch) or term is None or term != self._caught_up_term:
+                self._caught_up_term = None
+                await self.raft.linearizable_read(REQUEST_TIMEOUT)
+                self._caught_up_term = term
+        except (_NotLeader, NotLeaderError, LeadershipLostError, ProposalDroppedError, RaftError) as exc:
+            self._fail(batch, exc)
+            return
+        state = self.replicas
+        events: list[Event] = []
+        held: list[tuple[_Pending, ControllerResult]] = []
+        for pending in batch:
+            if events and state is self.replicas:
+                state = self.replicas.fork()
+                for event in events:
+                    state.apply_event(event)
+            try:
+                result = pending.compute(state)
+            except Exception as exc:  # a bug: raised again in the request's own task
+                pending.fail(exc)
+                continue
+            if result.events:
+                events += result.events
+                if state is not self.replicas:
+                    for event in result.events:
+                        state.apply_event(event)
+            if events:
+                held.append((pending, result))
+            else:
+                pending.resolve(result)
+        if not events:
+            return
+        self._caught_up_term = None  # until this proposal is known to be applied
+        try:
+            await self.raft.propose(encode_events(events), REQUEST_TIMEOUT)
+        except (NotLeaderError, LeadershipLostError, ProposalDroppedError, RaftError) as exc:
+            self._fail([p for p, _ in held], exc)
+            return
+        self._caught_up_term = term
+        for pending, result in held:
+            pending.resolve(result)
+
+    @staticmethod
+    def _fail(batch: list[_Pending], exc: BaseException) -> None:
+        if isinstance(exc, (_NotLeader, NotLeaderError, LeadershipLostError, ProposalDroppedError)):
+            log.info("controller request failed on a non-leader: %s", exc)
+        else:
+            log.warning("controller requests failed waiting for the raft log: %s", exc)
+        make = _failure_for(exc)
+        for pending in batch:
+            pending.fail(make())
 
     # -- any-peer requests -----------------------------------------------------------------
 
@@ -352,20 +483,20 @@ class ControllerManager:
 
     async def _get_next_broker_id(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(cmd, GetNextBrokerIdRequestHeader)
-        return self._reply(cmd, await self.run_read(lambda: self.replicas.handle_get_next_broker_id(h)))
+        return self._reply(cmd, await self.run_read(lambda r: r.handle_get_next_broker_id(h)))
 
     async def _apply_broker_id(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(cmd, ApplyBrokerIdRequestHeader)
-        return self._reply(cmd, await self.run_write(lambda: self.replicas.handle_apply_broker_id(h)))
+        return self._reply(cmd, await self.run_write(lambda r: r.handle_apply_broker_id(h)))
 
     async def _register_broker(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(cmd, RegisterBrokerToControllerRequestHeader)
-        result = await self.run_write(lambda: self.replicas.handle_register_broker(h, self.is_alive))
+        result = await self.run_write(lambda r: r.handle_register_broker(h, self.is_alive))
         return self._reply(cmd, result)
 
     async def _get_replica_info(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(cmd, GetReplicaInfoRequestHeader)
-        return self._reply(cmd, await self.run_read(lambda: self.replicas.handle_get_replica_info(h)))
+        return self._reply(cmd, await self.run_read(lambda r: r.handle_get_replica_info(h)))
 
     async def _get_sync_state_data(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
         if not cmd.body:
@@ -378,7 +509,7 @@ class ControllerManager:
             )
         if not names:
             return cmd.response(ResponseCode.SYSTEM_ERROR, NO_RESPONSE_CODE_REMARK)
-        result = await self.run_read(lambda: self.replicas.handle_get_sync_state_data(names, self.is_alive))
+        result = await self.run_read(lambda r: r.handle_get_sync_state_data(names, self.is_alive))
         return self._reply(cmd, result)
 
     async def _elect_master(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
@@ -392,14 +523,12 @@ class ControllerManager:
             proposed = SyncStateSet.decode(cmd.body_bytes)
         except (FastjsonError, msgspec.ValidationError) as exc:
             return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST, f"body is not a SyncStateSet: {exc}")
-        result = await self.run_write(
-            lambda: self.replicas.handle_alter_sync_state_set(h, proposed, self.is_alive)
-        )
+        result = await self.run_write(lambda r: r.handle_alter_sync_state_set(h, proposed, self.is_alive))
         return self._reply(cmd, result)
 
     async def _clean_broker_data(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(cmd, CleanControllerBrokerDataRequestHeader)
-        result = await self.run_write(lambda: self.replicas.handle_clean_broker_data(h, self.is_alive))
+        result = await self.run_write(lambda r: r.handle_clean_broker_data(h, self.is_alive))
         return self._reply(cmd, result)
 
     # -- elections and notifications -------------------------------------------------------
@@ -410,9 +539,10 @@ class ControllerManager:
         Raises ``_NotLeader``-mapped errors like any leader-only request when not leading.
         """
 
-        def compute() -> ControllerResult:
+        def compute(state: ReplicasInfoManager) -> ControllerResult:
             self.replicas.enable_elect_unclean_master = self.config.enableElectUncleanMaster
-            return self.replicas.handle_elect_master(header, self.elect_policy())
+            state.enable_elect_unclean_master = self.config.enableElectUncleanMaster
+            return state.handle_elect_master(header, self.elect_policy())
 
         result = await self.run_write(compute)
         if result.code == ResponseCode.SUCCESS:
@@ -486,7 +616,7 @@ class ControllerManager:
             return False
         if broker_id is not None:
             try:
-                await self.run_read(ControllerResult)
+                await self.run_read(lambda _: ControllerResult())
             except (_NotLeader, trio.TooSlowError, RaftTimeoutError):
                 return False
             if not self.is_master_of(broker_name, broker_id):

@@ -20,6 +20,10 @@ Two phases, as upstream:
    ``StateMachine.apply`` entry point that decodes a committed entry first).
 
 The validation rules and effects are those of §2.5; deviations are named where they occur.
+
+:meth:`ReplicasInfoManager.fork` gives a scratch copy on which the controller leader applies the
+events of requests it has computed but not yet committed, so that the next requests of the same
+Raft batch are validated against the state they will really meet (see :mod:`controller.manager`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import msgspec
 
 from controller.elect_policy import BrokerValidPredicate, DefaultElectPolicy
 from controller.events import (
@@ -113,6 +119,36 @@ class ReplicasInfoManager:
         self._replica_info: dict[str, BrokerReplicaInfo] = {}
         self._sync_state: dict[str, SyncStateInfo] = {}
         self.last_applied_index = 0
+        #: On a :meth:`fork`: the broker-sets whose entries still belong to the original.
+        self._shared: set[str] | None = None
+
+    def fork(self) -> ReplicasInfoManager:
+        """A scratch copy: ``apply_event`` on it never changes this manager.
+
+        Copy-on-write per broker-set (every event names exactly one set), so a fork costs two
+        dict copies plus one entry copy per set an event touches.
+        """
+        scratch = ReplicasInfoManager(enable_elect_unclean_master=self.enable_elect_unclean_master)
+        scratch._replica_info = dict(self._replica_info)
+        scratch._sync_state = dict(self._sync_state)
+        scratch._shared = set(self._replica_info) | set(self._sync_state)
+        scratch.last_applied_index = self.last_applied_index
+        return scratch
+
+    def _unshare(self, name: str) -> None:
+        """Before a fork changes ``name``'s entries: replace them by private copies."""
+        if self._shared is None or name not in self._shared:
+            return
+        self._shared.discard(name)
+        replicas = self._replica_info.get(name)
+        if replicas is not None:
+            self._replica_info[name] = msgspec.structs.replace(
+                replicas,
+                brokerIdInfo={k: msgspec.structs.replace(v) for k, v in replicas.brokerIdInfo.items()},
+            )
+        info = self._sync_state.get(name)
+        if info is not None:
+            self._sync_state[name] = msgspec.structs.replace(info, syncStateSet=set(info.syncStateSet))
 
     # -- inspection ------------------------------------------------------------------------
 
@@ -489,6 +525,8 @@ class ReplicasInfoManager:
 
     def apply_event(self, event: Event) -> None:
         """Change the state by one committed event (upstream ``applyEvent``)."""
+        if self._shared is not None:
+            self._unshare(event.brokerName)
         match event:
             case AlterSyncStateSetEvent():
                 if self.contains(event.brokerName):
@@ -576,3 +614,5 @@ class ReplicasInfoManager:
     def restore(self, data: bytes) -> None:
         """Replace the state with a :meth:`snapshot`."""
         self._replica_info, self._sync_state = decode_snapshot(data)
+        if self._shared is not None:
+            self._shared = set()

@@ -1,7 +1,8 @@
 """One controller peer in a trio process: the thin layer around :class:`~controller.manager.ControllerManager`.
 
 It wires the manager to the remoting server (handlers and the connection-closed callback), runs
-the periodic work on its schedule, and sends role-change notifications:
+the manager's request queue (:meth:`ControllerManager.run`) and the periodic work on its
+schedule, and sends role-change notifications:
 
 * every peer scans its heartbeat table every ``scanNotActiveBrokerInterval`` (first scan after
   at most 2 s) — expired brokers and brokers whose connection closed become "broker inactive"
@@ -166,6 +167,7 @@ class ControllerService:
             if self.run_driver:
                 await nursery.start(self.driver.run)
             await nursery.start(self.notifier.run)
+            await nursery.start(self.manager.run)
             nursery.start_soon(self._heartbeat_scan_loop)
             nursery.start_soon(self._inactive_master_loop)
             nursery.start_soon(self._inactive_worker)

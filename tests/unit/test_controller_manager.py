@@ -3,9 +3,11 @@ inactive-broker elections and role-change notifications."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+import trio
 
 from controller.config import ControllerConfig
 from controller.manager import ControllerManager, config_to_properties, parse_properties_text
@@ -68,6 +70,8 @@ class Ctx:
 
 
 class Env:
+    """A manager over a :class:`FakeRaft`; its request queue must run (see ``make_env``)."""
+
     def __init__(self, **config: Any) -> None:
         self.now = 1_000_000.0
         self.config = ControllerConfig(
@@ -89,7 +93,7 @@ class Env:
         return await self.manager.handle(Ctx(conn), request(code, ext, body))
 
     async def heartbeat(
-        self, broker_id: int, *, epoch: int = 0, max_offset: int = 0, conn: int | None = None
+        self, broker_id: int, *, epoch: int = -1, max_offset: int = 0, conn: int | None = None
     ) -> RemotingCommand:
         return await self.call(
             RequestCode.BROKER_HEARTBEAT,
@@ -158,8 +162,23 @@ class Env:
         return self.manager.scan_not_active_brokers()
 
 
-async def test_registration_flow_and_first_election_over_commands() -> None:
-    env = Env()
+MakeEnv = Callable[..., Env]
+
+
+@pytest.fixture
+def make_env(nursery: trio.Nursery) -> MakeEnv:
+    """Build an :class:`Env` whose manager's request queue runs for the rest of the test."""
+
+    def make(**config: Any) -> Env:
+        env = Env(**config)
+        nursery.start_soon(env.manager.run)
+        return env
+
+    return make
+
+
+async def test_registration_flow_and_first_election_over_commands(make_env: MakeEnv) -> None:
+    env = make_env()
     r = await env.register(1)
     assert r.code == ResponseCode.SUCCESS
     h = decode_header(r, RegisterBrokerToControllerResponseHeader)
@@ -183,8 +202,10 @@ async def test_registration_flow_and_first_election_over_commands() -> None:
     assert len(env.raft.proposals) == 3, "apply 1, elect, apply 2 (registers committed nothing)"
 
 
-async def test_follower_answers_leader_only_requests_with_not_leader_and_the_leader_address() -> None:
-    env = Env()
+async def test_follower_answers_leader_only_requests_with_not_leader_and_the_leader_address(
+    make_env: MakeEnv,
+) -> None:
+    env = make_env()
     env.raft.is_leader = False
     env.raft.leader_id, env.raft.leader_address = "n1", None
     for code in (
@@ -214,8 +235,8 @@ async def test_follower_answers_leader_only_requests_with_not_leader_and_the_lea
     assert (await env.call(RequestCode.GET_CONTROLLER_CONFIG)).code == ResponseCode.SUCCESS
 
 
-async def test_unknown_leader_gives_not_leader_without_address() -> None:
-    env = Env()
+async def test_unknown_leader_gives_not_leader_without_address(make_env: MakeEnv) -> None:
+    env = make_env()
     env.raft.is_leader = False
     env.raft.leader_id = env.raft.leader_address = None
     r = await env.call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": B})
@@ -223,8 +244,8 @@ async def test_unknown_leader_gives_not_leader_without_address() -> None:
     assert r.ext_fields is None
 
 
-async def test_leadership_lost_during_commit_answers_not_leader() -> None:
-    env = Env()
+async def test_leadership_lost_during_commit_answers_not_leader(make_env: MakeEnv) -> None:
+    env = make_env()
     await env.register(1)
     env.raft.fail_propose = NotLeaderError("n2", "127.0.0.1:9858")
     r = await env.call(
@@ -235,8 +256,8 @@ async def test_leadership_lost_during_commit_answers_not_leader() -> None:
     assert env.manager.replicas.replica_info(B).all_brokers() == {1}, "nothing applied"
 
 
-async def test_raft_timeout_is_a_system_error() -> None:
-    env = Env()
+async def test_raft_timeout_is_a_system_error(make_env: MakeEnv) -> None:
+    env = make_env()
     env.raft.fail_propose = RaftTimeoutError("slow")
     r = await env.call(
         RequestCode.CONTROLLER_APPLY_BROKER_ID,
@@ -246,15 +267,15 @@ async def test_raft_timeout_is_a_system_error() -> None:
     assert "timed out" in r.remark
 
 
-async def test_reads_go_through_a_read_barrier() -> None:
-    env = Env()
+async def test_reads_go_through_a_read_barrier(make_env: MakeEnv) -> None:
+    env = make_env()
     before = env.raft.reads
     await env.call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": B})
     assert env.raft.reads == before + 1
 
 
-async def test_heartbeat_without_broker_id_is_invalid() -> None:
-    env = Env()
+async def test_heartbeat_without_broker_id_is_invalid(make_env: MakeEnv) -> None:
+    env = make_env()
     r = await env.call(
         RequestCode.BROKER_HEARTBEAT, {"clusterName": C, "brokerName": B, "brokerAddr": addr(1)}
     )
@@ -263,8 +284,8 @@ async def test_heartbeat_without_broker_id_is_invalid() -> None:
     assert len(env.manager.heartbeats) == 0
 
 
-async def test_bad_header_and_unknown_code() -> None:
-    env = Env()
+async def test_bad_header_and_unknown_code(make_env: MakeEnv) -> None:
+    env = make_env()
     r = await env.call(RequestCode.CLEAN_BROKER_DATA, {"clusterName": C})  # brokerName is required
     assert r.code == ResponseCode.SYSTEM_ERROR
     assert "brokerName" in r.remark
@@ -272,8 +293,8 @@ async def test_bad_header_and_unknown_code() -> None:
     assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
 
 
-async def test_metadata_names_group_leader_and_peers() -> None:
-    env = Env()
+async def test_metadata_names_group_leader_and_peers(make_env: MakeEnv) -> None:
+    env = make_env()
     r = await env.call(RequestCode.CONTROLLER_GET_METADATA_INFO)
     assert r.code == ResponseCode.SUCCESS
     assert r.ext_fields == {
@@ -285,8 +306,8 @@ async def test_metadata_names_group_leader_and_peers() -> None:
     }
 
 
-async def test_alter_sync_state_set_over_commands_and_bad_body() -> None:
-    env = Env()
+async def test_alter_sync_state_set_over_commands_and_bad_body(make_env: MakeEnv) -> None:
+    env = make_env()
     await env.group([1, 2], in_sync={1})
     r = await env.call(
         RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
@@ -310,8 +331,8 @@ async def test_alter_sync_state_set_over_commands_and_bad_body() -> None:
     assert r.code == ResponseCode.CONTROLLER_INVALID_MASTER
 
 
-async def test_get_sync_state_data_over_commands() -> None:
-    env = Env()
+async def test_get_sync_state_data_over_commands(make_env: MakeEnv) -> None:
+    env = make_env()
     await env.group([1, 2], in_sync={1, 2})
     r = await env.call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, None, b'["broker-a","nope"]')
     info = BrokerReplicasInfo.decode(r.body)
@@ -323,12 +344,14 @@ async def test_get_sync_state_data_over_commands() -> None:
     assert r.code == ResponseCode.CONTROLLER_INVALID_REQUEST
 
 
-async def test_inactive_master_triggers_election_and_notifies_live_members() -> None:
-    env = Env()
+async def test_inactive_master_triggers_election_and_notifies_live_members(make_env: MakeEnv) -> None:
+    env = make_env()
     for bid in (1, 2, 3):
         await env.register(bid)
-        await env.heartbeat(bid, epoch=1, max_offset=100 * bid)
+        await env.heartbeat(bid)  # fresh stores: epoch -1
     assert (await env.elect(1)).code == ResponseCode.SUCCESS
+    for bid in (1, 2, 3):
+        await env.heartbeat(bid, epoch=1, max_offset=100 * bid)
     r = await env.call(
         RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
         {"brokerName": B, "masterBrokerId": 1, "masterEpoch": 1},
@@ -353,8 +376,8 @@ async def test_inactive_master_triggers_election_and_notifies_live_members() -> 
     assert SyncStateSet.decode(cmd.body) == SyncStateSet(syncStateSet=frozenset({3}), syncStateSetEpoch=3)
 
 
-async def test_inactive_slave_or_follower_triggers_nothing() -> None:
-    env = Env()
+async def test_inactive_slave_or_follower_triggers_nothing(make_env: MakeEnv) -> None:
+    env = make_env()
     await env.group([1, 2], in_sync={1, 2})
     env.expire(1)
     proposals = len(env.raft.proposals)
@@ -366,8 +389,8 @@ async def test_inactive_slave_or_follower_triggers_nothing() -> None:
     assert env.sent == []
 
 
-async def test_connection_close_removes_heartbeats_of_that_connection() -> None:
-    env = Env()
+async def test_connection_close_removes_heartbeats_of_that_connection(make_env: MakeEnv) -> None:
+    env = make_env()
     await env.heartbeat(1, conn=7)
     await env.heartbeat(2, conn=8)
     gone = env.manager.on_connection_closed(7)
@@ -376,8 +399,8 @@ async def test_connection_close_removes_heartbeats_of_that_connection() -> None:
     assert env.manager.is_alive(C, B, 2)
 
 
-async def test_scan_inactive_masters_elects_where_a_replica_lives() -> None:
-    env = Env()
+async def test_scan_inactive_masters_elects_where_a_replica_lives(make_env: MakeEnv) -> None:
+    env = make_env()
     await env.group([1, 2], in_sync={1, 2})
     assert await env.manager.scan_inactive_masters() == []
     env.now += 10_001
@@ -390,8 +413,8 @@ async def test_scan_inactive_masters_elects_where_a_replica_lives() -> None:
     assert await env.manager.scan_inactive_masters() == []
 
 
-async def test_controller_triggered_election_retries_and_records_no_master() -> None:
-    env = Env()
+async def test_controller_triggered_election_retries_and_records_no_master(make_env: MakeEnv) -> None:
+    env = make_env()
     await env.group([1, 2], in_sync={1})
     env.expire(2)
     assert not await env.manager.trigger_elect_master(B)
@@ -401,8 +424,8 @@ async def test_controller_triggered_election_retries_and_records_no_master() -> 
     assert env.sent == []
 
 
-async def test_admin_designated_election_notifies_and_master_still_exist_does_not() -> None:
-    env = Env()
+async def test_admin_designated_election_notifies_and_master_still_exist_does_not(make_env: MakeEnv) -> None:
+    env = make_env()
     await env.group([1, 2], in_sync={1, 2})
     r = await env.elect(1)
     assert r.code == ResponseCode.CONTROLLER_MASTER_STILL_EXIST
@@ -412,15 +435,15 @@ async def test_admin_designated_election_notifies_and_master_still_exist_does_no
     assert sorted(a for a, _ in env.sent) == [addr(1), addr(2)]
 
 
-async def test_notifications_off_when_configured() -> None:
-    env = Env(notifyBrokerRoleChanged=False)
+async def test_notifications_off_when_configured(make_env: MakeEnv) -> None:
+    env = make_env(notifyBrokerRoleChanged=False)
     await env.group([1, 2], in_sync={1, 2})
     assert (await env.elect(2, designate=True)).code == ResponseCode.SUCCESS
     assert env.sent == []
 
 
-async def test_controller_config_get_and_update() -> None:
-    env = Env()
+async def test_controller_config_get_and_update(make_env: MakeEnv) -> None:
+    env = make_env()
     r = await env.call(RequestCode.GET_CONTROLLER_CONFIG)
     props = parse_properties_text(r.body.decode())
     assert props["controllerDLegerGroup"] == "group1"
@@ -452,14 +475,14 @@ def test_config_properties_round_trip() -> None:
 
 
 @pytest.mark.parametrize("code", [RequestCode.BROKER_HEARTBEAT, RequestCode.CONTROLLER_GET_METADATA_INFO])
-async def test_codes_lists_every_served_code(code: int) -> None:
-    env = Env()
+async def test_codes_lists_every_served_code(code: int, make_env: MakeEnv) -> None:
+    env = make_env()
     assert code in env.manager.codes()
     assert len(env.manager.codes()) == 12
 
 
-async def test_writes_need_one_barrier_per_term_reads_always() -> None:
-    env = Env()
+async def test_writes_need_one_barrier_per_term_reads_always(make_env: MakeEnv) -> None:
+    env = make_env()
     env.raft.term = 3  # type: ignore[attr-defined]
     await env.register(1)  # next id (read), apply (write), register (write)
     assert env.raft.reads == 1, "the first read's barrier also serves the term's writes"
