@@ -63,12 +63,19 @@ class ElectMasterEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
 
     Apply bumps ``masterEpoch`` either way; with a master it also sets the SyncStateSet to
     ``{newMasterBrokerId}`` and bumps ``syncStateSetEpoch``.
+
+    ``newMasterEpoch`` is an rmq-container addition (absent in upstream's JSON, and absent here
+    unless needed): the master epoch this election starts when it must be higher than the
+    previous one + 1, because a replica's epoch file already holds a higher epoch than the
+    controller remembers (the controller lost its data). Apply sets ``masterEpoch`` to
+    ``max(previous + 1, newMasterEpoch)``.
     """
 
     event_type: ClassVar[EventType] = EventType.ELECT_MASTER
     newMasterElected: bool
     brokerName: str
     newMasterBrokerId: int | None = None
+    newMasterEpoch: int | None = None
 
 
 class CleanBrokerDataEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

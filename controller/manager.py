@@ -255,6 +255,21 @@ class ControllerManager:
     def elect_policy(self) -> DefaultElectPolicy:
         return DefaultElectPolicy(self.is_alive, self.heartbeats.live_info)
 
+    def reported_epoch(self, cluster: str, broker_name: str) -> int:
+        """The highest epoch a live replica of the set reports in its heartbeats (−1: none); a new
+        master's epoch is set above it (see ``ReplicasInfoManager.handle_elect_master``)."""
+        now = self.clock_ms()
+        return max(
+            (
+                info.epoch
+                for info in self.heartbeats.entries()
+                if info.brokerName == broker_name
+                and info.clusterName == cluster
+                and info.lastUpdateTimestamp + info.heartbeatTimeoutMillis >= now
+            ),
+            default=-1,
+        )
+
     # -- dispatch --------------------------------------------------------------------------
 
     async def handle(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
@@ -542,7 +557,7 @@ class ControllerManager:
         def compute(state: ReplicasInfoManager) -> ControllerResult:
             self.replicas.enable_elect_unclean_master = self.config.enableElectUncleanMaster
             state.enable_elect_unclean_master = self.config.enableElectUncleanMaster
-            return state.handle_elect_master(header, self.elect_policy())
+            return state.handle_elect_master(header, self.elect_policy(), self.reported_epoch)
 
         result = await self.run_write(compute)
         if result.code == ResponseCode.SUCCESS:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -100,6 +100,10 @@ class ControllerResult:
 
 
 _ID_TOKEN = re.compile(r"[+-]?\d+")
+
+#: (clusterName, brokerName) → the highest epoch a live replica of the set reports in its
+#: heartbeats (the last epoch of its epoch file), −1 when none does.
+ReportedEpoch = Callable[[str, str], int]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,9 +237,20 @@ class ReplicasInfoManager:
         return result
 
     def handle_elect_master(
-        self, request: ElectMasterRequestHeader, policy: DefaultElectPolicy
+        self,
+        request: ElectMasterRequestHeader,
+        policy: DefaultElectPolicy,
+        reported_epoch: ReportedEpoch | None = None,
     ) -> ControllerResult:
-        """CONTROLLER_ELECT_MASTER (broker-, controller- or admin-triggered), §2.5 steps 1–7."""
+        """CONTROLLER_ELECT_MASTER (broker-, controller- or admin-triggered), §2.5 steps 1–7.
+
+        rmq-container safety rule (not upstream): with ``reported_epoch``, a new master's epoch is
+        also above every epoch a live replica of the set reports. Normally those are never above
+        the recorded ``masterEpoch``; they are when this controller lost its data (a fresh Raft log,
+        or the set cleaned and registered again), and a master epoch at or below a replica's
+        epoch file would be refused by that replica's HA (the group would stay fenced) or,
+        worse, give two different histories the same epoch number.
+        """
         name = request.brokerName
         broker_id = request.brokerId
         result = ControllerResult(header=ElectMasterResponseHeader())
@@ -274,19 +289,36 @@ class ReplicasInfoManager:
                 f"The old master {old_master} is still alive, not need to elect new master for broker {name}",
             )
         if new_master is not None:
+            epoch = info.masterEpoch + 1
+            reported = reported_epoch(replicas.clusterName, replicas.brokerName) if reported_epoch else -1
+            if reported >= epoch:
+                log.warning(
+                    "broker-set %s: a replica reports epoch %d but the recorded master epoch is %d "
+                    "(controller data lost?); the new master epoch is %d",
+                    name,
+                    reported,
+                    info.masterEpoch,
+                    reported + 1,
+                )
+                epoch = reported + 1
             result.header = ElectMasterResponseHeader(
                 masterBrokerId=new_master,
                 masterAddress=replicas.broker_address(new_master),
-                masterEpoch=info.masterEpoch + 1,
+                masterEpoch=epoch,
                 syncStateSetEpoch=info.syncStateSetEpoch + 1,
             )
             result.body = ElectMasterResponseBody(
                 brokerMemberGroup=self.broker_member_group(name), syncStateSet=frozenset({new_master})
             ).encode()
             result.events.append(
-                ElectMasterEvent(newMasterElected=True, brokerName=name, newMasterBrokerId=new_master)
+                ElectMasterEvent(
+                    newMasterElected=True,
+                    brokerName=name,
+                    newMasterBrokerId=new_master,
+                    newMasterEpoch=epoch if epoch != info.masterEpoch + 1 else None,
+                )
             )
-            log.info("Elect new master %s for broker %s", new_master, name)
+            log.info("Elect new master %s for broker %s (master epoch %d)", new_master, name, epoch)
             return result
         log.warning("Failed to elect a new master for broker %s", name)
         if broker_id == -1:
@@ -569,6 +601,8 @@ class ReplicasInfoManager:
         info = self._sync_state[event.brokerName]
         if event.newMasterElected:
             info.update_master_info(event.newMasterBrokerId)
+            if event.newMasterEpoch is not None and event.newMasterEpoch > info.masterEpoch:
+                info.masterEpoch = event.newMasterEpoch
             info.update_sync_state_set_info(
                 {event.newMasterBrokerId} if event.newMasterBrokerId is not None else ()
             )

@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from controller.config import ControllerConfig
+from controller.events import ElectMasterEvent, decode_events
 from controller.manager import ControllerManager, config_to_properties, parse_properties_text
 from controller.raft.errors import NotLeaderError, RaftTimeoutError
 from remoting.codes import RequestCode, ResponseCode
@@ -503,3 +504,49 @@ async def test_writes_need_one_barrier_per_term_reads_always(make_env: MakeEnv) 
     reads = env.raft.reads
     await env.elect(1)
     assert env.raft.reads == reads + 1, "after a proposal of unknown outcome: barrier again"
+
+
+async def test_new_master_epoch_is_above_every_live_replica_epoch(make_env: MakeEnv) -> None:
+    """rmq-container safety rule: a controller that lost its data (here: a fresh one) must not hand
+    out a master epoch at or below one a replica's epoch file already holds."""
+    env = make_env()
+    await env.register(1)
+    await env.register(2)
+    await env.register(3)
+    await env.heartbeat(1, epoch=5, max_offset=10)
+    await env.heartbeat(2, epoch=7, max_offset=10)
+    await env.heartbeat(3, epoch=9, max_offset=10, conn=3)
+    env.manager.on_connection_closed(3)  # a dead replica's epoch does not count
+    r = await env.elect(1)
+    assert r.code == ResponseCode.SUCCESS
+    assert r.ext_fields["masterEpoch"] == "8"
+    (event,) = decode_events(env.raft.proposals[-1])
+    assert event == ElectMasterEvent(
+        newMasterElected=True, brokerName=B, newMasterBrokerId=1, newMasterEpoch=8
+    )
+    info = env.manager.replicas.sync_state_info(B)
+    assert (info.masterBrokerId, info.masterEpoch, info.syncStateSetEpoch) == (1, 8, 1)
+    r = await env.call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": B})
+    assert r.ext_fields["masterEpoch"] == "8"
+    # from then on epochs simply count up, and the event is upstream's again
+    r = await env.call(
+        RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+        {"brokerName": B, "masterBrokerId": 1, "masterEpoch": 8},
+        SyncStateSet(syncStateSet=frozenset({1, 2}), syncStateSetEpoch=1).encode(),
+    )
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    r = await env.elect(2, designate=True)
+    assert r.ext_fields["masterEpoch"] == "9"
+    (event,) = decode_events(env.raft.proposals[-1])
+    assert event.newMasterEpoch is None
+    assert b"newMasterEpoch" not in env.raft.proposals[-1]
+
+
+async def test_replica_epochs_below_the_recorded_one_change_nothing(make_env: MakeEnv) -> None:
+    env = make_env()
+    await env.group([1, 2], in_sync={1, 2})
+    await env.heartbeat(1, epoch=1, max_offset=10)
+    await env.heartbeat(2, epoch=1, max_offset=10)
+    r = await env.elect(2, designate=True)
+    assert r.ext_fields["masterEpoch"] == "2"
+    assert b"newMasterEpoch" not in env.raft.proposals[-1]

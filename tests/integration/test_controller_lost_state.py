@@ -1,0 +1,92 @@
+"""A controller that lost its data (a new, empty Raft log) and brokers whose epoch files already hold
+higher master epochs than the new controller has ever handed out.
+
+rmq-container safety rule (controller/replicas.py ``handle_elect_master``): a new master's epoch is
+above every epoch a live replica of the set reports in its heartbeat. Without it the fresh
+controller hands out master epoch 1, the broker's replication refuses an epoch older than its epoch
+file, and the group stays fenced. Harness: tests/integration/test_controller_mode.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.integration.broker_env import wait_until
+from tests.integration.test_controller_mode import (
+    NAME,
+    ControllerMode,
+    Node,
+    controller_mode,
+    master_and_slave,
+    send_all,
+)
+
+
+async def _epoch_3(env: ControllerMode) -> tuple[Node, Node, list[bytes]]:
+    """Two failovers: ``a`` master of epoch 1, ``b`` of 2, ``a`` again of 3; ``b`` its slave in sync."""
+    a, b = await master_and_slave(env)
+    sent = [b"epoch-1"]
+    await send_all(env, a, sent[-1:])
+    await env.stop(a, crash=True)
+    await wait_until(lambda: b.is_master, 10, "b master")
+    sent.append(b"epoch-2")
+    await send_all(env, b, sent[-1:])
+    a = await env.start("a")
+    await wait_until(lambda: a.is_slave and b.broker.replication.sync_state_set == {1, 2}, 10, "a in sync")
+    await env.stop(b, crash=True)
+    await wait_until(lambda: a.is_master, 10, "a master again")
+    sent.append(b"epoch-3")
+    await send_all(env, a, sent[-1:])
+    b = await env.start("b")
+    await wait_until(lambda: b.is_slave and a.broker.replication.sync_state_set == {1, 2}, 10, "b in sync")
+    assert (a.epoch, b.epoch) == (3, 3)
+    assert a.broker.store.epoch_file.last_epoch() == b.broker.store.epoch_file.last_epoch() == 3
+    return a, b, sent
+
+
+async def test_new_master_epoch_is_above_the_replicas_epoch_files(tmp_path: Path) -> None:
+    async with controller_mode(tmp_path) as env:
+        a, b, sent = await _epoch_3(env)
+        await env.stop(b)
+        await env.stop(a)
+        await env.stop_controller()
+        await env.start_controller(store="controller-new")
+
+        a = await env.start("a")
+        await wait_until(lambda: a.is_master, 10, "a master under the new controller")
+        assert a.epoch == 4, "one above the epoch a reported"
+        assert a.broker.store.epoch_file.last_epoch() == 4
+        b = await env.start("b")
+        await wait_until(lambda: b.is_slave, 10, "b slave of a")
+        await wait_until(lambda: a.broker.replication.sync_state_set == {1, 2}, 10, "b back in sync")
+        assert b.epoch == 4
+        info = (await env.replicas()).replicasInfoTable[NAME]
+        assert (info.masterBrokerId, info.masterEpoch) == (1, 4)
+
+        sent.append(b"epoch-4")
+        await send_all(env, a, sent[-1:])
+        assert sorted(await env.pull_bodies(a)) == sorted(sent)
+        await wait_until(
+            lambda: b.broker.store.max_phy_offset == a.broker.store.max_phy_offset, 10, "b caught up"
+        )
+
+
+async def test_replicas_restarting_together_under_a_new_controller_elect_above_both(tmp_path: Path) -> None:
+    """Both replicas come back at once: whichever is elected, the epoch is above both epoch files
+    and the other one follows it."""
+    async with controller_mode(tmp_path) as env:
+        a, b, sent = await _epoch_3(env)
+        await env.stop(b)
+        await env.stop(a)
+        await env.stop_controller()
+        await env.start_controller(store="controller-new")
+
+        a, b = await env.start("a"), await env.start("b")
+        await wait_until(lambda: {a.is_master, b.is_master} == {True, False}, 10, "one master")
+        master, slave = (a, b) if a.is_master else (b, a)
+        await wait_until(lambda: slave.is_slave, 10, "the other one its slave")
+        assert master.epoch == slave.epoch >= 4
+        await wait_until(lambda: master.broker.replication.sync_state_set == {1, 2}, 10, "both in sync")
+        sent.append(b"after")
+        await send_all(env, master, sent[-1:])
+        assert sorted(await env.pull_bodies(master)) == sorted(sent)
