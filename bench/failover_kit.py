@@ -325,6 +325,8 @@ class DirectSender:
     ok_pause: float = 0.0
     acked: list[Ack] = field(default_factory=list)
     failures: Counter[str] = field(default_factory=Counter)
+    #: the last remark (or error text) seen for each kind of failure
+    remarks: dict[str, str] = field(default_factory=dict)
     attempts: int = 0
     _preferred: int = 0
     _seq: itertools.count[int] = field(default_factory=itertools.count)
@@ -344,7 +346,9 @@ class DirectSender:
         try:
             r = await self.client.invoke(addr, cmd, self.timeout)
         except RemotingError as e:
-            self.failures[f"{addr}: {type(e).__name__}"] += 1
+            key = f"{addr}: {type(e).__name__}"
+            self.failures[key] += 1
+            self.remarks[key] = str(e)
         else:
             if r.code == ResponseCode.SUCCESS:
                 ack = Ack(body, addr, trio.current_time())
@@ -354,7 +358,9 @@ class DirectSender:
                 if self.ok_pause:
                     await trio.sleep(self.ok_pause)
                 return ack
-            self.failures[f"{addr}: code {r.code}"] += 1
+            key = f"{addr}: code {r.code}"
+            self.failures[key] += 1
+            self.remarks[key] = r.remark or ""
         if self._preferred % len(self.addrs) == index:
             self._preferred = index + 1
         await trio.sleep(self.pause)
@@ -387,7 +393,7 @@ class DirectSender:
                 await event.wait()
         raise AssertionError(
             f"fewer than {count} acknowledged sends{f' on {at}' if at else ''} within {timeout}s "
-            f"({len(self.acked)} acked, failures {dict(self.failures)})"
+            f"({len(self.acked)} acked, failures {dict(self.failures)}, last remarks {self.remarks})"
         )
 
     def first_ack_after(self, t: float, *, not_at: str | None = None) -> Ack | None:
