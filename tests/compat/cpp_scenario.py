@@ -20,6 +20,14 @@ Actions (``spec["action"]``):
   > 0), or at ``deadline``; then shuts the consumer down (which commits offsets).
 - ``pull``: a pull consumer reads every queue of ``topic`` from offset 0 until the broker reports no
   new message; records each message with its broker name, queue id and the ``props`` asked for.
+- ``produce_stream``: one producer sends ``<prefix>-<n>`` bodies (also the keys) to ``topic`` with
+  ``send_sync`` for ``duration`` seconds, ``interval_ms`` apart; reports one result per send (``body``,
+  ``ok``, ``status`` or ``error``, ``t`` = wall-clock start, ``dt`` = seconds taken) and keeps
+  ``progress_file`` (if given) at ``{"sent": n, "acked": n}`` (SEND_OK count) while it runs.
+- ``push_until``: a concurrent push consumer of ``topic`` that records every delivery (``body``,
+  ``queue_id``, ``queue_offset``, ``reconsume_times``, ``t`` = wall clock); it learns what to wait for
+  from ``expect_file`` (a JSON list of bodies, written by the caller when it knows them) and stops
+  ``settle`` seconds after it has seen all of them, or after ``wait`` seconds.
 """
 
 from __future__ import annotations
@@ -260,7 +268,97 @@ def pull(spec: dict[str, Any], result: dict[str, Any]) -> None:
     consumer.shutdown()
 
 
-ACTIONS = {"produce": produce, "push": push, "pull": pull}
+# --- streams (failover tests) -----------------------------------------------------------------------
+
+
+def _write_json(path: str, data: object) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def produce_stream(spec: dict[str, Any], result: dict[str, Any]) -> None:
+    producer = Producer(spec.get("group", "PG_COMPAT_STREAM"), timeout=spec.get("timeout_ms", 3000))
+    producer.set_namesrv_addr(spec["namesrv"])
+    producer.start()
+    results: list[dict[str, Any]] = result.setdefault("results", [])
+    progress = spec.get("progress_file")
+    prefix = spec.get("prefix", "s")
+    interval = float(spec.get("interval_ms", 50)) / 1000
+    end = time.monotonic() + float(spec["duration"])
+    acked = 0
+    try:
+        n = 0
+        while time.monotonic() < end:
+            body = f"{prefix}-{n:06d}"
+            msg = Message(spec["topic"])
+            msg.set_body(body.encode())
+            msg.set_keys(body)
+            t = time.time()
+            try:
+                r = producer.send_sync(msg)
+                record = {"body": body, "ok": True, "status": int(r.status)}
+                acked += int(r.status) == 0
+            except Exception as e:
+                record = {"body": body, **_error(e)}
+            record.update(t=round(t, 3), dt=round(time.time() - t, 3))
+            results.append(record)
+            n += 1
+            if progress:
+                _write_json(progress, {"sent": n, "acked": acked})
+            time.sleep(interval)
+    finally:
+        producer.shutdown()
+
+
+def push_until(spec: dict[str, Any], result: dict[str, Any]) -> None:
+    received: list[dict[str, Any]] = result.setdefault("received", [])
+    lock = threading.Lock()
+
+    def on_message(msg: RecvMessage) -> None:
+        record = {
+            "body": _text(msg.body) or "",
+            "queue_id": msg.queue_id,
+            "queue_offset": msg.queue_offset,
+            "reconsume_times": msg.reconsume_times,
+            "t": round(time.time(), 3),
+        }
+        with lock:
+            received.append(record)
+
+    consumer = PushConsumer(spec["group"])
+    consumer.set_namesrv_addr(spec["namesrv"])
+    consumer.subscribe(spec["topic"], on_message, spec.get("expression", "*"))
+    consumer.start()
+    end = time.monotonic() + float(spec.get("wait", 60.0))
+    expect: set[str] | None = None
+    while time.monotonic() < end:
+        if expect is None and os.path.exists(spec["expect_file"]):
+            with open(spec["expect_file"]) as f:
+                expect = set(json.load(f))
+        if expect is not None:
+            with lock:
+                seen = {r["body"] for r in received}
+            if expect <= seen:
+                result["complete_at"] = round(time.time(), 3)
+                time.sleep(float(spec.get("settle", 0.0)))
+                break
+        time.sleep(0.1)
+    else:
+        result["timed_out"] = True
+    consumer.shutdown()
+    with lock:
+        result["received"] = list(received)
+
+
+ACTIONS = {
+    "produce": produce,
+    "push": push,
+    "pull": pull,
+    "produce_stream": produce_stream,
+    "push_until": push_until,
+}
 
 
 def main() -> None:

@@ -1,0 +1,191 @@
+"""The real C++ client across a controller-mode failover (issue #5).
+
+Three ``rmq-container`` processes: ``c0`` (name server + controller), ``p1`` and ``p2`` (one replica of
+broker-a and one of broker-b each, ``allAckInSyncStateSet``, dev timings), with broker-a's master and
+broker-b's master in different processes. A C++ producer sends continuously (``send_sync``, one
+message every 50 ms for 45 s) while a C++ push consumer listens; the process holding broker-a's master
+is SIGKILLed a few seconds in. Then:
+
+* sends keep being acknowledged (broker-b takes them at once; the producer's retry picks another
+  broker), and after the producer's route refresh (every 30 s in the C++ client) acknowledged sends
+  land on broker-a's new master again;
+* the push consumer receives every acknowledged message at least once (it too finds broker-a's new
+  master at its route refresh).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from bench.failover_kit import (
+    FailoverCluster,
+    ProcSpec,
+    create_topic,
+    read_all,
+    replicas,
+    route_master,
+    wait_settled,
+)
+from client.admin_controller import ControllerAdmin
+from remoting.client import RemotingClient
+from remoting.errors import RemotingError
+from remoting.protocol.controller import ReplicasInfo
+from tests.cluster.harness import wait_until
+from tests.compat.cluster import Clients, requires_cpp_client
+
+pytestmark = [pytest.mark.compat, pytest.mark.slow, requires_cpp_client]
+
+TOPIC = "CompatFailoverTopic"
+QUEUES = 4
+GROUPS = ("broker-a", "broker-b")
+#: seconds the producer sends; must cover the kill, the client's route refresh (every 30 s) and a bit
+PRODUCE_SECONDS = 45
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[FailoverCluster]:
+    specs = [
+        ProcSpec("c0", namesrv=True, controller=True),
+        ProcSpec("p1", groups=GROUPS),
+        ProcSpec("p2", groups=GROUPS),
+    ]
+    c = FailoverCluster(tmp_path / "cluster", specs, cluster="CompatFailover")
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+async def _masters_apart(cluster: FailoverCluster, admin: ControllerAdmin) -> ReplicasInfo:
+    """Settle both groups with broker-a's and broker-b's masters in different processes (an admin
+    election moves broker-b's if needed); broker-a's replica info."""
+    a = await wait_settled(admin, "broker-a", 2, 30)
+    b = await wait_settled(admin, "broker-b", 2, 30)
+    assert a.masterAddress is not None
+    assert b.masterAddress is not None
+    pa = cluster.process_of(a.masterAddress)
+    if cluster.process_of(b.masterAddress) == pa:
+        target = cluster.broker_addr("p2" if pa == "p1" else "p1", "broker-b")
+        target_id = next(r.brokerId for r in b.inSyncReplicas if r.brokerAddress == target)
+        assert target_id is not None
+        await admin.elect_master(cluster.cluster, "broker-b", target_id)
+
+        async def moved() -> bool:
+            return (await replicas(admin, "broker-b")).masterAddress == target
+
+        await wait_until(moved, 10, "broker-b's master moved away from broker-a's process")
+        await wait_settled(admin, "broker-b", 2, 30)
+    return a
+
+
+def _progress(path: Path) -> dict[str, int]:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {"sent": 0, "acked": 0}
+
+
+async def test_cpp_client_sends_and_consumes_across_a_master_failover(
+    cluster: FailoverCluster, client: Clients, tmp_path: Path
+) -> None:
+    progress, expect_file = tmp_path / "progress.json", tmp_path / "expect.json"
+    namesrv = cluster.namesrvs
+    consumer = producer = None
+    with trio.fail_after(170):
+        await cluster.start()
+        async with RemotingClient(name="test.cpp-failover") as rc:
+            admin = ControllerAdmin(rc, cluster.controllers, timeout=5.0)
+            before = await _masters_apart(cluster, admin)
+            addrs = [a for g in GROUPS for a in cluster.replica_addrs(g)]
+            await create_topic(rc, addrs, TOPIC, QUEUES)
+            for g in GROUPS:
+
+                async def routed(g: str = g) -> bool:
+                    return await route_master(rc, namesrv, TOPIC, g) is not None
+
+                await wait_until(routed, 10, f"the route of {TOPIC} with {g}")
+
+            consumer = client.start(
+                {
+                    "action": "push_until",
+                    "namesrv": namesrv,
+                    "group": "CG_CPP_FAILOVER",
+                    "topic": TOPIC,
+                    "expect_file": str(expect_file),
+                    "wait": PRODUCE_SECONDS + 50,
+                    "settle": 1,
+                    "deadline": PRODUCE_SECONDS + 60,
+                }
+            )
+            producer = client.start(
+                {
+                    "action": "produce_stream",
+                    "namesrv": namesrv,
+                    "group": "PG_CPP_FAILOVER",
+                    "topic": TOPIC,
+                    "duration": PRODUCE_SECONDS,
+                    "interval_ms": 50,
+                    "progress_file": str(progress),
+                    "deadline": PRODUCE_SECONDS + 30,
+                }
+            )
+
+            # ~5 s in: after the client's route refresh at +3 s, so that broker-a's new master is
+            # learned at the next one (+33 s), not by chance right after the kill
+            async def acked_some() -> bool:
+                return _progress(progress)["acked"] >= 100
+
+            await wait_until(acked_some, 30, "100 acknowledged C++ sends before the kill", interval=0.05)
+            assert before.masterAddress is not None
+            killed_at = time.time()
+            cluster.procs[cluster.process_of(before.masterAddress)].kill_now()
+
+            async def new_master() -> ReplicasInfo | None:
+                r = await replicas(admin, "broker-a")
+                return r if r.masterAddress not in (None, before.masterAddress) else None
+
+            after: ReplicasInfo = await wait_until(new_master, 10, "broker-a: a new master")
+            assert after.masterAddress is not None
+
+            sent: dict[str, Any] = await trio.to_thread.run_sync(producer.report, PRODUCE_SECONDS + 40)
+            assert "exception" not in sent, sent
+            results = sent["results"]
+            acked = [r for r in results if r.get("ok") and r["status"] == 0]
+            expect_file.write_text(json.dumps([r["body"] for r in acked]))
+            got: dict[str, Any] = await trio.to_thread.run_sync(consumer.report, 80)
+            assert "exception" not in got, got
+
+            try:
+                on_a = {b.decode() for b in await read_all(rc, after.masterAddress, TOPIC, QUEUES)}
+            except RemotingError as e:
+                raise AssertionError(f"reading broker-a's new master: {e}") from None
+
+    acked_before = [r for r in acked if r["t"] < killed_at]
+    acked_after = [r for r in acked if r["t"] > killed_at]
+    failed = [r for r in results if not (r.get("ok") and r["status"] == 0)]
+    on_new_a = sorted(r["t"] - killed_at for r in acked_after if r["body"] in on_a)
+    summary = (
+        f"{len(results)} sends: {len(acked_before)} acknowledged before the kill, {len(acked_after)} after, "
+        f"{len(failed)} not acknowledged (e.g. {failed[:2]}); first acknowledged send on broker-a's new "
+        f"master {on_new_a[0] if on_new_a else None} s after the kill"
+    )
+    print(summary)
+    assert acked_before, summary
+    assert acked_after, summary
+    assert on_new_a, f"no acknowledged send reached broker-a's new master after the kill: {summary}"
+    # the producer finds broker-a's new master at its next route refresh (every 30 s) and sends on
+    assert on_new_a[0] <= 35, summary
+    assert len(on_new_a) >= 10, summary
+    received = {r["body"] for r in got["received"]}
+    missing = [r["body"] for r in acked if r["body"] not in received]
+    assert not got.get("timed_out"), (
+        f"consumer timed out; {len(missing)} of {len(acked)} missing: {missing[:5]}"
+    )
+    assert not missing, f"{len(missing)} of {len(acked)} acknowledged messages never delivered: {missing[:5]}"
