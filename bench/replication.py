@@ -14,6 +14,9 @@ machine has 2 cores for the three.
 2. **replication lag** at that load: sampled every 2 ms on the master during each round (bytes the
    slave has not acked; how long ago the master's end passed the slave's ack), p99 of the median
    round; informational, for both modes.
+   CPU per message of the master and of the slave process (``/proc`` user+system time from the mode
+   switch until the slave acked everything, over the messages sent): sync against async,
+   informational — far less disturbed by other load on a shared machine than the rates.
 3. **catch-up of an empty slave from a 1 GiB master**: a master process preloaded with 1 GiB of
    4 KiB messages, an empty slave process started against it; MB/s until the slave's log ends where
    the master's does. Baseline, same run: the same bytes of the master's commit-log files copied over
@@ -33,7 +36,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bench.common import REPO_ROOT, row
+from bench.common import REPO_ROOT, process_cpu_seconds, row
 
 ROUNDS = 3
 LOAD_SECONDS = 3.0
@@ -127,17 +130,23 @@ def _sync_vs_async() -> list[dict[str, Any]]:
     rate: dict[str, list[float]] = {"sync": [], "async": []}
     lags: dict[str, list[dict[str, Any]]] = {"sync": [], "async": []}
     sustained: list[float] = []
-    with _node("sync-master", {}) as (master, ready), _node("follower", {"ha": ready["ha"]}):
+    #: CPU µs per message from the mode switch until the slave caught up, per mode: (master, slave)
+    cpu: dict[str, list[tuple[float, float]]] = {"sync": [], "async": []}
+    with _node("sync-master", {}) as (master, ready), _node("follower", {"ha": ready["ha"]}) as (slave, _):
         master.command("wait-slave")
         for _ in range(ROUNDS):
             for mode in ("async", "sync"):
                 master.command(f"mode {mode}")
+                cpu0 = process_cpu_seconds(master.proc.pid), process_cpu_seconds(slave.proc.pid)
                 result = _send_load(ready["master"])
                 rate[mode].append(result["count"] / result["seconds"])
                 lags[mode].append(master.command("stats"))
                 # no backlog into the next round; for async, how long the slave still needed
                 started = time.perf_counter()
                 master.command("wait-caught-up")
+                cpu1 = process_cpu_seconds(master.proc.pid), process_cpu_seconds(slave.proc.pid)
+                sent = max(1, result["total"])
+                cpu[mode].append(((cpu1[0] - cpu0[0]) / sent * 1e6, (cpu1[1] - cpu0[1]) / sent * 1e6))
                 if mode == "async":
                     behind = time.perf_counter() - started
                     sustained.append(result["total"] / (WARMUP + result["seconds"] + behind))
@@ -145,6 +154,12 @@ def _sync_vs_async() -> list[dict[str, Any]]:
         f"  msgs/s async {[round(r) for r in rate['async']]}, sync {[round(r) for r in rate['sync']]}",
         file=sys.stderr,
     )
+    for mode in ("async", "sync"):
+        pairs = ", ".join(f"{m:.0f}/{s:.0f}" for m, s in cpu[mode])
+        print(f"  CPU µs/msg master/slave, {mode}: {pairs}", file=sys.stderr)
+
+    def cpu_us(mode: str, side: int) -> float:
+        return statistics.median(c[side] for c in cpu[mode])
 
     def lag(mode: str, key: str) -> float:
         return statistics.median(s[key] for s in lags[mode])
@@ -164,6 +179,8 @@ def _sync_vs_async() -> list[dict[str, Any]]:
         row("replication lag at sync load, p99 (ms)", lag("sync", "ms_p99"), "ms"),
         row("replication lag at async load, p99 (bytes)", lag("async", "bytes_p99"), "B"),
         row("replication lag at async load, p99 (ms)", lag("async", "ms_p99"), "ms"),
+        row("master CPU per message, sync (µs)", cpu_us("sync", 0), "µs", cpu_us("async", 0)),
+        row("slave CPU per message, sync (µs)", cpu_us("sync", 1), "µs", cpu_us("async", 1)),
     ]
 
 

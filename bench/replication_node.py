@@ -22,6 +22,9 @@ Every mode prints one JSON line on stdout when it is ready, then follows its pro
   ``file_size`` bytes under ``dir`` (the baseline's receiver), prints ``{"seconds", "bytes"}``.
 - ``copy-send``: sends the first ``bytes`` of the commit-log files under ``dir`` to ``port`` (1 MiB
   reads and sendall).
+
+With ``BENCH_REPL_PROFILE=<dir>`` in the environment the broker modes run under cProfile and write
+``<dir>/<mode>-<pid>.prof`` when they stop.
 """
 
 from __future__ import annotations
@@ -340,7 +343,19 @@ def main(argv: list[str]) -> None:
         copy_send(spec)
     else:
         fn = {"sync-master": sync_master, "follower": follower, "master": master}[mode]
-        trio.run(fn, spec)
+        profile_dir = os.environ.get("BENCH_REPL_PROFILE")
+        if not profile_dir:
+            trio.run(fn, spec)
+            return
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            trio.run(fn, spec)
+        finally:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(profile_dir, f"{mode}-{os.getpid()}.prof"))
 
 
 if __name__ == "__main__":
