@@ -55,7 +55,6 @@ from store.ha.gating import rip34_check_before_put, rip34_in_sync_replicas, rip3
 from store.ha.role import RoleChangeError
 from store.ha.service import HAService
 from store.ha.store_log import DrainingStream, StoreReplicaLog
-from store.ha.streams import GatheringStream
 from store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -138,12 +137,9 @@ class Replication:
                     alter_sync_state_set=self._alter,
                     check_period=b.broker_config.checkSyncStateSetPeriod / 1000,
                 )
-                # Sends wait in end-offset order; the service's ack signal releases them (it must
-                # have one: the waiters take its place, with the same event/notify shape).
-                if not hasattr(self.ha, "_acked"):
-                    raise RuntimeError("HAService has no _acked signal to hook the send waiters into")
+                # Sends wait in end-offset order; whatever may move acks releases them.
                 self._waiters = AckWaiters(self._auto_acked)
-                self.ha._acked = self._waiters  # type: ignore[assignment]
+                self.ha.ack_listeners.append(self._waiters.notify)
                 await nursery.start(self._waiters.run)
                 await nursery.start(self.ha.run)
             else:
@@ -168,7 +164,7 @@ class Replication:
 
     async def _serve(self, stream: trio.abc.Stream) -> None:
         if self.ha is not None:
-            await self.ha.handle_connection(GatheringStream(stream))
+            await self.ha.handle_connection(stream)
         elif self.classic is not None:
             await self.classic.handle_connection(stream)
         else:
@@ -235,7 +231,7 @@ class Replication:
                 status = ha.check_before_put()
                 if status is not None:
                     return PutMessageResult(
-                        PutMessageStatus(status.value),
+                        status,
                         remark=f"SyncStateSet has {ha.group.in_sync_replicas_nums if ha.group else 0} "
                         f"replicas, minInSyncReplicas is {sc.minInSyncReplicas}",
                     )
@@ -246,7 +242,7 @@ class Replication:
         ):
             status = rip34_check_before_put(sc, self._rip34_in_sync())
             if status is not None:
-                return PutMessageResult(PutMessageStatus(status.value), remark="not enough in-sync slaves")
+                return PutMessageResult(status, remark="not enough in-sync slaves")
         return None
 
     def _rip34_in_sync(self) -> int:

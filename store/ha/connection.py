@@ -14,10 +14,18 @@ States: the connection starts in HANDSHAKE and adopts the state of the slave's p
 TRANSFER ack switches it to TRANSFER and fixes where streaming starts (0 → the min offset, or the
 start of the last file with the slave's ``isSyncFromLastFile``; else the acked offset).
 
-Batches are at most ``haTransferBatchSize`` bytes, never cross a commit-log file end (``read_raw``) nor
-an epoch boundary (the epoch is looked up for every batch, so a new epoch appended while streaming is
-honoured), and carry the epoch, its start offset and the master's confirm offset. A header with an
-empty body is sent when nothing was written for ``haSendHeartbeatInterval``.
+Packets are at most ``haTransferBatchSize`` bytes, never cross a commit-log file end (``read_raw``) nor
+an epoch boundary (the epoch is looked up for every ``poll_send``, so a new epoch appended while
+streaming is honoured), and carry the epoch, its start offset and the master's confirm offset. One
+``poll_send`` returns up to ``MAX_SEND_BYTES`` of consecutive packets (the driver writes them with one
+vectored write). A header with an empty body is sent when nothing was written for
+``haSendHeartbeatInterval``.
+
+Ack clocking (Nagle-style; not in upstream, which streams whatever it has every loop): while the slave
+has not acked everything already sent, less than one full packet of new data is *held* — for at most
+``MAX_HOLD`` seconds. Under sends that wait for the slave (SYNC_MASTER) the data appended during one
+round trip then travels in one packet and costs one ack, instead of a packet and an ack per message or
+two. A slave far behind always has a full packet pending, so catch-up is never held.
 """
 
 from __future__ import annotations
@@ -43,6 +51,11 @@ if TYPE_CHECKING:
     from store.ha.master import HAMasterState
 
 log = logging.getLogger("store.ha.connection")
+
+#: Longest new data is held back waiting for the slave's ack of the previous packets (seconds).
+MAX_HOLD = 0.02
+#: Most body bytes one ``poll_send`` returns (several packets, one vectored write).
+MAX_SEND_BYTES = 1024 * 1024
 
 
 class HAConnection:
@@ -77,6 +90,9 @@ class HAConnection:
         #: Master max offset and time of the last batch (caught-up bookkeeping, §3.7).
         self.last_master_max_offset = -1
         self.last_transfer_time = 0.0
+        #: End of the data sent so far and when the last data packet left (ack clocking).
+        self._sent_end = -1
+        self._sent_at = now
         self.close_reason: str | None = None
         self._decoder = SlavePacketDecoder()
         self._pending: list[bytes | memoryview] = []
@@ -175,10 +191,22 @@ class HAConnection:
             entry = self.log.epoch_file.last_entry()
         return (entry.epoch, entry.start_offset) if entry is not None else (-1, -1)
 
+    def holding(self) -> bool:
+        """True while new data waits for the slave's ack (see the module docstring); the hold ends at
+        :meth:`hold_deadline` at the latest."""
+        return (
+            self.ack_offset < self._sent_end and 0 < self.log.max_offset - self.next_offset < self.batch_size
+        )
+
+    def hold_deadline(self) -> float:
+        """When held data goes even without an ack."""
+        return self._sent_at + MAX_HOLD
+
     def poll_send(self, now: float) -> list[bytes | memoryview]:
-        """Buffers to write now, in order (one packet: header and body); empty when there is nothing.
-        Call repeatedly until empty, then wait for new data, a read, or ``next_deadline()``. If the
-        slave cannot be served, the connection closes itself (``closed`` becomes True)."""
+        """Buffers to write now, in order (whole packets: header, body, header, body, ...); empty when
+        there is nothing. Call repeatedly until empty, then wait for new data, a read, or
+        ``next_deadline()``. If the slave cannot be served, the connection closes itself (``closed``
+        becomes True)."""
         if self.state == HAConnectionState.SHUTDOWN:
             return []
         if self._pending:
@@ -195,37 +223,16 @@ class HAConnection:
                 return []
             self.next_offset = start
             log.info("slave %d: streaming from offset %d", self.slave_id, start)
-        size = min(self.batch_size, rlog.max_offset - self.next_offset)
-        if self.flow_control:
-            if now >= self._window_start + 1.0:
-                self._window_start, self._window_bytes = now, 0
-            size = min(size, self.max_bytes_per_second - self._window_bytes)
-        if size > 0:
-            entry = self._epoch_at(self.next_offset)
-            if entry is None:
-                log.error(
-                    "no epoch entry covers offset %d; cannot stream to slave %d",
-                    self.next_offset,
-                    self.slave_id,
-                )
-                size = 0
-            else:
-                if entry.end_offset != LONG_MAX:
-                    size = min(size, entry.end_offset - self.next_offset)
-                body = rlog.read_raw(self.next_offset, size)
-                if len(body) > 0:
-                    header = encode_transfer_header(
-                        self.next_offset, len(body), entry.epoch, entry.start_offset, self._confirm_offset()
-                    )
-                    self.next_offset += len(body)
-                    self.last_master_max_offset = rlog.max_offset
-                    self.last_transfer_time = now
-                    self._last_write = now
-                    self._window_bytes += len(body)
-                    return [header, body]
+        if self.flow_control and now >= self._window_start + 1.0:
+            self._window_start, self._window_bytes = now, 0
+        max_offset = rlog.max_offset
+        if self.next_offset < max_offset and (not self.holding() or now >= self._sent_at + MAX_HOLD):
+            out = self._packets(max_offset, now)
+            if out:
+                return out
         if (
-            self.next_offset >= rlog.max_offset
-            and self.ack_offset >= rlog.max_offset
+            self.next_offset >= max_offset
+            and self.ack_offset >= max_offset
             and self.group is not None
             and not self.is_async_learner
         ):
@@ -236,12 +243,45 @@ class HAConnection:
             return [encode_transfer_header(self.next_offset, 0, epoch, start, self._confirm_offset())]
         return []
 
+    def _packets(self, max_offset: int, now: float) -> list[bytes | memoryview]:
+        """Consecutive packets from ``next_offset``: up to ``MAX_SEND_BYTES``, within one epoch."""
+        size = min(MAX_SEND_BYTES, max_offset - self.next_offset)
+        if self.flow_control:
+            size = min(size, self.max_bytes_per_second - self._window_bytes)
+        if size <= 0:
+            return []
+        entry = self._epoch_at(self.next_offset)
+        if entry is None:
+            self._close(f"no epoch entry covers offset {self.next_offset}; cannot stream")
+            return []
+        if entry.end_offset != LONG_MAX:
+            size = min(size, entry.end_offset - self.next_offset)
+        rlog = self.log
+        confirm = self._confirm_offset()
+        offset = self.next_offset
+        end = offset + size
+        out: list[bytes | memoryview] = []
+        while offset < end:
+            body = rlog.read_raw(offset, min(self.batch_size, end - offset))
+            n = len(body)
+            if n == 0:
+                break
+            out += (encode_transfer_header(offset, n, entry.epoch, entry.start_offset, confirm), body)
+            offset += n
+        if out:
+            sent = offset - self.next_offset
+            self.next_offset = self._sent_end = offset
+            self.last_master_max_offset = max_offset
+            self.last_transfer_time = self._sent_at = self._last_write = now
+            self._window_bytes += sent
+        return out
+
     @property
     def closed(self) -> bool:
         return self.state == HAConnectionState.SHUTDOWN
 
     def has_data_to_send(self) -> bool:
-        """True when ``poll_send`` would return a batch right now (ignoring flow control)."""
+        """True when ``poll_send`` would return a batch right now (ignoring flow control and holding)."""
         return bool(self._pending) or (
             self.state == HAConnectionState.TRANSFER
             and self.request_offset >= 0
@@ -257,6 +297,11 @@ class HAConnection:
             deadline = min(deadline, self._last_write + self.heartbeat_interval)
             if self.flow_control:
                 deadline = min(deadline, self._window_start + 1.0)
+                window_open = self._window_bytes < self.max_bytes_per_second
+            else:
+                window_open = True
+            if window_open and self.holding():
+                deadline = min(deadline, self._sent_at + MAX_HOLD)
         return deadline
 
     def tick(self, now: float) -> list[Event]:

@@ -1,7 +1,7 @@
 """Send gating: how many replicas must hold a message before the send is answered (§3.8), pure functions.
 
 Upstream: ``CommitLog.asyncPutMessage`` / ``handleHA`` / ``GroupTransferService``. The result codes
-are upstream's ``PutMessageStatus`` (``store.results``, re-exported here); the broker maps them to
+are upstream's ``PutMessageStatus`` from ``store.results`` (the store's own enum); the broker maps them to
 response codes (PUT_OK → SUCCESS, FLUSH_SLAVE_TIMEOUT → 12, SLAVE_NOT_AVAILABLE → 11,
 IN_SYNC_REPLICAS_NOT_ENOUGH → SYSTEM_ERROR "in-sync replicas not enough").
 
@@ -26,7 +26,6 @@ from store.results import PutMessageStatus
 
 __all__ = [
     "ALL_ACK_IN_SYNC_STATE_SET",
-    "PutMessageStatus",
     "acked_by_all",
     "acked_by_count",
     "classic_need_ack_nums",

@@ -25,8 +25,9 @@ from collections.abc import Iterable
 
 from store.config import MessageStoreConfig
 from store.ha.connection import HAConnection
-from store.ha.gating import ALL_ACK_IN_SYNC_STATE_SET, PutMessageStatus, acked_by_all, acked_by_count
+from store.ha.gating import ALL_ACK_IN_SYNC_STATE_SET, acked_by_all, acked_by_count
 from store.ha.replica_log import ReplicaLog
+from store.results import PutMessageStatus
 
 log = logging.getLogger("store.ha.master")
 
@@ -125,6 +126,14 @@ class HAMasterState:
         if len(self.effective_sync_state_set) <= 1 or not self.config.allAckInSyncStateSet:
             return self.log.max_offset
         return min(self._confirm, self.log.max_offset)
+
+    @property
+    def confirm_follows_appends(self) -> bool:
+        """True when the confirm offset is the max offset (a one-member set, or no
+        ``allAckInSyncStateSet``), so every append moves it. Otherwise appends cannot move it: it is
+        the minimum over acks (which never exceed what was written) or the kept previous value, and
+        only acks, closes and SyncStateSet changes refresh it."""
+        return not self.config.allAckInSyncStateSet or len(self.effective_sync_state_set) <= 1
 
     def refresh_confirm_offset(self) -> int:
         """Recompute and publish the confirm offset into the log; call after appends as well."""

@@ -10,10 +10,13 @@ streams; all protocol decisions live in those objects.
 * ``change_to_slave(master_ha_address, epoch)``: truncate to the last boundary, then keep a session to
   the master (reconnecting after failures); the address may be set later (``set_master_address``),
   upstream learns it from the name server.
-* ``notify_appended()``: the store calls it after each append (wakes the streaming connections,
-  refreshes the confirm offset).
+* ``notify_appended()``: the store calls it after each append (wakes the streaming connections that
+  would send now, refreshes the confirm offset when it follows the max offset).
 * ``check_before_put()`` / ``wait_for_replication(end_offset, timeout)``: send gating of a
   SYNC_MASTER (PutMessageStatus results).
+* ``ack_listeners``: callables run (synchronously) whenever what is acknowledged may have changed —
+  an ack, a SyncStateSet change, a closed connection, a role change. A broker that keeps its own
+  waiters (``store.ha.ack_waiters.AckWaiters``) hooks their ``notify`` in here.
 * SyncStateSet changes go through ``alter_sync_state_set(proposal) -> (new_set, epoch) | None`` (the
   controller round trip, supplied by the broker), every ``check_period`` seconds and right after an
   ack or close that calls for one.
@@ -35,10 +38,11 @@ from store.config import MessageStoreConfig
 from store.ha.client import RECONNECT_RETRY, HAClient
 from store.ha.connection import HAConnection
 from store.ha.events import CloseConnection, PersistRequired
-from store.ha.gating import PutMessageStatus
 from store.ha.master import HAMasterState
 from store.ha.replica_log import ReplicaLog
 from store.ha.role import become_master, become_slave
+from store.ha.streams import send_buffers
+from store.results import PutMessageStatus
 
 log = logging.getLogger("store.ha.service")
 
@@ -47,14 +51,26 @@ AlterSyncStateSet = Callable[[set[int]], Awaitable[tuple[set[int], int] | None]]
 
 
 class _Signal:
-    """A level-triggered wake-up: take ``event`` *before* checking a condition, then wait on it."""
+    """A level-triggered wake-up: take ``event`` *before* checking a condition, then wait on it.
+    The event is created only when somebody takes it, so notifying nobody costs nothing."""
+
+    __slots__ = ("_event", "until")
 
     def __init__(self) -> None:
-        self.event = trio.Event()
+        self._event: trio.Event | None = None
+        #: a connection writer's next timed wake-up (it needs no notify for what happens by then)
+        self.until = math.inf
+
+    @property
+    def event(self) -> trio.Event:
+        if self._event is None:
+            self._event = trio.Event()
+        return self._event
 
     def notify(self) -> None:
-        self.event.set()
-        self.event = trio.Event()
+        if self._event is not None:
+            self._event.set()
+            self._event = None
 
 
 async def tcp_connect(address: str) -> trio.abc.Stream:
@@ -97,7 +113,9 @@ class HAService:
         self._nursery: trio.Nursery | None = None
         self._role_scope: trio.CancelScope | None = None
         self._connection_scopes: set[trio.CancelScope] = set()
-        self._conn_wakes: set[_Signal] = set()
+        self._writers: dict[HAConnection, _Signal] = {}
+        #: run whenever what is acknowledged may have changed (see the module docstring)
+        self.ack_listeners: list[Callable[[], None]] = []
         self._acked = _Signal()
         self._sss = _Signal()
         self._address = _Signal()
@@ -155,7 +173,7 @@ class HAService:
             sync_state_set_epoch=0,
         )
         self._start_role("master", epoch, self._sync_state_set_loop)
-        self._acked.notify()
+        self._acks_changed()
         log.info("broker %d is master of epoch %d", self.broker_id, epoch)
 
     async def change_to_slave(self, master_ha_address: str | None, epoch: int) -> None:
@@ -165,7 +183,7 @@ class HAService:
         self.master_address = master_ha_address
         self.client = HAClient(self.log, self.config, broker_id=self.broker_id, now=trio.current_time())
         self._start_role("slave", epoch, self._slave_loop)
-        self._acked.notify()
+        self._acks_changed()
         log.info("broker %d follows %s in epoch %d", self.broker_id, master_ha_address, epoch)
 
     def stop_role(self) -> None:
@@ -178,7 +196,7 @@ class HAService:
         self.role = None
         self.group = None
         self.client = None
-        self._acked.notify()
+        self._acks_changed()
 
     def set_master_address(self, address: str | None) -> None:
         if address != self.master_address:
@@ -190,12 +208,21 @@ class HAService:
 
     # ------------------------------------------------------------------ store hooks and gating
 
+    def _acks_changed(self) -> None:
+        self._acked.notify()
+        for listener in self.ack_listeners:
+            listener()
+
     def notify_appended(self) -> None:
-        """New bytes in the log: refresh the confirm offset and wake the streaming connections."""
-        if self.group is not None:
-            self.group.refresh_confirm_offset()
-        for wake in list(self._conn_wakes):
-            wake.notify()
+        """New bytes in the log: wake the connections that would send them now (one holding data
+        for an ack wakes at its own deadline), and refresh the confirm offset when it follows the
+        max offset (otherwise only acks and SyncStateSet changes move it)."""
+        group = self.group
+        if group is not None and group.confirm_follows_appends:
+            group.refresh_confirm_offset()
+        for conn, wake in self._writers.items():
+            if not (conn.holding() and conn.hold_deadline() >= wake.until):
+                wake.notify()
 
     def confirm_offset(self) -> int:
         return self.group.confirm_offset() if self.group is not None else self.log.confirm_offset
@@ -245,7 +272,7 @@ class HAService:
                 group.on_sync_state_set_rejected()
             else:
                 group.on_sync_state_set_accepted(result[0], result[1])
-            self._acked.notify()
+            self._acks_changed()
 
     async def handle_connection(self, stream: trio.abc.Stream) -> None:
         """Serve one slave on ``stream`` while this broker is master (else close it)."""
@@ -257,7 +284,7 @@ class HAService:
         wake = _Signal()
         scope = trio.CancelScope()
         self._connection_scopes.add(scope)
-        self._conn_wakes.add(wake)
+        self._writers[conn] = wake
 
         async def reader() -> None:
             while not conn.closed:
@@ -266,21 +293,22 @@ class HAService:
                     return
                 conn.receive_data(data, trio.current_time())
                 wake.notify()
-                self._acked.notify()
+                self._acks_changed()
                 if group.wants_proposal:
                     self._sss.notify()
 
         async def writer() -> None:
             while not conn.closed:
+                wake.until = -math.inf  # awake: every notify counts until the next sleep
                 event = wake.event
                 now = trio.current_time()
                 conn.tick(now)
                 while not conn.closed and (bufs := conn.poll_send(now)):
-                    for buf in bufs:
-                        await stream.send_all(buf)
+                    await send_buffers(stream, bufs)
                 if conn.closed:
                     return
-                with trio.move_on_at(conn.next_deadline()):
+                wake.until = conn.next_deadline()
+                with trio.move_on_at(wake.until):
                     await event.wait()
 
         try:
@@ -292,9 +320,9 @@ class HAService:
             log.info("HA connection of slave %d ended: %r", conn.slave_id, exc)
         finally:
             self._connection_scopes.discard(scope)
-            self._conn_wakes.discard(wake)
+            self._writers.pop(conn, None)
             conn.connection_lost()
-            self._acked.notify()
+            self._acks_changed()
             self._sss.notify()
             await trio.aclose_forcefully(stream)
 

@@ -20,7 +20,6 @@ from store.ha.events import (
     PersistRequired,
 )
 from store.ha.gating import (
-    PutMessageStatus,
     acked_by_count,
     classic_slave_available,
     is_stored,
@@ -41,6 +40,7 @@ from store.ha.packets import (
     SlaveHandshake,
 )
 from store.ha.role import RoleChangeError, become_master, become_slave, truncate_invalid_tail
+from store.results import PutMessageStatus
 
 CONFIG = MessageStoreConfig(haTransferBatchSize=256)
 

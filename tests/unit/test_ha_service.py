@@ -7,9 +7,10 @@ from collections.abc import Callable
 import trio
 
 from store.config import MessageStoreConfig
-from store.ha.gating import PutMessageStatus
+from store.ha.ack_waiters import AckWaiters
 from store.ha.memlog import MemLog
 from store.ha.service import HAService
+from store.results import PutMessageStatus
 
 
 async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -120,4 +121,35 @@ async def test_slave_waits_for_the_master_address_and_non_master_refuses_slaves(
         s2.set_master_address(f"127.0.0.1:{s1.bound_port}")
         await wait_until(lambda: same(log1, log2))
         assert s2.check_before_put() is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        nursery.cancel_scope.cancel()
+
+
+async def test_ack_listeners_release_send_waiters_when_the_slave_acks() -> None:
+    log1, log2 = MemLog(mapped_file_size=4096), MemLog(mapped_file_size=4096)
+    cfg = config(allAckInSyncStateSet=True, haMaxTimeSlaveNotCatchup=60_000)
+
+    async def accept(proposal: set[int]) -> tuple[set[int], int]:
+        return proposal, 1
+
+    s1 = HAService(log1, cfg, broker_id=1, listen_port=0, alter_sync_state_set=accept, check_period=0.05)
+    s2 = HAService(log2, cfg, broker_id=2)
+    waiters = AckWaiters(lambda end, need: s1.group is None or s1.group.is_acked(end, need))
+    s1.ack_listeners.append(waiters.notify)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(waiters.run)
+        await nursery.start(s1.run)
+        await nursery.start(s2.run)
+        await s1.change_to_master(1)
+        await s2.change_to_slave(f"127.0.0.1:{s1.bound_port}", 1)
+        await wait_until(lambda: s1.group is not None and s1.group.sync_state_set == {1, 2})
+        end = write(log1, s1, 4)
+        assert await waiters.wait(end, -1, 5.0)
+        assert log2.max_offset >= end
+        s2.stop_role()
+        end = write(log1, s1, 1)
+        # nobody acks it, but the SyncStateSet shrinks to the master alone: that releases it too
+        assert await waiters.wait(end, -1, 5.0)
+        assert log2.max_offset < end
+        assert s1.group is not None
+        assert s1.group.sync_state_set == {1}
         nursery.cancel_scope.cancel()
