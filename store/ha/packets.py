@@ -17,7 +17,7 @@ Classic protocol (upstream ``DefaultHAClient`` / ``DefaultHAConnection``):
 * master → slave: 12-byte header ``long offset, int bodySize`` + body (0 = heartbeat)
 
 Decoders accept arbitrary chunks (``feed``) and return every complete packet; a packet's body is
-delivered only once fully received. Malformed input raises ``HAProtocolError``, after which the
+delivered only once fully received, as a ``memoryview`` of the received bytes (no copy). Malformed input raises ``HAProtocolError``, after which the
 decoder is unusable (the connection must be closed).
 """
 
@@ -49,6 +49,7 @@ MAX_HANDSHAKE_EPOCH_ENTRIES = 1000
 MAX_BODY_SIZE = 64 * 1024 * 1024
 
 _STATE = struct.Struct(">i")
+_STATE_SIZE = struct.Struct(">ii")
 _SLAVE_HANDSHAKE = struct.Struct(">ihhq")  # 16
 _SLAVE_ACK = struct.Struct(">iq")  # 12
 _MASTER_HANDSHAKE = struct.Struct(">iiqi")  # 20
@@ -111,13 +112,14 @@ class MasterHandshake(msgspec.Struct, frozen=True):
 
 
 class MasterTransfer(msgspec.Struct, frozen=True):
-    """Master → slave, TRANSFER state. Empty ``body`` = heartbeat (offset = next transfer offset)."""
+    """Master → slave, TRANSFER state. Empty ``body`` = heartbeat (offset = next transfer offset).
+    Decoded bodies are read-only ``memoryview``s of the received bytes."""
 
     offset: int
     epoch: int
     epochStartOffset: int
     confirmOffset: int
-    body: bytes = b""
+    body: bytes | memoryview = b""
 
     def header(self) -> bytes:
         return encode_transfer_header(
@@ -146,7 +148,7 @@ class ClassicTransfer(msgspec.Struct, frozen=True):
     """Classic master → slave: raw commit-log bytes at ``offset`` (empty = heartbeat)."""
 
     offset: int
-    body: bytes = b""
+    body: bytes | memoryview = b""
 
     def header(self) -> bytes:
         return encode_classic_header(self.offset, len(self.body))
@@ -167,6 +169,19 @@ MasterPacket = MasterHandshake | MasterTransfer
 
 
 class _Decoder:
+    """Incremental frame decoding without copying bodies.
+
+    A frame that lies wholly inside one ``feed`` is parsed in place: its body is a ``memoryview`` of
+    the fed bytes (kept alive by the view; the fed object must not change afterwards — ``bytes``
+    never does, anything else is copied once). Only a frame split over several chunks is assembled
+    in a buffer, by copying just its own bytes. Subclasses give :meth:`_frame_size` (total length of
+    the frame at ``pos`` once its header is in, validating it) and :meth:`_parse` (the packet of a
+    complete frame, or None when incomplete); ``HEADER`` is the most bytes the frame size may need,
+    and no frame is shorter.
+    """
+
+    HEADER = 4
+
     def __init__(self) -> None:
         self._buf = bytearray()
         self._failed: str | None = None
@@ -183,21 +198,41 @@ class _Decoder:
     def feed(self, data: bytes | bytearray | memoryview) -> list:
         if self._failed is not None:
             raise HAProtocolError(f"decoder already failed: {self._failed}")
-        self._buf += data
+        if type(data) is not bytes:
+            data = bytes(data)
         out: list = []
-        pos = 0
         buf = self._buf
+        pos = 0
+        end = len(data)
+        # First complete a frame begun in an earlier chunk, copying only its missing bytes.
+        while buf:
+            size = self._frame_size(buf, 0) if len(buf) >= self.HEADER else None
+            if size is not None and len(buf) == size:
+                frame = bytes(buf)
+                buf.clear()
+                result = self._parse(frame, 0)
+                assert result is not None
+                out.append(result[0])
+                break
+            if pos == end:
+                return out
+            take = min((self.HEADER if size is None else size) - len(buf), end - pos)
+            buf += memoryview(data)[pos : pos + take]
+            pos += take
         while True:
-            result = self._parse(buf, pos)
+            result = self._parse(data, pos)
             if result is None:
                 break
             packet, pos = result
             out.append(packet)
-        if pos:
-            del buf[:pos]
+        if pos < end:
+            buf += data[pos:]
         return out
 
-    def _parse(self, buf: bytearray, pos: int) -> tuple[object, int] | None:
+    def _frame_size(self, buf: bytes | bytearray, pos: int) -> int:
+        raise NotImplementedError
+
+    def _parse(self, buf: bytes, pos: int) -> tuple[object, int] | None:
         raise NotImplementedError
 
 
@@ -207,10 +242,20 @@ class SlavePacketDecoder(_Decoder):
     Upstream parses once 12 bytes are buffered even for a 16-byte handshake [quirk]; we wait for
     all 16."""
 
+    HEADER = 4
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[SlavePacket]:
         return super().feed(data)
 
-    def _parse(self, buf: bytearray, pos: int) -> tuple[SlavePacket, int] | None:
+    def _frame_size(self, buf: bytes | bytearray, pos: int) -> int:
+        (state,) = _STATE.unpack_from(buf, pos)
+        if state == HAConnectionState.HANDSHAKE:
+            return SLAVE_HANDSHAKE_SIZE
+        if state == HAConnectionState.TRANSFER:
+            return SLAVE_ACK_SIZE
+        raise self._fail(f"slave packet with state {state}, expected HANDSHAKE(1) or TRANSFER(2)")
+
+    def _parse(self, buf: bytes, pos: int) -> tuple[SlavePacket, int] | None:
         if len(buf) - pos < 4:
             return None
         (state,) = _STATE.unpack_from(buf, pos)
@@ -233,7 +278,10 @@ class SlavePacketDecoder(_Decoder):
 
 
 class MasterPacketDecoder(_Decoder):
-    """Slave side: decodes what a master sends (``MasterHandshake``, ``MasterTransfer``)."""
+    """Slave side: decodes what a master sends (``MasterHandshake``, ``MasterTransfer``). A
+    transfer's body is a ``memoryview`` (see :class:`_Decoder`)."""
+
+    HEADER = 8  # state and body size; the shortest frame (a handshake header) has 20
 
     def __init__(self, max_body_size: int = MAX_BODY_SIZE) -> None:
         super().__init__()
@@ -247,7 +295,23 @@ class MasterPacketDecoder(_Decoder):
             raise self._fail(f"{what} body size {size} out of range [0, {self.max_body_size}]")
         return size
 
-    def _parse(self, buf: bytearray, pos: int) -> tuple[MasterPacket, int] | None:
+    def _handshake_body_size(self, size: int) -> int:
+        size = self._body_size(size, "master handshake")
+        if size % EPOCH_ENTRY_SIZE:
+            raise self._fail(f"master handshake body size {size} is not a multiple of {EPOCH_ENTRY_SIZE}")
+        if size // EPOCH_ENTRY_SIZE > MAX_HANDSHAKE_EPOCH_ENTRIES:
+            raise self._fail(f"master handshake carries {size // EPOCH_ENTRY_SIZE} epoch entries")
+        return size
+
+    def _frame_size(self, buf: bytes | bytearray, pos: int) -> int:
+        state, size = _STATE_SIZE.unpack_from(buf, pos)
+        if state == HAConnectionState.HANDSHAKE:
+            return MASTER_HANDSHAKE_HEADER_SIZE + self._handshake_body_size(size)
+        if state == HAConnectionState.TRANSFER:
+            return TRANSFER_HEADER_SIZE + self._body_size(size, "transfer")
+        raise self._fail(f"master packet with state {state}, expected HANDSHAKE(1) or TRANSFER(2)")
+
+    def _parse(self, buf: bytes, pos: int) -> tuple[MasterPacket, int] | None:
         avail = len(buf) - pos
         if avail < 4:
             return None
@@ -256,11 +320,7 @@ class MasterPacketDecoder(_Decoder):
             if avail < MASTER_HANDSHAKE_HEADER_SIZE:
                 return None
             _, size, max_offset, last_epoch = _MASTER_HANDSHAKE.unpack_from(buf, pos)
-            size = self._body_size(size, "master handshake")
-            if size % EPOCH_ENTRY_SIZE:
-                raise self._fail(f"master handshake body size {size} is not a multiple of {EPOCH_ENTRY_SIZE}")
-            if size // EPOCH_ENTRY_SIZE > MAX_HANDSHAKE_EPOCH_ENTRIES:
-                raise self._fail(f"master handshake carries {size // EPOCH_ENTRY_SIZE} epoch entries")
+            size = self._handshake_body_size(size)
             end = pos + MASTER_HANDSHAKE_HEADER_SIZE + size
             if len(buf) < end:
                 return None
@@ -277,7 +337,7 @@ class MasterPacketDecoder(_Decoder):
             end = pos + TRANSFER_HEADER_SIZE + size
             if len(buf) < end:
                 return None
-            body = bytes(buf[pos + TRANSFER_HEADER_SIZE : end])
+            body = memoryview(buf)[pos + TRANSFER_HEADER_SIZE : end]
             return MasterTransfer(offset, epoch, epoch_start, confirm, body), end
         raise self._fail(f"master packet with state {state}, expected HANDSHAKE(1) or TRANSFER(2)")
 
@@ -285,10 +345,15 @@ class MasterPacketDecoder(_Decoder):
 class ClassicReportDecoder(_Decoder):
     """Classic master side: 8-byte offset reports from the slave."""
 
+    HEADER = CLASSIC_REPORT_SIZE
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[ClassicReport]:
         return super().feed(data)
 
-    def _parse(self, buf: bytearray, pos: int) -> tuple[ClassicReport, int] | None:
+    def _frame_size(self, buf: bytes | bytearray, pos: int) -> int:
+        return CLASSIC_REPORT_SIZE
+
+    def _parse(self, buf: bytes, pos: int) -> tuple[ClassicReport, int] | None:
         if len(buf) - pos < CLASSIC_REPORT_SIZE:
             return None
         (offset,) = _CLASSIC_REPORT.unpack_from(buf, pos)
@@ -298,7 +363,9 @@ class ClassicReportDecoder(_Decoder):
 
 
 class ClassicTransferDecoder(_Decoder):
-    """Classic slave side: 12-byte header + body from the master."""
+    """Classic slave side: 12-byte header + body from the master (body: a ``memoryview``)."""
+
+    HEADER = CLASSIC_HEADER_SIZE
 
     def __init__(self, max_body_size: int = MAX_BODY_SIZE) -> None:
         super().__init__()
@@ -307,13 +374,17 @@ class ClassicTransferDecoder(_Decoder):
     def feed(self, data: bytes | bytearray | memoryview) -> list[ClassicTransfer]:
         return super().feed(data)
 
-    def _parse(self, buf: bytearray, pos: int) -> tuple[ClassicTransfer, int] | None:
-        if len(buf) - pos < CLASSIC_HEADER_SIZE:
-            return None
-        offset, size = _CLASSIC_TRANSFER.unpack_from(buf, pos)
+    def _frame_size(self, buf: bytes | bytearray, pos: int) -> int:
+        _, size = _CLASSIC_TRANSFER.unpack_from(buf, pos)
         if size < 0 or size > self.max_body_size:
             raise self._fail(f"classic transfer body size {size} out of range [0, {self.max_body_size}]")
-        end = pos + CLASSIC_HEADER_SIZE + size
+        return CLASSIC_HEADER_SIZE + size
+
+    def _parse(self, buf: bytes, pos: int) -> tuple[ClassicTransfer, int] | None:
+        if len(buf) - pos < CLASSIC_HEADER_SIZE:
+            return None
+        end = pos + self._frame_size(buf, pos)
         if len(buf) < end:
             return None
-        return ClassicTransfer(offset, bytes(buf[pos + CLASSIC_HEADER_SIZE : end])), end
+        (offset, _) = _CLASSIC_TRANSFER.unpack_from(buf, pos)
+        return ClassicTransfer(offset, memoryview(buf)[pos + CLASSIC_HEADER_SIZE : end]), end

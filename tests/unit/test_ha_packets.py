@@ -150,3 +150,18 @@ def test_body_size_limit_is_configurable() -> None:
 def test_too_many_epoch_entries_refused_on_encode() -> None:
     with pytest.raises(ValueError, match="exceed"):
         MasterHandshake(0, 1, tuple((i, i) for i in range(1001))).encode()
+
+
+def test_a_body_inside_one_chunk_is_a_view_of_it_and_only_a_split_one_is_copied() -> None:
+    bodies = [bytes([i]) * (100 + i) for i in range(3)]
+    stream = b"".join(MasterTransfer(1000 + i, 1, 0, 0, b).encode() for i, b in enumerate(bodies))
+    decoder = MasterPacketDecoder()
+    cut = len(stream) - 50  # the last packet arrives in two chunks
+    first = stream[:cut]
+    whole = decoder.feed(first)
+    assert [bytes(p.body) for p in whole] == bodies[:2]
+    assert all(isinstance(p.body, memoryview) and p.body.obj is first for p in whole)
+    (split,) = decoder.feed(stream[cut:])
+    assert bytes(split.body) == bodies[2]
+    assert split.body.obj is not first
+    assert decoder.buffered == 0
