@@ -10,9 +10,13 @@ Timings are the dev cluster's (``bench.failover_kit.DEV_BROKER_KEYS``), ``allAck
   round (the killed master restarted as the joining slave).
 * upstream #9804 — topics (a transactional one included) and a subscription group created on the
   master are on the new master after a failover, and the name server routes the topics to it.
-* upstream #6316 — a frozen (SIGSTOPped) master is replaced by a higher-epoch master; when it thaws it
-  still believes it is master and re-registers, but the name server keeps routing id 0 to the
-  higher epoch, the stale master steps down to slave within a bound and refuses sends.
+* upstream #6316 — two brokers both believing they are master: a frozen (SIGSTOPped) master is
+  replaced by a higher-epoch master. (a) It thaws while the controller is frozen too, so it keeps
+  acting as master and re-registers as id 0 with its old epoch: the name server refuses it (route id
+  0 stays the higher epoch, the stale master's new topic gets no route) and its send is not
+  acknowledged; once the controller runs, it steps down. (b) It thaws with a send queued on its
+  connection, served while the role change to slave is under way: the send must not be acknowledged,
+  the broker steps down within the bound, refuses sends and rejoins the new master's SyncStateSet.
 """
 
 from __future__ import annotations
@@ -347,11 +351,9 @@ async def _freeze_master_until_replaced(
     return before, after
 
 
-async def _steps_down_and_rejoins(
-    cluster: FailoverCluster, admin: ControllerAdmin, client: RemotingClient, old: str, new: str, topic: str
-) -> float:
-    """The stale master ``old`` becomes a slave within the bound (seconds taken from now), refuses
-    sends, rejoins the SyncStateSet of ``new`` and registers as a slave (route id 0 stays ``new``)."""
+async def _steps_down(client: RemotingClient, old: str, topic: str) -> float:
+    """The stale master ``old`` becomes a slave within the bound (seconds taken, from now) and then
+    refuses sends."""
     t0 = trio.current_time()
 
     async def stepped_down() -> bool:
@@ -361,6 +363,14 @@ async def _steps_down_and_rejoins(
     took = trio.current_time() - t0
     r = await client.invoke(old, send_request(topic, 1, b"to the demoted master", "6316DEMOTED"), 5.0)
     assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE, (r.code, r.remark)
+    return took
+
+
+async def _rejoins(
+    cluster: FailoverCluster, admin: ControllerAdmin, client: RemotingClient, old: str, new: str, topic: str
+) -> None:
+    """The demoted ``old`` rejoins the SyncStateSet of ``new`` and registers as a slave (route id 0
+    stays ``new``, which takes sends)."""
 
     async def rejoined() -> bool:
         info = await replicas(admin, GROUP)
@@ -378,7 +388,6 @@ async def _steps_down_and_rejoins(
     assert old in addrs.values(), addrs
     r = await client.invoke(new, send_request(topic, 1, b"to the new master", "6316NEW"), 5.0)
     assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
-    return took
 
 
 @pytest.mark.slow
@@ -439,7 +448,8 @@ async def test_6316_a_stale_master_that_still_believes_it_leads_is_not_routed(
                         f"the name server took a topic from the stale master: {r.code} {r.body_bytes[:300]!r}"
                     )
                     os.kill(ctl_pid, signal.SIGCONT)
-                    took = await _steps_down_and_rejoins(cluster, admin, client, old, new, topic)
+                    took = await _steps_down(client, old, topic)
+                    await _rejoins(cluster, admin, client, old, new, topic)
 
                     async def answered() -> bool:
                         return bool(stale_send)
@@ -465,10 +475,11 @@ async def test_6316_a_stale_master_that_still_believes_it_leads_is_not_routed(
 @pytest.mark.slow
 async def test_6316_a_thawed_master_steps_down_refuses_sends_and_rejoins(cluster: FailoverCluster) -> None:
     """The frozen master thaws with a send and a topic update queued on its connection (served while
-    it still believes it leads): it steps down within the bound, the send is not acknowledged, it
-    refuses new sends, rejoins the new master's SyncStateSet, and route id 0 never leaves the new
+    it still believes it leads): it steps down within the bound, the queued send is not acknowledged,
+    it refuses new sends, rejoins the new master's SyncStateSet, and route id 0 never leaves the new
     master."""
     topic = "Topic6316Thaw"
+    body = b"queued for the stale master"
     with trio.fail_after(80):
         await cluster.start()
         async with (
@@ -496,33 +507,35 @@ async def test_6316_a_thawed_master_steps_down_refuses_sends_and_rejoins(cluster
                 except RemotingError as e:
                     queued[what] = e
 
+            async def answered() -> bool:
+                return len(queued) == 2
+
             watch = RouteWatch(client, namesrv, topic)
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(queue, "update", _topic_update("Topic6316Queued"))
-                    nursery.start_soon(
-                        queue, "send", send_request(topic, 0, b"queued for the stale master", "6316Q")
-                    )
+                    nursery.start_soon(queue, "send", send_request(topic, 0, body, "6316Q"))
                     # both requests written (into the frozen broker's socket buffer): their tasks block
                     await trio.testing.wait_all_tasks_blocked()
                     nursery.start_soon(watch.run)
                     await watch.started.wait()
                     os.kill(old_pid, signal.SIGCONT)
-                    took = await _steps_down_and_rejoins(cluster, admin, client, old, new, topic)
-
-                    async def answered() -> bool:
-                        return len(queued) == 2
-
+                    took = await _steps_down(client, old, topic)
                     await wait_until(answered, 10, "answers to the requests queued while frozen")
+                    sent = queued["send"]
+                    if isinstance(sent, tuple) and sent[0] == ResponseCode.SUCCESS:
+                        on_new = Counter(await read_all(client, new, topic, QUEUES))
+                        raise AssertionError(
+                            f"the stale master acknowledged the send queued while it was frozen ({sent}); "
+                            f"the new master {'has' if on_new[body] else 'does NOT have'} it"
+                            f"\n{cluster.output()}"
+                        )
+                    await _rejoins(cluster, admin, client, old, new, topic)
                     nursery.cancel_scope.cancel()
             finally:
                 if cluster.procs[cluster.process_of(old)].running:
                     os.kill(old_pid, signal.SIGCONT)
             assert set(watch.seen) == {new}, (
                 f"route id 0 seen as {dict(watch.seen)}; higher-epoch master {new}"
-            )
-            sent = queued["send"]
-            assert not (isinstance(sent, tuple) and sent[0] == ResponseCode.SUCCESS), (
-                f"the stale master acknowledged a send: {sent}"
             )
             print(f"stale master stepped down {took:.2f}s after it ran again; queued requests {queued}")
