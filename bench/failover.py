@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import tempfile
 from collections import Counter
@@ -217,10 +218,22 @@ async def master_failovers(root: Path, kills: int, freezes: int) -> Samples:
             )
     except BaseException:
         print(cluster.output())
+        _keep_logs(root)
         raise
     finally:
         cluster.close()
     return samples
+
+
+def _keep_logs(root: Path) -> None:
+    """Copy the processes' logs of a failed run to bench/results/failover-logs/ (the run's directory
+    is temporary)."""
+    keep = Path(__file__).resolve().parent / "results" / "failover-logs"
+    shutil.rmtree(keep, ignore_errors=True)
+    keep.mkdir(parents=True)
+    for path in [*root.glob("*.out"), *root.glob("*.err"), *root.glob("*.toml")]:
+        shutil.copy(path, keep / path.name)
+    print(f"process logs kept in {keep}")
 
 
 def run() -> list[dict]:
