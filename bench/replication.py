@@ -187,20 +187,25 @@ def _sync_vs_async() -> list[dict[str, Any]]:
 def _catch_up() -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="bench-repl-") as tmp:
         spec = {"bytes": CATCH_UP_BYTES, "file_size": CATCH_UP_FILE, "tmp": tmp}
-        with _node("master", spec) as (_, master):
+        with _node("master", spec) as (master_node, master):
             follow = {**spec, "ha": master["ha"], "max": master["max"], "index": False}
+            master_cpu = process_cpu_seconds(master_node.proc.pid)
             with _node("follower", follow) as (_, caught):
                 pass
+            master_cpu = process_cpu_seconds(master_node.proc.pid) - master_cpu
             copy_dir = os.path.join(tmp, "copy")
             with _node("copy-recv", {"dir": copy_dir, "file_size": CATCH_UP_FILE}) as (recv, port):
-                with _node("copy-send", {"dir": master["dir"], "port": port["port"], "bytes": master["max"]}):
+                copy = {"dir": master["dir"], "port": port["port"], "bytes": master["max"]}
+                with _node("copy-send", copy) as (_, sender):
                     pass
                 copied = recv.line()
         mb = master["max"] / 1e6
         assert caught["bytes"] == master["max"] == copied["bytes"]
         ha_rate, copy_rate = mb / caught["seconds"], mb / copied["seconds"]
         print(
-            f"  catch-up {caught['seconds']:.2f} s, copy {copied['seconds']:.2f} s for {mb:.0f} MB",
+            f"  catch-up {caught['seconds']:.2f} s (CPU: master {master_cpu:.2f} s, slave "
+            f"{caught['cpu']:.2f} s), copy {copied['seconds']:.2f} s (CPU: sender {sender['cpu']:.2f} s, "
+            f"receiver {copied['cpu']:.2f} s) for {mb:.0f} MB",
             file=sys.stderr,
         )
         return [row("catch-up of an empty slave from a 1 GiB master (MB/s)", ha_rate, "MB/s", copy_rate)]

@@ -14,14 +14,14 @@ Every mode prints one JSON line on stdout when it is ready, then follows its pro
   master's max offset first reached the offset the slave has acked (0 when it acked everything).
 - ``follower``: an empty auto-switch slave (id 2) following ``ha``; without ``max`` it prints
   ``{"ok": true}`` and runs until EOF; with ``max`` it exits once its log ends there, printing
-  ``{"seconds": catch-up time, "bytes": its max offset}``.
+  ``{"seconds": catch-up time, "cpu": CPU seconds it used meanwhile, "bytes": its max offset}``.
 - ``master``: an auto-switch master preloaded with ``bytes`` of 4 KiB messages (batches written
   straight into its store); ready line ``{"ha": addr, "max": offset, "dir": commit-log dir}``; EOF
   stops.
 - ``copy-recv``: listens, prints ``{"port": p}``, writes everything received into files of
-  ``file_size`` bytes under ``dir`` (the baseline's receiver), prints ``{"seconds", "bytes"}``.
+  ``file_size`` bytes under ``dir`` (the baseline's receiver), prints ``{"seconds", "cpu", "bytes"}``.
 - ``copy-send``: sends the first ``bytes`` of the commit-log files under ``dir`` to ``port`` (1 MiB
-  reads and sendall).
+  reads and sendall), prints ``{"cpu"}``.
 
 With ``BENCH_REPL_PROFILE=<dir>`` in the environment the broker modes run under cProfile and write
 ``<dir>/<mode>-<pid>.prof`` when they stop.
@@ -225,7 +225,7 @@ async def follower(spec: dict[str, Any]) -> None:
                     mappedFileSizeCommitLog=int(spec.get("file_size", 128 * 1024 * 1024)),
                     messageIndexEnable=bool(spec.get("index", True)),
                 )
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
                 await s.replication.change_to_slave(spec["ha"], 1)
                 target = spec.get("max")
                 if target is None:
@@ -235,7 +235,13 @@ async def follower(spec: dict[str, Any]) -> None:
                 else:
                     while s.store.max_phy_offset < int(target):
                         await trio.sleep(0.005)
-                    out({"seconds": time.perf_counter() - started, "bytes": s.store.max_phy_offset})
+                    out(
+                        {
+                            "seconds": time.perf_counter() - started,
+                            "cpu": time.process_time() - cpu,
+                            "bytes": s.store.max_phy_offset,
+                        }
+                    )
                 nursery.cancel_scope.cancel()
 
 
@@ -299,7 +305,7 @@ def copy_recv(spec: dict[str, Any]) -> None:
         buf = bytearray(CHUNK)
         view = memoryview(buf)
         received = 0
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         fd = -1
         with conn:
             while True:
@@ -320,18 +326,19 @@ def copy_recv(spec: dict[str, Any]) -> None:
                     received += take
         if fd >= 0:
             os.close(fd)
-        out({"seconds": time.perf_counter() - started, "bytes": received})
+        out({"seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu, "bytes": received})
 
 
 def copy_send(spec: dict[str, Any]) -> None:
     directory, port, left = spec["dir"], int(spec["port"]), int(spec["bytes"])
+    cpu = time.process_time()
     with socket.create_connection(("127.0.0.1", port)) as conn:
         for name in sorted(os.listdir(directory)):
             with open(os.path.join(directory, name), "rb", buffering=0) as f:
                 while left > 0 and (chunk := f.read(min(CHUNK, left))):
                     conn.sendall(chunk)
                     left -= len(chunk)
-    out({"done": True})
+    out({"cpu": time.process_time() - cpu})
 
 
 def main(argv: list[str]) -> None:

@@ -18,23 +18,25 @@ IOV_MAX = 1024
 
 
 async def send_buffers(stream: trio.abc.Stream, buffers: Sequence[Buffer]) -> None:
-    """Send ``buffers`` in order: ``sendmsg`` on a socket stream (then ``send_all`` for what the
-    kernel did not take), one ``send_all`` per buffer on any other stream."""
+    """Send ``buffers`` in order: ``sendmsg`` on a socket stream (again with what the kernel did not
+    take, after waiting until the socket is writable), one ``send_all`` per buffer on any other
+    stream."""
     sock = getattr(stream, "socket", None)
     if sock is None or len(buffers) < 2:
         for buf in buffers:
             await stream.send_all(buf)
         return
-    for start in range(0, len(buffers), IOV_MAX):
-        chunk = buffers[start : start + IOV_MAX]
+    left = [buf for buf in buffers if len(buf)]
+    i = 0
+    while i < len(left):
         try:
-            sent = await sock.sendmsg(chunk)
+            sent = await sock.sendmsg(left[i : i + IOV_MAX])
         except OSError as exc:
             raise trio.BrokenResourceError(f"HA socket send failed: {exc}") from exc
-        for buf in chunk:
-            size = len(buf)
-            if sent >= size:
-                sent -= size
-                continue
-            await stream.send_all(memoryview(buf)[sent:])
-            sent = 0
+        while sent:
+            size = len(left[i])
+            if sent < size:
+                left[i] = memoryview(left[i])[sent:]
+                break
+            sent -= size
+            i += 1
