@@ -174,7 +174,7 @@ class Replication:
         host, _, port = address.rpartition(":")
         stream = await trio.open_tcp_stream(host, int(port))
         assert self.rlog is not None
-        return DrainingStream(stream, self.rlog, last_ack_only=self.auto)
+        return DrainingStream(stream, self.rlog)
 
     async def _find_master(self) -> None:
         """A classic slave without ``haMasterAddress`` registers every second until a registration

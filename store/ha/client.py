@@ -25,7 +25,9 @@ connection); a batch of a new epoch records ``(epoch, epochStartOffset)`` and is
 the driver persisted the epoch file (``PersistRequired`` → ``persisted()``), so an entry is always
 durable before the bytes it covers; the confirm offset becomes
 ``min(master confirm, local max)``; the new max is acked when it grew, and at least every
-``haSendHeartbeatInterval``. Nothing read for ``haHousekeepingInterval`` closes the connection.
+``haSendHeartbeatInterval``. Acks report the max offset, so the last one says everything the earlier
+ones do: an ack not yet taken by ``data_to_send`` is replaced by the next (the master handles one ack
+per write, however many batches it applied). Nothing read for ``haHousekeepingInterval`` closes the connection.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ class HAClient:
         self.close_reason: str | None = None
         self._decoder = MasterPacketDecoder()
         self._out = bytearray()
+        #: where in ``_out`` the pending ack starts (-1: none), so a newer ack replaces it
+        self._ack_at = -1
         self._last_read = now
         self._last_write = now
         self._handshake_sent_at = now
@@ -105,6 +109,7 @@ class HAClient:
         self.close_reason = None
         self._decoder = MasterPacketDecoder()
         self._out.clear()
+        self._ack_at = -1
         self._awaiting_persist = False
         self._held = None
         self._backlog.clear()
@@ -117,6 +122,7 @@ class HAClient:
         if self.state != HAConnectionState.SHUTDOWN:
             self.state = HAConnectionState.READY
         self._out.clear()
+        self._ack_at = -1
         self._awaiting_persist = False
         self._held = None
         self._backlog.clear()
@@ -124,11 +130,13 @@ class HAClient:
     def shutdown(self) -> None:
         self.state = HAConnectionState.SHUTDOWN
         self._out.clear()
+        self._ack_at = -1
 
     def data_to_send(self) -> bytes:
         """Bytes to write to the master now (drains the buffer)."""
         data = bytes(self._out)
         self._out.clear()
+        self._ack_at = -1
         return data
 
     @property
@@ -228,7 +236,11 @@ class HAClient:
         return CloseConnection(reason, retry_after)
 
     def _ack(self, offset: int, now: float) -> None:
-        self._out += SlaveAck(offset).encode()
+        out = self._out
+        if self._ack_at >= 0:
+            del out[self._ack_at :]  # the pending ack is the last thing in the buffer
+        self._ack_at = len(out)
+        out += SlaveAck(offset).encode()
         self._reported = offset
         self._last_write = now
 
@@ -283,12 +295,12 @@ class HAClient:
 
     def _on_transfer(self, packet: MasterTransfer, now: float) -> list[Event]:
         rlog = self.log
-        empty = rlog.min_offset == rlog.max_offset
-        if packet.offset >= 0 and not empty and packet.offset != rlog.max_offset:
-            kind = "gap" if packet.offset > rlog.max_offset else "overlap"
+        local_max = rlog.max_offset
+        if packet.offset >= 0 and packet.offset != local_max and rlog.min_offset != local_max:
+            kind = "gap" if packet.offset > local_max else "overlap"
             return [
                 self._close(
-                    f"{kind}: master sent offset {packet.offset}, local max is {rlog.max_offset}",
+                    f"{kind}: master sent offset {packet.offset}, local max is {local_max}",
                     RECONNECT_RETRY,
                 )
             ]
@@ -327,12 +339,15 @@ class HAClient:
         events: list[Event] = []
         if packet.body:
             rlog.append_raw(packet.offset, packet.body)
-            events.append(Appended(packet.offset, rlog.max_offset))
+            local_max = rlog.max_offset
+            events.append(Appended(packet.offset, local_max))
+        else:
+            local_max = rlog.max_offset
         if packet.confirmOffset >= 0:
-            confirm = min(packet.confirmOffset, rlog.max_offset)
+            confirm = min(packet.confirmOffset, local_max)
             if confirm != rlog.confirm_offset:
                 rlog.confirm_offset = confirm
                 events.append(ConfirmOffsetChanged(confirm))
-        if rlog.max_offset > self._reported and rlog.min_offset != rlog.max_offset:
-            self._ack(rlog.max_offset, now)
+        if local_max > self._reported and rlog.min_offset != local_max:
+            self._ack(local_max, now)
         return events

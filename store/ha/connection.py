@@ -104,7 +104,7 @@ class HAConnection:
     # ------------------------------------------------------------------ input
 
     def receive_data(self, data: bytes | bytearray | memoryview, now: float) -> list[Event]:
-        """Bytes from the slave."""
+        """Bytes from the slave. Of consecutive acks only the last is handled."""
         if self.state == HAConnectionState.SHUTDOWN:
             return []
         if data:
@@ -114,9 +114,12 @@ class HAConnection:
         except HAProtocolError as exc:
             return [self._close(f"malformed packet from slave: {exc}")]
         events: list[Event] = []
-        for packet in packets:
+        last = len(packets) - 1
+        for i, packet in enumerate(packets):
             if isinstance(packet, SlaveHandshake):
                 events.append(self._on_handshake(packet))
+            elif i < last and isinstance(packets[i + 1], SlaveAck):
+                continue  # acks report the slave's max offset: the next one supersedes this
             else:
                 events.extend(self._on_ack(packet, now))
             if events and isinstance(events[-1], CloseConnection):

@@ -37,14 +37,12 @@ import struct
 import trio
 
 from store.epoch import EpochFile
-from store.ha.packets import SLAVE_ACK_SIZE, HAConnectionState
 from store.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2
 from store.message_store import DefaultMessageStore
 
 log = logging.getLogger("store.ha.store_log")
 
 _SIZE_MAGIC = struct.Struct(">ii")
-_STATE = struct.Struct(">i")
 
 
 class _Append:
@@ -118,7 +116,10 @@ class StoreReplicaLog:
     @confirm_offset.setter
     def confirm_offset(self, value: int) -> None:
         self._confirm = value
-        self.store.set_confirm_offset(value)
+        # A rise waits for the drain that lands the queued bytes (it sets the store's value then);
+        # a drop is applied at once.
+        if not self.pending or value < self.store.confirm_offset:
+            self.store.set_confirm_offset(value)
 
     # ------------------------------------------------------------------ reads
 
@@ -275,27 +276,14 @@ class StoreReplicaLog:
 
 class DrainingStream(trio.abc.Stream):
     """A slave's HA stream: drains ``rlog`` before every send and every receive (see the module
-    docstring: acks never run ahead of the store, and the queue holds at most one chunk).
+    docstring: acks never run ahead of the store, and the queue holds at most one chunk)."""
 
-    With ``last_ack_only`` (auto-switch protocol), a write made only of TRANSFER acks sends just the
-    last one: acks report the slave's max offset, so the last says everything the others do, and
-    the master handles one ack per write instead of one per batch received."""
-
-    def __init__(self, inner: trio.abc.Stream, rlog: StoreReplicaLog, *, last_ack_only: bool = False) -> None:
+    def __init__(self, inner: trio.abc.Stream, rlog: StoreReplicaLog) -> None:
         self.inner = inner
         self.rlog = rlog
-        self.last_ack_only = last_ack_only
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self.rlog.drain()
-        size = len(data)
-        if self.last_ack_only and size > SLAVE_ACK_SIZE and size % SLAVE_ACK_SIZE == 0:
-            view = memoryview(data)
-            if all(
-                _STATE.unpack_from(view, pos)[0] == HAConnectionState.TRANSFER
-                for pos in range(0, size, SLAVE_ACK_SIZE)
-            ):
-                data = view[size - SLAVE_ACK_SIZE :]
         await self.inner.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:

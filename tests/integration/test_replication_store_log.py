@@ -14,7 +14,6 @@ import trio
 import trio.testing
 
 from store.config import BrokerRole
-from store.ha.packets import SlaveAck, SlaveHandshake
 from store.ha.store_log import DrainingStream, StoreReplicaLog
 from store.message_store import DefaultMessageStore
 from tests.integration.storekit import put, read_queue, running_store, small_config
@@ -174,16 +173,4 @@ async def test_draining_stream_sends_only_what_the_store_holds(tmp_path: Path) -
         await stream.send_all(b"ack")
         assert slave.max_phy_offset == master.max_phy_offset  # drained before the bytes left
         assert await right.receive_some() == b"ack"
-        await stream.aclose()
-
-
-async def test_draining_stream_sends_only_the_last_of_several_acks(tmp_path: Path) -> None:
-    async with running_store(small_config(tmp_path / "s", brokerRole=BrokerRole.SLAVE)) as slave:
-        left, right = trio.testing.memory_stream_pair()
-        stream = DrainingStream(left, StoreReplicaLog(slave), last_ack_only=True)
-        await stream.send_all(SlaveAck(10).encode() + SlaveAck(20).encode() + SlaveAck(35).encode())
-        assert await right.receive_some() == SlaveAck(35).encode()
-        hello = SlaveHandshake(False, False, 2).encode() + SlaveAck(0).encode()
-        await stream.send_all(hello)  # not only acks: unchanged
-        assert await right.receive_some() == hello
         await stream.aclose()

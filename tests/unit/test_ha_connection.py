@@ -6,6 +6,7 @@ import pytest
 
 from store.config import MessageStoreConfig
 from store.ha.connection import MAX_HOLD, MAX_SEND_BYTES, HAConnection
+from store.ha.events import AckReceived
 from store.ha.memlog import MemLog
 from store.ha.packets import MasterPacketDecoder, MasterTransfer, SlaveAck, SlaveHandshake
 from store.ha.role import become_master
@@ -88,3 +89,12 @@ def test_one_poll_returns_consecutive_packets_up_to_max_send_bytes() -> None:
     assert sum(len(p.body) for p in sent) == MAX_SEND_BYTES  # stops at the file end too
     more = packets(conn.poll_send(0.0))  # a slave far behind: nothing is held
     assert more[0].offset == MAX_SEND_BYTES
+
+
+def test_of_several_acks_in_one_read_only_the_last_is_handled() -> None:
+    log = master(5)
+    conn = streaming(log)
+    packets(conn.poll_send(0.0))
+    events = conn.receive_data(SlaveAck(60).encode() + SlaveAck(180).encode() + SlaveAck(300).encode(), 0.1)
+    assert events == [AckReceived(2, 300)]
+    assert conn.ack_offset == 300

@@ -206,6 +206,21 @@ def test_client_rejects_a_gap_or_overlap(offset: int, kind: str) -> None:
     assert client.state == HAConnectionState.READY
 
 
+def test_client_acks_only_its_latest_max_offset_per_write() -> None:
+    master = master_log((1, 10))
+    slave = MemLog(mapped_file_size=1024)
+    client = _client_in_transfer(slave)
+    batches = b"".join(
+        MasterTransfer(off, 1, 0, 0, master.bytes_range(off, off + 120)).encode() for off in (0, 120, 240)
+    )
+    assert client.receive_data(batches, 1.0)[-1] == PersistRequired()  # the first batch starts epoch 1
+    client.persisted(1.0)
+    assert slave.max_offset == 360
+    assert client.data_to_send() == SlaveAck(360).encode()  # not three acks
+    client.receive_data(MasterTransfer(360, 1, 0, 0, master.bytes_range(360, 420)).encode(), 1.1)
+    assert client.data_to_send() == SlaveAck(420).encode()
+
+
 def test_client_rejects_a_new_epoch_that_claims_bytes_it_already_holds() -> None:
     slave = MemLog(mapped_file_size=4096)
     slave.epoch_file.append(1, 0)
