@@ -82,3 +82,22 @@ async def test_the_owner_can_release_everybody() -> None:
         waiters.notify()
     assert result == [True, True]
     assert len(waiters) == 0
+
+
+async def test_a_cancelled_waiter_is_dropped_and_the_others_still_released() -> None:
+    state = {"acked": 0}
+    waiters = AckWaiters(lambda end, need: end <= state["acked"])
+    result: dict[int, bool] = {}
+
+    async def send(end: int) -> None:
+        result[end] = await waiters.wait(end, 2, 10)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send, 200)
+        async with trio.open_nursery() as inner:
+            inner.start_soon(send, 100)
+            await trio.testing.wait_all_tasks_blocked()
+            inner.cancel_scope.cancel()  # the send waiting for 100 goes away (connection closed)
+        state["acked"] = 300
+        waiters.notify()
+    assert result == {200: True}
