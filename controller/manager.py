@@ -9,27 +9,11 @@
   (upstream remark, plus ``controllerLeaderId`` / ``controllerLeaderAddress`` extFields when the
   leader is known — an addition; upstream brokers ask GET_METADATA_INFO instead).
 
-On the leader, leader-only requests go through one queue drained by one task (:meth:`run`;
-upstream's single event thread). Each round takes every queued request (up to
-:data:`MAX_BATCH`), in arrival order:
-
-1. a read barrier (``linearizable_read``) when the round holds a read, or when no barrier has
-   completed in this leadership term yet (a write after a term change must see everything
-   committed before it; within the term every entry is this leader's own, applied before the
-   next round starts);
-2. each request's :class:`~controller.replicas.ControllerResult` is computed against a
-   *speculative* state: the committed state plus the events of the requests computed before it
-   in the round (applied to a :meth:`~controller.replicas.ReplicasInfoManager.fork`), so it is
-   exactly the result one-at-a-time processing in that order gives;
-3. the events of the whole round are proposed as ONE Raft entry (the entry format is already a
-   batch of events), and the requests computed from the speculative state are answered once it
-   is applied. Requests computed before the first event (reads, rejections) are answered at once:
-   their answers depend on committed state only. If the proposal fails (leadership lost,
-   timeout), every request that depended on it gets the answer it would have got one at a time:
-   CONTROLLER_NOT_LEADER, or SYSTEM_ERROR for a timeout.
-
-Requests that arrive while a round's entry is being committed form the next round, so the
-number of Raft round trips per request falls as concurrency rises.
+On the leader, leader-only requests go through :class:`~controller.request_queue.RequestQueue`
+(upstream's single event thread, pipelined): requests are computed in arrival order against the
+committed state plus the events not yet committed, the events of one round of requests are
+committed as one Raft entry, and a response goes out only once the entry it depends on is
+applied. :meth:`ControllerManager.run` drives the queue.
 
 The Raft side is any object with the :class:`RaftHandle` shape (the trio driver in
 ``controller/raft``). Time comes from an injectable ``clock_ms``. Outgoing notifications go to an
@@ -42,24 +26,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 import trio
 
 from controller.config import ControllerConfig
 from controller.elect_policy import DefaultElectPolicy
-from controller.events import Event, encode_events
 from controller.heartbeat import BrokerHeartbeatManager, BrokerLiveInfo
-from controller.raft.errors import (
-    LeadershipLostError,
-    NotLeaderError,
-    ProposalDroppedError,
-    RaftError,
-    RaftTimeoutError,
-)
+from controller.raft.errors import RaftError, RaftTimeoutError
 from controller.replicas import ControllerResult, ReplicasInfoManager
+from controller.request_queue import Compute, NotLeading, RaftHandle, RequestQueue
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.fastjson import FastjsonError
@@ -83,10 +60,6 @@ from remoting.protocol.controller import (
 
 log = logging.getLogger("controller")
 
-#: Upstream ``ControllerRequestProcessor.WAIT_TIMEOUT_OUT``: how long a request may take in total.
-REQUEST_TIMEOUT = 5.0
-#: Most requests one round computes and commits together (upstream's event queue holds 1024).
-MAX_BATCH = 1024
 #: Upstream ``ControllerManager.triggerElectMaster``: each controller-triggered attempt waits this long.
 ELECT_ATTEMPT_TIMEOUT = 3.0
 NOT_LEADER_REMARK = "The controller is not in leader state"
@@ -119,61 +92,9 @@ CONTROLLER_CODES = frozenset(
 )
 
 
-class RaftHandle(Protocol):
-    """What the manager needs from the Raft driver."""
-
-    @property
-    def is_leader(self) -> bool: ...
-
-    @property
-    def leader_id(self) -> str | None: ...
-
-    @property
-    def leader_address(self) -> str | None: ...
-
-    async def propose(self, data: bytes, timeout: float) -> Any: ...
-
-    async def linearizable_read(self, timeout: float) -> Any: ...
-
-
-class _NotLeader(Exception):
-    """Internal: the request reached a peer that is not (or stopped being) the leader."""
-
-
 Notify = Callable[[str, RemotingCommand], None]
-#: Computes a request's result from a state (the committed one, or a speculative fork of it).
-Compute = Callable[[ReplicasInfoManager], ControllerResult]
-
-
-@dataclass(eq=False)
-class _Pending:
-    """One queued leader-only request."""
-
-    compute: Compute
-    write: bool
-    done: trio.Event = field(default_factory=trio.Event)
-    result: ControllerResult | None = None
-    error: BaseException | None = None
-    #: the caller stopped waiting (timeout, cancellation): skip it if not computed yet
-    abandoned: bool = False
-
-    def resolve(self, result: ControllerResult) -> None:
-        self.result = result
-        self.done.set()
-
-    def fail(self, error: BaseException) -> None:
-        self.error = error
-        self.done.set()
-
-
-def _failure_for(exc: BaseException) -> Callable[[], BaseException]:
-    """How each request depending on a failed barrier/proposal fails (a fresh exception per request,
-    mapped by :meth:`ControllerManager.handle` like the single-request path always did)."""
-    if isinstance(exc, (NotLeaderError, LeadershipLostError, ProposalDroppedError, _NotLeader)):
-        return lambda: _NotLeader(str(exc))
-    if isinstance(exc, (RaftTimeoutError, trio.TooSlowError)):
-        return lambda: RaftTimeoutError(str(exc))
-    return lambda: RaftError(str(exc))
+#: Internal: the request reached a peer that is not (or stopped being) the leader.
+_NotLeader = NotLeading
 
 
 def role_change_notifications(
@@ -220,17 +141,11 @@ class ControllerManager:
         notify: Notify | None = None,
     ) -> None:
         self.config = config
-        self.raft = raft
         self.replicas = replicas if replicas is not None else ReplicasInfoManager()
+        self.queue = RequestQueue(raft, self.replicas)
         self.heartbeats = heartbeats if heartbeats is not None else BrokerHeartbeatManager()
         self.clock_ms: Callable[[], float] = clock_ms or (lambda: trio.current_time() * 1000.0)
         self.notify = notify
-        self._queue: list[_Pending] = []
-        self._wakeup = trio.Event()
-        self._caught_up_term: int | None = None
-        #: rounds run and requests they computed (for tests and the benchmark's curiosity)
-        self.rounds = 0
-        self.batched_requests = 0
         self._handlers: dict[int, Callable[[Any, RemotingCommand], Any]] = {
             RequestCode.BROKER_HEARTBEAT: self._heartbeat,
             RequestCode.CONTROLLER_GET_METADATA_INFO: self._metadata,
@@ -245,6 +160,19 @@ class ControllerManager:
             RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: self._alter_sync_state_set,
             RequestCode.CLEAN_BROKER_DATA: self._clean_broker_data,
         }
+
+    @property
+    def raft(self) -> RaftHandle:
+        return self.queue.raft
+
+    @raft.setter
+    def raft(self, raft: RaftHandle) -> None:
+        self.queue.raft = raft
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the leader-only requests until cancelled (:meth:`RequestQueue.run`); must run for
+        them to be answered. :class:`controller.service.ControllerService` starts it."""
+        await self.queue.run(task_status=task_status)
 
     # -- liveness view ---------------------------------------------------------------------
 
@@ -333,7 +261,7 @@ class ControllerManager:
         response.body = result.body
         return response
 
-    # -- the leader's batched read / write path ----------------------------------------------
+    # -- the leader's read / write path -------------------------------------------------------
 
     async def run_read(self, compute: Compute) -> ControllerResult:
         """Compute a read on the leader after a linearizable read barrier."""
@@ -344,99 +272,7 @@ class ControllerManager:
         return await self._submit(compute, write=True)
 
     async def _submit(self, compute: Compute, *, write: bool) -> ControllerResult:
-        pending = _Pending(compute, write)
-        self._queue.append(pending)
-        self._wakeup.set()
-        try:
-            with trio.fail_after(REQUEST_TIMEOUT):
-                await pending.done.wait()
-        finally:
-            if not pending.done.is_set():
-                pending.abandoned = True
-        if pending.error is not None:
-            raise pending.error
-        assert pending.result is not None
-        return pending.result
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Drain the request queue, one round at a time, until cancelled (see the module docstring).
-
-        Must run for leader-only requests to be answered; :class:`controller.service.ControllerService`
-        starts it.
-        """
-        task_status.started()
-        try:
-            while True:
-                await self._wakeup.wait()
-                self._wakeup = trio.Event()
-                while self._queue:
-                    batch = [p for p in self._queue[:MAX_BATCH] if not p.abandoned]
-                    del self._queue[:MAX_BATCH]
-                    if batch:
-                        await self._round(batch)
-        finally:
-            for pending in self._queue:
-                pending.fail(RaftError("controller stopped"))
-            self._queue.clear()
-
-    async def _round(self, batch: list[_Pending]) -> None:
-        """Barrier, compute in order against the speculative state, one proposal, answers."""
-        self.rounds += 1
-        self.batched_requests += len(batch)
-        term = getattr(self.raft, "term", None)
-        try:
-            if not self.raft.is_leader:
-                raise _NotLeader
-            if any(not p.write for p in batch) or term is None or term != self._caught_up_term:
-                self._caught_up_term = None
-                await self.raft.linearizable_read(REQUEST_TIMEOUT)
-                self._caught_up_term = term
-        except (_NotLeader, NotLeaderError, LeadershipLostError, ProposalDroppedError, RaftError) as exc:
-            self._fail(batch, exc)
-            return
-        state = self.replicas
-        events: list[Event] = []
-        held: list[tuple[_Pending, ControllerResult]] = []
-        for pending in batch:
-            if events and state is self.replicas:
-                state = self.replicas.fork()
-                for event in events:
-                    state.apply_event(event)
-            try:
-                result = pending.compute(state)
-            except Exception as exc:  # a bug: raised again in the request's own task
-                pending.fail(exc)
-                continue
-            if result.events:
-                events += result.events
-                if state is not self.replicas:
-                    for event in result.events:
-                        state.apply_event(event)
-            if events:
-                held.append((pending, result))
-            else:
-                pending.resolve(result)
-        if not events:
-            return
-        self._caught_up_term = None  # until this proposal is known to be applied
-        try:
-            await self.raft.propose(encode_events(events), REQUEST_TIMEOUT)
-        except (NotLeaderError, LeadershipLostError, ProposalDroppedError, RaftError) as exc:
-            self._fail([p for p, _ in held], exc)
-            return
-        self._caught_up_term = term
-        for pending, result in held:
-            pending.resolve(result)
-
-    @staticmethod
-    def _fail(batch: list[_Pending], exc: BaseException) -> None:
-        if isinstance(exc, (_NotLeader, NotLeaderError, LeadershipLostError, ProposalDroppedError)):
-            log.info("controller request failed on a non-leader: %s", exc)
-        else:
-            log.warning("controller requests failed waiting for the raft log: %s", exc)
-        make = _failure_for(exc)
-        for pending in batch:
-            pending.fail(make())
+        return await self.queue.submit(compute, write=write)
 
     # -- any-peer requests -----------------------------------------------------------------
 
