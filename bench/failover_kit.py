@@ -10,7 +10,9 @@
   replicas (SEND_MESSAGE_V2, ``WAIT=true``): first to the replica that accepted last, then to each
   other one; every acknowledged (SUCCESS) body is recorded with the replica and the time.
 * :func:`read_all` — every message body of a topic's queues on one broker (PULL_MESSAGE, no suspend).
-* :func:`route_master` — the address a name server routes id 0 of a group to.
+* :func:`route` / :func:`route_master` — a topic's route from a name server; the address it routes id 0
+  of a group to.
+* :func:`send_request` / :func:`pull_request` — the SEND_MESSAGE_V2 / PULL_MESSAGE requests used here.
 
 Everything is trio; process control is the harness's (returns at once or after a SIGKILL).
 """
@@ -46,10 +48,14 @@ __all__ = [
     "DirectSender",
     "FailoverCluster",
     "ProcSpec",
+    "alive_in_sync",
     "create_topic",
+    "pull_request",
     "read_all",
     "replicas",
+    "route",
     "route_master",
+    "send_request",
     "wait_settled",
 ]
 
