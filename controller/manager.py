@@ -10,10 +10,12 @@
   leader is known — an addition; upstream brokers ask GET_METADATA_INFO instead).
 
 On the leader, leader-only requests go through :class:`~controller.request_queue.RequestQueue`
-(upstream's single event thread, pipelined): requests are computed in arrival order against the
-committed state plus the events not yet committed, the events of one round of requests are
-committed as one Raft entry, and a response goes out only once the entry it depends on is
-applied. :meth:`ControllerManager.run` drives the queue.
+(upstream's single event thread, batched): the requests queued while the previous Raft entry
+was committing are computed in arrival order against the committed state plus the events of
+the requests before them, their events are committed as one Raft entry, and a response goes out
+only once the entry it depends on is applied. :meth:`ControllerManager.run` drives the queue.
+Elections start the new master epoch above every epoch a live replica reports (an rmq-container
+safety rule for a controller that lost its data; see ``ReplicasInfoManager.handle_elect_master``).
 
 The Raft side is any object with the :class:`RaftHandle` shape (the trio driver in
 ``controller/raft``). Time comes from an injectable ``clock_ms``. Outgoing notifications go to an
