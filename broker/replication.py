@@ -259,11 +259,20 @@ class Replication:
         return max(sc.inSyncReplicas, 2)
 
     async def after_put(
-        self, result: PutMessageResult, *, wait_store_msg_ok: bool = True
+        self, result: PutMessageResult, *, wait_store_msg_ok: bool = True, epoch: int | None = None
     ) -> PutMessageResult:
         """Wake replication for an appended message and, on a SYNC_MASTER, wait for its acks; the
-        result's status becomes the replication outcome when that is not PUT_OK."""
+        result's status becomes the replication outcome when that is not PUT_OK.
+
+        ``epoch`` is the master epoch the send started under: if the broker stopped being that
+        master while the store appended (a role change during a file roll or flush wait), the message
+        is not acknowledged — it may be on no master of the group.
+        """
         if result.wrote_offset < 0:
+            return result
+        if self.auto and epoch is not None and (self.epoch != epoch or self.role != "master"):
+            result.status = PutMessageStatus.SERVICE_NOT_AVAILABLE
+            result.remark = f"the broker stopped being master of epoch {epoch} while storing the message"
             return result
         self.notify_appended()
         sc = self.broker.store_config
@@ -307,8 +316,11 @@ class Replication:
         refused = self.check_before_put()
         if refused is not None:
             return refused
+        epoch = self.epoch
         result = await self.broker.store.put_message(encoded, topic, queue_id, **kwargs)
-        return await self.after_put(result, wait_store_msg_ok=kwargs.get("wait_store_msg_ok", True))
+        return await self.after_put(
+            result, wait_store_msg_ok=kwargs.get("wait_store_msg_ok", True), epoch=epoch
+        )
 
     async def put_messages(
         self, encoded: bytearray, topic: str, queue_id: int, **kwargs: Any
@@ -317,8 +329,11 @@ class Replication:
         refused = self.check_before_put()
         if refused is not None:
             return refused
+        epoch = self.epoch
         result = await self.broker.store.put_messages(encoded, topic, queue_id, **kwargs)
-        return await self.after_put(result, wait_store_msg_ok=kwargs.get("wait_store_msg_ok", True))
+        return await self.after_put(
+            result, wait_store_msg_ok=kwargs.get("wait_store_msg_ok", True), epoch=epoch
+        )
 
     # ------------------------------------------------------------------ SyncStateSet
 

@@ -529,6 +529,13 @@ class DefaultMessageStore:
                 while True:
                     if self._refuse is not None:
                         return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._refuse)
+                    if self.config.brokerRole is BrokerRole.SLAVE:
+                        # The broker became a slave while this append waited for a new file: the
+                        # bytes would belong to no epoch of the group's history.
+                        return PutMessageResult(
+                            PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                            remark="the message store is in slave mode",
+                        )
                     qo = cq.next_offset if counts else 0
                     now = self.now_ms()
                     if batch_offsets is None:
