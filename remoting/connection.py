@@ -489,12 +489,35 @@ class Connection:
                 await self._flush_quietly()  # the peer is slow to read: answer no faster than it reads
             started = self._start(cmd, now)
             if started is not None:
-                # The handler blocks: this task keeps driving it and a new task reads on.
-                self._nursery.start_soon(self._read_loop, cmds[i + 1 :])
+                # The handler blocks: this task keeps driving it. The rest of the chunk is started at
+                # once, each request in its own task (a blocked handler stays with the task that
+                # started it), so N blocking requests cost one scheduler pass, not N; a new task reads on.
+                self._start_rest(cmds[i + 1 :], now)
+                self._nursery.start_soon(self._read_loop, None)
                 await self._drive(cmd, *started)
                 return True
         self._send_soon()
         return False
+
+    def _start_rest(self, cmds: list[RemotingCommand], now: float) -> None:
+        """Hand the remaining frames of a read chunk to their own tasks (reader only)."""
+        backlog = self._backlog
+        starting = 0
+        for cmd in cmds:
+            if cmd.flag & FLAG_RESPONSE:
+                self._complete(cmd)
+            elif backlog or self._in_flight + starting >= self._max_in_flight:
+                backlog.append((cmd, now))
+            else:
+                starting += 1
+                self._nursery.start_soon(self._run_one, cmd, now)
+
+    async def _run_one(self, cmd: RemotingCommand, received_at: float) -> None:
+        started = self._start(cmd, received_at)
+        if started is not None:
+            await self._drive(cmd, *started)
+        else:
+            self._send_soon()
 
     def _start(self, cmd: RemotingCommand, received_at: float) -> tuple[Any, Any] | None:
         """Run the handler of ``cmd`` until it completes (None) or blocks (its coroutine and trap)."""
