@@ -68,10 +68,10 @@ async def test_produce_then_pull_and_push_on_the_real_broker(tmp_path: Path) -> 
             consumer.subscribe(TOPIC, "*")
             consumer.register_listener(listener)
             async with consumer:
-                await wait_until(lambda: len(got) == 5, what="the five stored messages")
+                await wait_until(lambda: len(got) == 5, timeout=20, what="the five stored messages")
                 async with Producer("PG2", instance=instance) as producer:
                     await producer.send(Message(TOPIC, b"live"))
-                await wait_until(lambda: len(got) == 6, what="a message sent while consuming")
+                await wait_until(lambda: len(got) == 6, timeout=20, what="a message sent while consuming")
         assert sorted(m.body for m in got)[-2:] == [b"hello", b"live"]
         # the committed offsets cover everything consumed
         async with PullConsumer("CG", env.namesrv_addr) as reader:
@@ -109,7 +109,7 @@ async def test_orderly_and_broadcasting_on_the_real_broker(tmp_path: Path) -> No
             consumer.subscribe(TOPIC)
             consumer.register_listener(orderly)
             async with consumer:
-                await wait_until(lambda: len(seen) == 6, what="orderly consumption")
+                await wait_until(lambda: len(seen) == 6, timeout=20, what="orderly consumption")
         assert seen == [b"%d" % i for i in range(6)]
 
         a: list[bytes] = []
@@ -134,10 +134,14 @@ async def test_orderly_and_broadcasting_on_the_real_broker(tmp_path: Path) -> No
                 c.subscribe(TOPIC)
                 c.register_listener(collect(into))
             async with ca, cb:
-                await wait_until(lambda: bool(ca.assignment()) and bool(cb.assignment()), what="assignment")
+                await wait_until(
+                    lambda: bool(ca.assignment()) and bool(cb.assignment()), timeout=20, what="assignment"
+                )
                 async with Producer("PG3", instance=ia) as producer:
                     for i in range(4):
                         await producer.send(Message(TOPIC, b"bc%d" % i))
-                await wait_until(lambda: len(a) == 4 and len(b) == 4, what="both broadcast consumers")
+                await wait_until(
+                    lambda: len(a) == 4 and len(b) == 4, timeout=20, what="both broadcast consumers"
+                )
         # broadcasting starts at the max offset: the six earlier messages are not redelivered
         assert sorted(a) == sorted(b) == [b"bc0", b"bc1", b"bc2", b"bc3"]
