@@ -33,6 +33,7 @@ from store.message import (
     TRANSACTION_TYPE_MASK,
     DispatchRequest,
     java_string_hash,
+    java_string_hash_extend,
 )
 
 log = logging.getLogger("store.index")
@@ -46,12 +47,24 @@ _ENTRY = struct.Struct(">iqii")  # key hash, phy offset, time diff (s), prev ind
 _SLOT = struct.Struct(">i")
 _ZERO_ENTRY = bytes(INDEX_ENTRY_SIZE)
 _INT_MAX = 2**31 - 1
+_ENTRY_PACK = _ENTRY.pack_into
+_SLOT_PACK = _SLOT.pack_into
+_SLOT_UNPACK = _SLOT.unpack_from
+_HEADER_PACK = _HEADER.pack_into
+_PREFIX_CACHE_MAX = 4096
 
 
 def index_key_hash(key: str) -> int:
     """Upstream ``indexKeyHashMethod``: |String.hashCode()|, 0 when the absolute value overflows."""
     h = java_string_hash(key)
     return abs(h) if h != -(2**31) else 0
+
+
+def _abs_hash(h: int) -> int:
+    """:func:`index_key_hash` from an unsigned 32-bit Java hash."""
+    if h & 0x80000000:
+        return 0x100000000 - h if h != 0x80000000 else 0
+    return h
 
 
 def build_key(topic: str, key: str) -> str:
@@ -167,28 +180,30 @@ class IndexFile:
         count = self.index_count
         if count >= self.index_num:
             return False
+        m = self.map
         slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * HASH_SLOT_SIZE
-        prev = _SLOT.unpack_from(self.map, slot_pos)[0]
+        prev = _SLOT_UNPACK(m, slot_pos)[0]
+        used_slots = self.hash_slot_count
         if prev <= 0 or prev >= count:
             prev = 0  # empty, or a slot written by a put that never committed its header
-        begin_ts, begin_phy = self.begin_timestamp, self.begin_phy_offset
+            used_slots += 1
         if count <= 1:
             time_diff = 0
-            begin_ts, begin_phy = store_timestamp, phy_offset
+            begin_ts = self.begin_timestamp = store_timestamp
+            begin_phy = self.begin_phy_offset = phy_offset
         else:
-            time_diff = min(max((store_timestamp - begin_ts) // 1000, 0), _INT_MAX)
-        used_slots = self.hash_slot_count + (1 if prev == 0 else 0)
+            begin_ts, begin_phy = self.begin_timestamp, self.begin_phy_offset
+            time_diff = (store_timestamp - begin_ts) // 1000
+            if time_diff < 0:
+                time_diff = 0
+            elif time_diff > _INT_MAX:
+                time_diff = _INT_MAX
         # entry, slot, header, and only then the attributes flush() reads: the header's count is
         # what makes the entry visible, and a concurrent flush must not report it before it is written.
-        _ENTRY.pack_into(
-            self.map, self._entries_pos + count * INDEX_ENTRY_SIZE, key_hash, phy_offset, time_diff, prev
-        )
-        _SLOT.pack_into(self.map, slot_pos, count)
-        _HEADER.pack_into(
-            self.map, 0, begin_ts, store_timestamp, begin_phy, phy_offset, used_slots, count + 1
-        )
+        _ENTRY_PACK(m, self._entries_pos + count * INDEX_ENTRY_SIZE, key_hash, phy_offset, time_diff, prev)
+        _SLOT_PACK(m, slot_pos, count)
+        _HEADER_PACK(m, 0, begin_ts, store_timestamp, begin_phy, phy_offset, used_slots, count + 1)
         self.dirty = True
-        self.begin_timestamp, self.begin_phy_offset = begin_ts, begin_phy
         self.hash_slot_count = used_slots
         self.index_count = count + 1
         self.end_phy_offset = phy_offset
@@ -272,6 +287,8 @@ class IndexService:
         self.max_index_num = max_index_num
         self._now_ms = now_ms
         self._files: list[IndexFile] = []
+        # topic -> unsigned Java hash of "topic#" (index keys are hashed without building the string)
+        self._prefix_hashes: dict[str, int] = {}
         # guards file descriptors against flush() running in a worker thread
         self._fd_lock = threading.Lock()
 
@@ -365,20 +382,21 @@ class IndexService:
                 return
         elif phy <= self.max_indexed_phy_offset:
             return
-        prefix = topic + "#"
+        prefix_hash = self._prefix_hashes.get(topic)
+        if prefix_hash is None:
+            if len(self._prefix_hashes) >= _PREFIX_CACHE_MAX:
+                self._prefix_hashes.clear()
+            prefix_hash = self._prefix_hashes[topic] = java_string_hash(topic + "#") & 0xFFFFFFFF
         if uniq_key:
-            self._put_key(prefix + uniq_key, phy, ts)
+            self._put_hash(_abs_hash(java_string_hash_extend(prefix_hash, uniq_key)), phy, ts)
         if keys:
             for key in keys.split(KEY_SEPARATOR):
                 if key:
-                    self._put_key(prefix + key, phy, ts)
+                    self._put_hash(_abs_hash(java_string_hash_extend(prefix_hash, key)), phy, ts)
 
-    def _put_key(self, key: str, phy: int, ts: int) -> None:
-        h = java_string_hash(key)
-        if h < 0:
-            h = -h if h != -(2**31) else 0  # index_key_hash
-        f = self._files[-1] if self._files else None
-        if f is None or not f.put_key(h, phy, ts):
+    def _put_hash(self, h: int, phy: int, ts: int) -> None:
+        files = self._files
+        if not files or not files[-1].put_key(h, phy, ts):
             f = self._new_file()
             if not f.put_key(h, phy, ts):
                 raise AssertionError("a fresh index file refused an entry")

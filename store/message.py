@@ -291,6 +291,27 @@ def java_string_hash(s: str) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+def java_string_hash_extend(prefix_hash: int, s: str) -> int:
+    """Java ``String.hashCode()`` of ``prefix + s`` as an unsigned 32-bit int, from the unsigned
+    hash of ``prefix`` alone: ``prefix_hash * 31^len16(s) + hash(s)`` mod 2^32 (``len16`` counts
+    UTF-16 code units). Lets callers hash ``topic#key`` without building the string."""
+    if s.isascii():
+        n = len(s)
+        if n <= _ASCII_CHUNK:
+            if not n:
+                return prefix_hash
+            data = s.encode("ascii")
+            return (
+                prefix_hash * (_POW31[n] if n <= _HASH_CHUNK else pow(31, n, 1 << 32))
+                + int(data.translate(_HI31) + b"0", 31)
+                + int(data.translate(_LO31), 31)
+            ) & 0xFFFFFFFF
+        units = n
+    else:
+        units = len(s.encode(_UTF16_NATIVE, "surrogatepass")) // 2
+    return (prefix_hash * pow(31, units, 1 << 32) + java_string_hash(s)) & 0xFFFFFFFF
+
+
 @lru_cache(maxsize=4096)
 def tags_hash_code(tag: str | None) -> int:
     """The consume-queue tags code: Java ``String.hashCode()`` of ``tag``, 0 for None or ""
