@@ -191,9 +191,15 @@ class Replication:
         """Registration answers: a slave learns its master's broker and HA addresses from them."""
         if not self.broker.is_slave or not results:
             return
+        b = self.broker
+        if self.auto and not self.hand_roles:
+            # Controller mode: the controller chose the master (b.master_addr). A name server may still
+            # route to the previous one for a moment: only an answer naming the chosen master counts.
+            results = [r for r in results if r.master_addr and r.master_addr == b.master_addr]
+            if not results:
+                return
         master = next((r.master_addr for r in results if r.master_addr), None)
         ha_addr = next((r.ha_server_addr for r in results if r.ha_server_addr), None)
-        b = self.broker
         if master != b.master_addr:
             log.info("%s: master broker address %s -> %s", b.name, b.master_addr, master)
             b.master_addr = master
