@@ -91,7 +91,7 @@ async def test_dev_cluster_runs_controller_mode_and_restarts(tmp_path: Path) -> 
 
                 got = await send_and_read(namesrv, first)
                 if sorted(got) != sorted(first):  # the last ones may still be on their way to the queues
-                    await wait_until(all_read, 5, "every message readable")
+                    await wait_until(all_read, 15, "every message readable")
                 brokers = {m.brokerName for m in await _queues(namesrv)}
                 assert brokers == {"broker-a", "broker-b"}
 
@@ -105,7 +105,7 @@ async def test_dev_cluster_runs_controller_mode_and_restarts(tmp_path: Path) -> 
                     return sorted(await send_and_read(namesrv, [])) == sorted(first + second)
 
                 if sorted(got) != sorted(first + second):
-                    await wait_until(everything, 5, "every message readable after the restart")
+                    await wait_until(everything, 15, "every message readable after the restart")
     finally:
         proc.close()
 
