@@ -32,12 +32,12 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import trio
 
 from client.instance import ClientInstance
+from client.lifecycle import StartStop
 from client.message import (
     AUTO_CREATE_TOPIC_KEY,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -197,7 +197,7 @@ class _Prepared:
         self.batch = batch
 
 
-class Producer:
+class Producer(StartStop):
     """A message producer (see the module docstring for the send semantics)."""
 
     def __init__(
@@ -273,15 +273,6 @@ class Producer:
         finally:
             if self._owns_instance:
                 await self.instance.shutdown()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.shutdown()
 
     # ------------------------------------------------------------------ public API
 

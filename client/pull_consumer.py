@@ -19,12 +19,11 @@ in the route); pulls sent to a slave never carry the commit-offset flag.
 from __future__ import annotations
 
 import logging
-from types import TracebackType
-from typing import Self
 
 import trio
 
 from client.instance import ClientInstance
+from client.lifecycle import StartStop
 from client.message import (
     MASTER_ID,
     MQBrokerError,
@@ -190,7 +189,7 @@ class PullAPI:
         return await self._offset_call(RequestCode.GET_EARLIEST_MSG_STORETIME, mq, {}, "timestamp")
 
 
-class PullConsumer:
+class PullConsumer(StartStop):
     """An application-driven consumer: the application chooses queues and offsets.
 
     The group is announced in heartbeats as CONSUME_ACTIVELY; committed offsets are only
@@ -271,15 +270,6 @@ class PullConsumer:
         finally:
             if self._owns_instance:
                 await self.instance.shutdown()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.shutdown()
 
     # ------------------------------------------------------------------ API
 

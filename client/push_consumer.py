@@ -52,13 +52,12 @@ import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from types import TracebackType
-from typing import Self
 
 import trio
 
 from client.consumer import ConsumerBrokerCalls, ConsumeService, QueueState, by_broker
 from client.instance import ClientInstance
+from client.lifecycle import StartStop
 from client.message import (
     ConsumeStatus,
     MessageExt,
@@ -100,7 +99,7 @@ CONSUME_CONCURRENTLY_MAX_SPAN = 2000
 FLOW_CONTROL_DELAY = 0.05
 
 
-class PushConsumer:
+class PushConsumer(StartStop):
     """A push consumer (see the module docstring)."""
 
     def __init__(
@@ -298,15 +297,6 @@ class PushConsumer:
             # outside the shield: the instance's nursery was opened outside it
             if self._owns_instance:
                 await self.instance.shutdown()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.shutdown()
 
     async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
