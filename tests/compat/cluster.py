@@ -38,6 +38,7 @@ from remoting import fastjson
 from remoting.codec import FrameDecoder, encode
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
+from tests.cluster.harness import free_ports
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = Path(__file__).resolve().with_name("cpp_scenario.py")
@@ -63,28 +64,9 @@ class ContainerError(AssertionError):
 # --- ports ----------------------------------------------------------------------------------------
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_port(*, pair: bool = False, taken: set[int] | None = None) -> int:
     """A loopback port that was free a moment ago (``pair``: ``port + 1`` too, for a broker's HA port)."""
-    taken = taken if taken is not None else set()
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        wanted = {port, port + 1} if pair else {port}
-        if wanted & taken or (pair and (port + 1 > 65535 or not _bindable(port + 1))):
-            continue
-        taken.update(wanted)
-        return port
-    raise RuntimeError("no free loopback port found")
+    return free_ports(1, pairs=pair, taken=taken)[0]
 
 
 # --- a blocking one-shot remoting call (for readiness checks) -------------------------------------
