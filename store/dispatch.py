@@ -29,6 +29,7 @@ from store.message import (
     PROPERTY_DELAY,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
     TRANSACTION_TYPE_MASK,
     DispatchRequest,
     MessageFormatError,
@@ -98,17 +99,16 @@ class Dispatcher:
     ) -> bool:
         """Dispatch a record just appended at ``phys == reput_offset`` from what the sender knows.
         False when the consume queue needs a file (nothing was done; :meth:`pump` picks it up)."""
-        t = sys_flag & TRANSACTION_TYPE_MASK
-        if (t in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)) and not cq.put(
-            phys, size, tags_code, queue_offset
-        ):
+        # NOT_TYPE (0) and COMMIT_TYPE (8) get units: exactly the types without the PREPARED bit
+        counts = not sys_flag & TRANSACTION_PREPARED_TYPE
+        if counts and not cq.put(phys, size, tags_code, queue_offset):
             return False
         index = self.index
         if index is not None and (keys or uniq_key):
             index.put_keys(cq.topic, phys, store_timestamp, sys_flag, keys, uniq_key)
         self.reput_offset = phys + size
         self.last_store_timestamp = store_timestamp
-        if self.listeners and (t in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)):
+        if counts and self.listeners:
             for cb in self.listeners:
                 cb(cq.topic, cq.queue_id, cq.max_offset)
         return True

@@ -388,7 +388,11 @@ class IndexService:
                 self._prefix_hashes.clear()
             prefix_hash = self._prefix_hashes[topic] = java_string_hash(topic + "#") & 0xFFFFFFFF
         if uniq_key:
-            self._put_hash(_abs_hash(java_string_hash_extend(prefix_hash, uniq_key)), phy, ts)
+            h = java_string_hash_extend(prefix_hash, uniq_key)
+            if h & 0x80000000:
+                h = 0x100000000 - h if h != 0x80000000 else 0  # _abs_hash
+            if last is None or not last.put_key(h, phy, ts):
+                self._put_hash(h, phy, ts)
         if keys:
             for key in keys.split(KEY_SEPARATOR):
                 if key:
