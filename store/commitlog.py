@@ -39,6 +39,8 @@ BOUNDARY_MARK_SPACING = 64 * 1024
 
 _QO_PO = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (positions 20, 28)
 _I64 = struct.Struct(">q")
+_QO_PO_PACK = _QO_PO.pack_into
+_I64_PACK = _I64.pack_into
 _I32 = struct.Struct(">i")
 _SIZE_MAGIC = struct.Struct(">ii")
 _BLANK = struct.Struct(">ii")
@@ -50,6 +52,8 @@ class CommitLog:
     def __init__(self, store_dir: str, file_size: int, *, warm: bool = False) -> None:
         self.mfq = MappedFileQueue(store_dir, file_size, prefault=True, warm=warm)
         self.file_size = file_size
+        # a record ending beyond this leaves no room for the BLANK filler
+        self._fit_limit = file_size - END_FILE_MIN_BLANK_LENGTH
         #: the file appends go to (the last one), or None before the first file exists
         self.current: MappedFile | None = None
         # sorted message-boundary offsets, roughly every BOUNDARY_MARK_SPACING bytes
@@ -92,17 +96,19 @@ class CommitLog:
             return NEED_FILE
         n = len(buf)
         pos = mf.wrote_position
-        if pos + n + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+        end = pos + n
+        if end > self._fit_limit:
             self._end_file(mf)
             return NEED_FILE
         phys = mf.file_from_offset + pos
-        _QO_PO.pack_into(buf, 20, queue_offset, phys)
-        _I64.pack_into(buf, ts_pos, store_timestamp)
+        _QO_PO_PACK(buf, 20, queue_offset, phys)
+        _I64_PACK(buf, ts_pos, store_timestamp)
         # TOTALSIZE goes in last: a copy cut short by a crash leaves it 0, the end of the data
         view = mf.view
-        view[pos + 4 : pos + n] = memoryview(buf)[4:]
-        view[pos : pos + 4] = buf[:4]
-        mf.wrote_position = pos + n
+        src = memoryview(buf)
+        view[pos + 4 : end] = src[4:]
+        view[pos : pos + 4] = src[:4]
+        mf.wrote_position = end
         mf.last_store_timestamp = store_timestamp
         if phys >= self._next_mark:
             self._marks.append(phys)

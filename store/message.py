@@ -300,10 +300,10 @@ def java_string_hash_extend(prefix_hash: int, s: str) -> int:
         if n <= _ASCII_CHUNK:
             if not n:
                 return prefix_hash
-            data = s.encode("ascii")
+            data = s.encode()  # ASCII: the UTF-8 bytes are the code units
             return (
                 prefix_hash * (_POW31[n] if n <= _HASH_CHUNK else pow(31, n, 1 << 32))
-                + int(data.translate(_HI31) + b"0", 31)
+                + 31 * int(data.translate(_HI31), 31)
                 + int(data.translate(_LO31), 31)
             ) & 0xFFFFFFFF
         units = n
