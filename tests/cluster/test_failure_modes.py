@@ -235,8 +235,10 @@ async def test_9804_topics_and_groups_created_on_the_old_master_exist_on_the_new
                     r = await call(client, slave, RequestCode.GET_TOPIC_CONFIG, {"topic": t})
                     if r.code != ResponseCode.SUCCESS:
                         return False
-                r = await call(client, slave, RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": group})
-                return r.code == ResponseCode.SUCCESS
+                # GET_SUBSCRIPTIONGROUP_CONFIG auto-creates a default group (upstream behaviour), so the
+                # probe waits for the master's values, not for the group's existence.
+                sub = await mq.get_subscription_group_config(slave, group)
+                return (sub.retryMaxTimes, sub.consumeMessageOrderly) == (5, True)
 
             # slave metadata sync: at most one full-sync interval (10 s) plus its tick (3 s)
             await wait_until(slave_has_them, 20, "the slave's metadata sync of the new topics and group")
