@@ -170,7 +170,7 @@ class _UniqKeys:
 
 
 def _batch_body(count: int, body: bytes, keys: _UniqKeys) -> bytes:
-    from store.message import BatchItem, encode_batch_body
+    from remoting.protocol.message import BatchItem, encode_batch_body
 
     return encode_batch_body(BatchItem(0, body, keys.props()) for _ in range(count))
 

@@ -37,8 +37,8 @@ from remoting.errors import RemotingError
 from remoting.headers import decode_header, encode_header
 from remoting.protocol.broker import PullMessageRequestHeader, PullMessageResponseHeader, PullSysFlag
 from remoting.protocol.controller import ReplicasInfo
+from remoting.protocol.message import iter_messages
 from remoting.protocol.namesrv import TopicRouteData
-from store.message import iter_messages
 from tests.cluster.harness import ContainerProc, free_ports, toml_text
 
 __all__ = [

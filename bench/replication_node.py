@@ -247,8 +247,8 @@ async def follower(spec: dict[str, Any]) -> None:
 
 async def master(spec: dict[str, Any]) -> None:
     from remoting.client import RemotingClient
+    from remoting.protocol.message import encode_message
     from remoting.server import RemotingServer
-    from store.message import encode_message
 
     total = int(spec["bytes"])
     with tempfile.TemporaryDirectory(prefix="bench-repl-master-", dir=spec.get("tmp")) as tmp:

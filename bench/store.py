@@ -8,7 +8,7 @@ Cases (each against a baseline measured in the same run, alternating rounds, bes
   tag). Baseline: the minimum any store must do -- pack the fixed header, CRC32 the body and copy
   the record into an already-faulted file mmap, no dispatch. Targets: >= 0.35 of the baseline's
   msgs/s at 128 B and 1 KiB, >= 0.7 of its MB/s at 16 KiB. Informational rows: the same path
-  without the index, and with the encoding (``store.message.encode_message``) included.
+  without the index, and with the encoding (``remoting.protocol.message.encode_message``) included.
 * **cost growth**: 1 KiB appends spread over 1, 100 and 10,000 topic-queues, and with 4 MiB
   commit-log files (a roll every ~4000 messages) against 1 GiB files: each within +-20 % of the
   1-queue / no-roll figure (ratio >= 0.8).
@@ -37,8 +37,8 @@ from typing import Any
 import trio
 
 from bench.common import markdown_table, row
+from remoting.protocol.message import UniqIdGenerator, encode_message, tags_hash_code
 from store.config import MessageStoreConfig
-from store.message import UniqIdGenerator, encode_message, tags_hash_code
 from store.message_store import DefaultMessageStore
 
 STORE_HOST = ("127.0.0.1", 10911)

@@ -36,8 +36,8 @@ from remoting.connection import Connection, ProcessorTable
 from remoting.headers import encode_header
 from remoting.protocol.broker import NotifyConsumerIdsChangedRequestHeader
 from remoting.protocol.common import DataVersion, PermName, TopicConfigAndMappingSerializeWrapper
+from remoting.protocol.message import UniqIdGenerator
 from store.config import BrokerRole, MessageStoreConfig
-from store.message import UniqIdGenerator
 from store.message_store import DefaultMessageStore
 
 if TYPE_CHECKING:

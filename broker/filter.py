@@ -7,7 +7,7 @@ exact tag string in the message properties (hash collisions). Clients filter aga
 from __future__ import annotations
 
 from remoting.protocol.broker import SubscriptionData
-from store.message import PROPERTY_TAGS, dispatch_info, tags_hash_code
+from remoting.protocol.message import PROPERTY_TAGS, dispatch_info, tags_hash_code
 
 SUB_ALL = "*"
 

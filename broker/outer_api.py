@@ -16,6 +16,7 @@ from remoting.command import CURRENT_VERSION, RemotingCommand
 from remoting.errors import RemotingError
 from remoting.headers import decode_header, encode_header
 from remoting.protocol.common import TopicConfigAndMappingSerializeWrapper
+from remoting.protocol.message import crc32_masked
 from remoting.protocol.namesrv import (
     BrokerHeartbeatRequestHeader,
     RegisterBrokerBody,
@@ -23,7 +24,6 @@ from remoting.protocol.namesrv import (
     RegisterBrokerResponseHeader,
     UnRegisterBrokerRequestHeader,
 )
-from store.message import crc32_masked
 
 
 @dataclass

@@ -32,8 +32,7 @@ from remoting.protocol.broker import (
     SendMessageRequestHeaderV2,
 )
 from remoting.protocol.common import PermName, TopicConfig
-from store.config import BrokerRole
-from store.message import (
+from remoting.protocol.message import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
@@ -62,6 +61,7 @@ from store.message import (
     topic_field,
     transaction_type,
 )
+from store.config import BrokerRole
 from store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The Python client: producer, pull/push consumers, a blocking facade, admin calls and ``rmq-admin``.
 
-Depends only on :mod:`remoting` (the stored-message format is read with :mod:`store.message`).
+Depends only on :mod:`remoting` (the stored-message format is read with :mod:`remoting.protocol.message`).
 """
 
 from client.blocking import BlockingLoop, BlockingProducer, BlockingPullConsumer, BlockingPushConsumer

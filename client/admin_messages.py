@@ -23,7 +23,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.errors import RemotingError
 from remoting.protocol.common import MessageQueue
-from store.message import StoredMessage, decode_offset_msg_id, iter_messages
+from remoting.protocol.message import StoredMessage, decode_offset_msg_id, iter_messages
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"

@@ -31,7 +31,7 @@ from remoting.protocol.broker import (
     UnlockBatchRequestBody,
 )
 from remoting.protocol.common import MessageQueue
-from store.message import (
+from remoting.protocol.message import (
     PROPERTY_MAX_OFFSET,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_MIN_OFFSET,

@@ -23,7 +23,7 @@ import msgspec
 from remoting.codes import ResponseCode
 from remoting.protocol.broker import SubscriptionData
 from remoting.protocol.common import MessageQueue
-from store.message import (
+from remoting.protocol.message import (
     COMPRESSED_FLAG,
     COMPRESSION_TYPE_MASK,
     COMPRESSION_ZLIB_TYPE,
@@ -449,7 +449,7 @@ def decode_pull_body(
 
     ``tags`` None or empty means no filtering (``*``). Compressed (zlib) bodies are inflated.
     ``MIN_OFFSET``/``MAX_OFFSET`` properties are set when given (upstream does this too).
-    Raises ``store.message.MessageFormatError`` on a malformed body.
+    Raises ``remoting.protocol.message.MessageFormatError`` on a malformed body.
     """
     out: list[MessageExt] = []
     min_s = str(min_offset) if min_offset is not None else None

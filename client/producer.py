@@ -55,7 +55,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
 from remoting.protocol.common import MessageQueue
-from store.message import (
+from remoting.protocol.message import (
     COMPRESSED_FLAG,
     COMPRESSION_ZLIB_TYPE,
     PROPERTY_DELAY,

@@ -83,7 +83,7 @@ from remoting.protocol.broker import (
     SubscriptionData,
 )
 from remoting.protocol.common import MessageQueue
-from store.message import (
+from remoting.protocol.message import (
     PROPERTY_RETRY_TOPIC,
 )
 

@@ -1,7 +1,7 @@
 """The commit log: one append-only log of stored-message records over a :class:`MappedFileQueue`.
 
 Upstream: ``CommitLog`` (+ ``DefaultAppendMessageCallback``). Records arrive already encoded
-(:func:`store.message.encode_message`); at append the log writes the queue offset, physical offset
+(:func:`remoting.protocol.message.encode_message`); at append the log writes the queue offset, physical offset
 and store timestamp into the record and copies it into the map. The first 4 bytes (TOTALSIZE) of a record are copied last, so a
 copy interrupted by a crash leaves a zero size, which recovery reads as the end of the data. A record
 never spans two files:
@@ -19,14 +19,14 @@ import bisect
 import logging
 import struct
 
-from store.mapped_file import MappedFile, MappedFileQueue
-from store.message import (
+from remoting.protocol.message import (
     BLANK_MAGIC,
     BORNHOST_V6_FLAG,
     MAGIC_V1,
     MAGIC_V2,
     SYSFLAG_POSITION,
 )
+from store.mapped_file import MappedFile, MappedFileQueue
 
 log = logging.getLogger("store.commitlog")
 

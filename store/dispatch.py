@@ -18,11 +18,7 @@ import logging
 import struct
 from collections.abc import Callable
 
-from store.commitlog import CommitLog
-from store.consume_queue import ConsumeQueue
-from store.consume_queue_store import ConsumeQueueStore
-from store.index import IndexService
-from store.message import (
+from remoting.protocol.message import (
     BLANK_MAGIC,
     MAGIC_V1,
     MAGIC_V2,
@@ -35,6 +31,10 @@ from store.message import (
     MessageFormatError,
     dispatch_info,
 )
+from store.commitlog import CommitLog
+from store.consume_queue import ConsumeQueue
+from store.consume_queue_store import ConsumeQueueStore
+from store.index import IndexService
 
 log = logging.getLogger("store.dispatch")
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from store.message import (
+from remoting.protocol.message import (
     KEY_SEPARATOR,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import trio
 
+from remoting.protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, dispatch_info
 from store import recovery, truncation
 from store.allocate import FileAllocator
 from store.checkpoint import (
@@ -40,7 +41,6 @@ from store.epoch import EpochFile
 from store.flush import CommitLogFlusher, LogicsFlusher
 from store.index import IndexService
 from store.mapped_file import delete_paths_sync
-from store.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, dispatch_info
 from store.reading import get_message, query_message
 from store.results import (
     BoundaryType,
@@ -335,7 +335,7 @@ class DefaultMessageStore:
         uniq_key: str | None = None,
         wait_store_msg_ok: bool = True,
     ) -> PutMessageResult:
-        """Append one record encoded by :func:`store.message.encode_message` for ``topic`` /
+        """Append one record encoded by :func:`remoting.protocol.message.encode_message` for ``topic`` /
         ``queue_id`` (which must match the record). The log assigns the queue offset (0 for
         PREPARED/ROLLBACK transaction messages), physical offset and store timestamp and writes
         them into ``encoded``.

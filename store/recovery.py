@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING
 import msgspec
 import trio
 
+from remoting.protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, MessageFormatError, dispatch_info
 from store.dispatch import DispatchNeedsFile, gets_queue_unit
 from store.flush import fsync_paths_sync
 from store.mapped_file import clear_nonzero_tail_sync, delete_paths_sync
-from store.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, MessageFormatError, dispatch_info
 
 if TYPE_CHECKING:
     from store.message_store import DefaultMessageStore
@@ -223,7 +223,11 @@ async def recover(store: DefaultMessageStore, abnormal: bool) -> RecoveryReport:
     report.dropped_files = [mf.path for mf in holding_data]
     report.dropped_bytes = sum(mf.file_size for mf in holding_data)
     if len(gone) > len(holding_data):
-        log.info("commit log: removed %d pre-allocated empty file(s) after offset %d", len(gone) - len(holding_data), end)
+        log.info(
+            "commit log: removed %d pre-allocated empty file(s) after offset %d",
+            len(gone) - len(holding_data),
+            end,
+        )
     paths = cl.mfq.retire(gone)
     await trio.to_thread.run_sync(delete_paths_sync, paths)
     if abnormal and cut_mf is not None and not cut_mf.closed:

@@ -36,8 +36,8 @@ import struct
 
 import trio
 
+from remoting.protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2
 from store.epoch import EpochFile
-from store.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2
 from store.message_store import DefaultMessageStore
 
 log = logging.getLogger("store.ha.store_log")

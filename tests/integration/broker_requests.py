@@ -19,7 +19,13 @@ from remoting.protocol.broker import (
     SendMessageRequestHeaderV2,
     SendMessageResponseHeader,
 )
-from store.message import BatchItem, StoredMessage, encode_batch_body, iter_messages, properties_to_string
+from remoting.protocol.message import (
+    BatchItem,
+    StoredMessage,
+    encode_batch_body,
+    iter_messages,
+    properties_to_string,
+)
 from tests.integration.broker_env import BrokerEnv
 
 PRODUCER_GROUP = "TestProducerGroup"

@@ -33,9 +33,7 @@ from remoting.protocol.broker import (
     UnlockBatchRequestBody,
 )
 from remoting.protocol.common import MessageQueue
-from remoting.protocol.namesrv import BrokerData, QueueData, TopicRouteData
-from remoting.server import Listener, RemotingServer
-from store.message import (
+from remoting.protocol.message import (
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
@@ -46,6 +44,8 @@ from store.message import (
     parse_properties,
     properties_to_string,
 )
+from remoting.protocol.namesrv import BrokerData, QueueData, TopicRouteData
+from remoting.server import Listener, RemotingServer
 
 CLUSTER = "DefaultCluster"
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import trio
 
+from remoting.protocol.message import encode_message, tags_hash_code
 from store.config import MessageStoreConfig
-from store.message import encode_message, tags_hash_code
 from store.message_store import DefaultMessageStore
 from store.results import PutMessageResult
 

@@ -14,7 +14,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import request
 from remoting.headers import HeaderError, decode_header
 from remoting.protocol.broker import SendMessageRequestHeader, SendMessageRequestHeaderV2
-from store.message import (
+from remoting.protocol.message import (
     PROPERTY_CLUSTER,
     PROPERTY_UNIQ_KEY,
     decode_message,

@@ -15,7 +15,7 @@ from remoting.command import RemotingCommand, request
 from remoting.headers import decode_header
 from remoting.protocol.broker import EarliestMsgStoretimeResponseHeader, OffsetResponseHeader
 from remoting.protocol.common import TopicConfig
-from store.message import (
+from remoting.protocol.message import (
     PROPERTY_DELAY,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_REAL_QID,

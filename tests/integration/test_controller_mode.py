@@ -29,8 +29,8 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.protocol.controller import BrokerReplicasInfo, EpochEntryCache, SyncStateSet
+from remoting.protocol.message import encode_message
 from remoting.server import RemotingServer
-from store.message import encode_message
 from tests.cluster.harness import free_ports
 from tests.integration.broker_env import broker_configs, broker_env, wait_until
 from tests.integration.broker_requests import describe, messages, pull_header, pull_request, send_request

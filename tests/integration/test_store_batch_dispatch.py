@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from store.message import tags_hash_code
+from remoting.protocol.message import tags_hash_code
 from store.message_store import DefaultMessageStore
 from store.results import PutMessageStatus
 from tests.integration.storekit import Clock, encode, running_store, small_config

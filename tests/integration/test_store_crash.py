@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from store.message import decode_message
+from remoting.protocol.message import decode_message
 from store.message_store import DefaultMessageStore
 from tests.integration.store_crash_child import QUEUES, TOPIC, body_of
 from tests.integration.storekit import STORE_HOST, read_queue, small_config

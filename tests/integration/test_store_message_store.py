@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from store.config import BrokerRole, FlushDiskType
-from store.message import (
+from remoting.protocol.message import (
     BLANK_MAGIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
@@ -19,6 +18,7 @@ from store.message import (
     offset_msg_id,
     tags_hash_code,
 )
+from store.config import BrokerRole, FlushDiskType
 from store.message_store import DefaultMessageStore
 from store.results import BoundaryType, GetMessageStatus, PutMessageStatus, TagsCodeFilter
 from tests.integration.storekit import STORE_HOST, Clock, encode, put, read_queue, running_store, small_config

@@ -13,7 +13,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.message import decode_message
+from remoting.protocol.message import decode_message
 from store.message_store import DefaultMessageStore
 from tests.integration.storekit import STORE_HOST, encode, put, small_config
 

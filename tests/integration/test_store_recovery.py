@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from remoting.protocol.message import decode_message
 from store.config import MessageStoreConfig
-from store.message import decode_message
 from store.message_store import DefaultMessageStore
 from store.recovery import RecoveryReport
 from tests.integration.storekit import STORE_HOST, put, read_queue, small_config

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from remoting.protocol.message import decode_message
 from store.config import BrokerRole
-from store.message import decode_message
 from store.message_store import DefaultMessageStore, StoreOffsetError
 from tests.integration.storekit import STORE_HOST, put, read_queue, running_store, small_config
 

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from store.message import decode_message
+from remoting.protocol.message import decode_message
 from store.results import GetMessageStatus, PutMessageStatus
 from tests.integration.storekit import Clock, put, read_queue, running_store, small_config
 

@@ -155,7 +155,7 @@ def test_rebalance_lock_is_exclusive_until_expiry() -> None:
 def test_tag_filter_matches_hash_then_exact_tag() -> None:
     sub = build_subscription("T", "TagA || TagB")
     f = TagFilter(sub)
-    from store.message import tags_hash_code
+    from remoting.protocol.message import tags_hash_code
 
     assert f.is_matched_by_consume_queue(tags_hash_code("TagA"))
     assert not f.is_matched_by_consume_queue(tags_hash_code("TagC"))

@@ -19,7 +19,7 @@ from client.producer import build_send_header
 from remoting.command import RemotingCommand
 from remoting.headers import decode_header
 from remoting.protocol.broker import SendMessageRequestHeader, SendMessageRequestHeaderV2
-from store.message import encode_message, properties_to_string, tags_hash_code
+from remoting.protocol.message import encode_message, properties_to_string, tags_hash_code
 
 
 def record(offset: int, body: bytes, props: dict[str, str], *, sys_flag: int = 0, topic: str = "T") -> bytes:

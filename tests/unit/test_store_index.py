@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import message as m
+from remoting.protocol import message as m
 from store.index import IndexService, index_file_name, index_key_hash
 
 T0 = 1_700_000_000_000

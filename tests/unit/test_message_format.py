@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import message as m
+from remoting.protocol import message as m
 
 # --- a record built by hand from the reference table (§5.1), not by encode_message ---------------
 
