@@ -25,11 +25,12 @@ from broker.topics import (
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import ProcessorTable, RequestContext
-from remoting.headers import CommandHeader, decode_header
+from remoting.headers import decode_header
 from remoting.protocol.broker import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
     SendMessageRequestHeaderV2,
+    SendMessageRequestHeaderV2AsV1,
 )
 from remoting.protocol.common import PermName, TopicConfig
 from remoting.protocol.message import (
@@ -111,50 +112,8 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
 }
 
 
-class _SendHeaderV2(
-    CommandHeader,
-    gc=False,
-    rename={
-        "producerGroup": "a",
-        "topic": "b",
-        "defaultTopic": "c",
-        "defaultTopicQueueNums": "d",
-        "queueId": "e",
-        "sysFlag": "f",
-        "bornTimestamp": "g",
-        "flag": "h",
-        "properties": "i",
-        "reconsumeTimes": "j",
-        "unitMode": "k",
-        "maxReconsumeTimes": "l",
-        "batch": "m",
-        "brokerName": "n",
-        "bname": " bname (not in V2)",
-    },
-):
-    """``SendMessageRequestHeaderV2`` decoded straight into the V1 field names (what
-    ``SendMessageRequestHeaderV2.to_v1()`` gives, without the second object). Same fields and
-    defaults as :class:`SendMessageRequestHeader` (a unit test keeps them in step)."""
-
-    producerGroup: str
-    topic: str
-    defaultTopic: str = "TBW102"
-    defaultTopicQueueNums: int = 4
-    queueId: int = -1
-    sysFlag: int = 0
-    bornTimestamp: int = 0
-    flag: int = 0
-    properties: str | None = None
-    reconsumeTimes: int | None = None
-    unitMode: bool | None = None
-    maxReconsumeTimes: int | None = None
-    batch: bool | None = None
-    brokerName: str | None = None
-    bname: str | None = None
-
-
 #: A decoded send header: V1 names either way.
-SendHeader = SendMessageRequestHeader | _SendHeaderV2
+SendHeader = SendMessageRequestHeader | SendMessageRequestHeaderV2AsV1
 
 
 def decode_send_header(cmd: RemotingCommand) -> SendHeader:
@@ -168,7 +127,9 @@ def decode_send_header(cmd: RemotingCommand) -> SendHeader:
     v1 = cmd.code == RequestCode.SEND_MESSAGE
     if ext:
         try:
-            return msgspec.convert(ext, SendMessageRequestHeader if v1 else _SendHeaderV2, strict=False)
+            return msgspec.convert(
+                ext, SendMessageRequestHeader if v1 else SendMessageRequestHeaderV2AsV1, strict=False
+            )
         except msgspec.ValidationError:
             pass
     if v1:

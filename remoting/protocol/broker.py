@@ -39,6 +39,40 @@ class SendMessageRequestHeader(CommandHeader):
     bname: str | None = None
 
 
+#: SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE name each V1 header field with one letter.
+V2_FIELD_NAMES: dict[str, str] = {
+    "producerGroup": "a",
+    "topic": "b",
+    "defaultTopic": "c",
+    "defaultTopicQueueNums": "d",
+    "queueId": "e",
+    "sysFlag": "f",
+    "bornTimestamp": "g",
+    "flag": "h",
+    "properties": "i",
+    "reconsumeTimes": "j",
+    "unitMode": "k",
+    "maxReconsumeTimes": "l",
+    "batch": "m",
+    "brokerName": "n",
+}
+
+#: The V2 header decoded straight into V1 field names (what ``SendMessageRequestHeaderV2.to_v1()``
+#: gives, without a second object): V1's fields and defaults, V2's wire names. ``bname`` has no V2
+#: letter; it is renamed to a key no peer sends.
+SendMessageRequestHeaderV2AsV1 = msgspec.defstruct(
+    "SendMessageRequestHeaderV2AsV1",
+    [
+        (f.name, f.type) if f.required else (f.name, f.type, f.default)
+        for f in msgspec.structs.fields(SendMessageRequestHeader)
+    ],
+    bases=(CommandHeader,),
+    kw_only=True,
+    gc=False,
+    rename={**V2_FIELD_NAMES, "bname": " bname (not in V2)"},
+)
+
+
 class SendMessageRequestHeaderV2(CommandHeader):
     """The compact form (upstream ``SendMessageRequestHeaderV2``): one letter per V1 field."""
 

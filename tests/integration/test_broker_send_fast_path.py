@@ -9,11 +9,12 @@ import os
 import msgspec
 import pytest
 
-from broker.send import _SendHeaderV2, decode_send_header
+from broker.send import decode_send_header
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import request
 from remoting.headers import HeaderError, decode_header
 from remoting.protocol.broker import SendMessageRequestHeader, SendMessageRequestHeaderV2
+from remoting.protocol.broker import SendMessageRequestHeaderV2AsV1 as _SendHeaderV2
 from remoting.protocol.message import (
     PROPERTY_CLUSTER,
     PROPERTY_UNIQ_KEY,
