@@ -454,3 +454,13 @@ class ClientInstance:
         if consumer is not None:
             consumer.request_rebalance()
         return None
+
+
+def own_or_shared(instance: ClientInstance | None, namesrv_addr: str | None) -> tuple[ClientInstance, bool]:
+    """The instance a producer/consumer uses, and whether it owns it (a private one, made from
+    ``namesrv_addr``, that it starts and shuts down itself) or shares one started by the caller."""
+    if instance is not None:
+        return instance, False
+    if not namesrv_addr:
+        raise MQClientError("a name server address or a client instance is required")
+    return ClientInstance(namesrv_addr), True

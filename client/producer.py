@@ -36,7 +36,7 @@ from typing import Any
 
 import trio
 
-from client.instance import ClientInstance
+from client.instance import ClientInstance, own_or_shared
 from client.lifecycle import StartStop
 from client.message import (
     AUTO_CREATE_TOPIC_KEY,
@@ -218,13 +218,7 @@ class Producer(StartStop):
         internal: bool = False,
     ) -> None:
         validate_group(group)
-        if instance is None:
-            if not namesrv_addr:
-                raise MQClientError("a name server address or a client instance is required")
-            instance = ClientInstance(namesrv_addr)
-            self._owns_instance = True
-        else:
-            self._owns_instance = False
+        instance, self._owns_instance = own_or_shared(instance, namesrv_addr)
         self.group = group
         self.instance = instance
         self.send_timeout = send_timeout

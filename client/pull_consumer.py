@@ -22,7 +22,7 @@ import logging
 
 import trio
 
-from client.instance import ClientInstance
+from client.instance import ClientInstance, own_or_shared
 from client.lifecycle import StartStop
 from client.message import (
     MASTER_ID,
@@ -208,13 +208,7 @@ class PullConsumer(StartStop):
         consumer_timeout_when_suspend: float = 30.0,
     ) -> None:
         validate_group(group)
-        if instance is None:
-            if not namesrv_addr:
-                raise MQClientError("a name server address or a client instance is required")
-            instance = ClientInstance(namesrv_addr)
-            self._owns_instance = True
-        else:
-            self._owns_instance = False
+        instance, self._owns_instance = own_or_shared(instance, namesrv_addr)
         self.group = group
         self.instance = instance
         self.message_model = message_model

@@ -56,7 +56,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from client.consumer import ConsumerBrokerCalls, ConsumeService, QueueState, by_broker
-from client.instance import ClientInstance
+from client.instance import ClientInstance, own_or_shared
 from client.lifecycle import StartStop
 from client.message import (
     ConsumeStatus,
@@ -134,13 +134,7 @@ class PushConsumer(StartStop):
             raise MQClientError(
                 "batch sizes and consume_concurrency must be >= 1", ResponseCode.INVALID_PARAMETER
             )
-        if instance is None:
-            if not namesrv_addr:
-                raise MQClientError("a name server address or a client instance is required")
-            instance = ClientInstance(namesrv_addr)
-            self._owns_instance = True
-        else:
-            self._owns_instance = False
+        instance, self._owns_instance = own_or_shared(instance, namesrv_addr)
         self.group = group
         self.instance = instance
         self.message_model = message_model
