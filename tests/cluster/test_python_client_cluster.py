@@ -22,7 +22,9 @@ TOPIC = "PyClusterTopic"
 
 
 def _config(tmp: Path, *, flush: str = "ASYNC_FLUSH") -> tuple[Path, str]:
-    ns_port, a_port, _, b_port, _ = free_ports(5)
+    taken: set[int] = set()
+    (ns_port,) = free_ports(1, taken=taken)
+    a_port, b_port = free_ports(2, pairs=True, taken=taken)  # each port + 1 is its broker's HA port
     brokers = []
     for name, port in (("broker-a", a_port), ("broker-b", b_port)):
         brokers.append(
