@@ -502,33 +502,43 @@ class Connection:
     def _start_rest(self, cmds: list[RemotingCommand], now: float) -> None:
         """Hand the remaining frames of a read chunk to their own tasks (reader only)."""
         backlog = self._backlog
-        starting = 0
         for cmd in cmds:
             if cmd.flag & FLAG_RESPONSE:
                 self._complete(cmd)
-            elif backlog or self._in_flight + starting >= self._max_in_flight:
+            elif backlog or self._in_flight >= self._max_in_flight:
                 backlog.append((cmd, now))
             else:
-                starting += 1
+                # Take the slot now, so the reader cannot start more before this task runs.
+                self._in_flight += 1
                 self._nursery.start_soon(self._run_one, cmd, now)
 
     async def _run_one(self, cmd: RemotingCommand, received_at: float) -> None:
-        started = self._start(cmd, received_at)
-        if started is not None:
-            await self._drive(cmd, *started)
-        else:
-            self._send_soon()
+        started = self._start(cmd, received_at, reserved=True)
+        if started is None:
+            # Done without blocking: its slot is free, so this task serves the backlog.
+            nxt = await self._take_backlog()
+            if nxt is None:
+                return
+            cmd, *started = nxt
+        await self._drive(cmd, *started)
 
-    def _start(self, cmd: RemotingCommand, received_at: float) -> tuple[Any, Any] | None:
-        """Run the handler of ``cmd`` until it completes (None) or blocks (its coroutine and trap)."""
-        if self._closed:
+    def _start(
+        self, cmd: RemotingCommand, received_at: float, *, reserved: bool = False
+    ) -> tuple[Any, Any] | None:
+        """Run the handler of ``cmd`` until it completes (None) or blocks (its coroutine and trap).
+
+        ``reserved``: its in-flight slot was taken when its task was spawned (see :meth:`_start_rest`).
+        """
+        if self._closed or (self.going_away and cmd.version > GO_AWAY_MIN_VERSION):
+            if reserved:
+                self._in_flight -= 1
+            if not self._closed:
+                self._queue_response(
+                    cmd, cmd.response(ResponseCode.GO_AWAY, "server is shutting down, reconnect elsewhere")
+                )
             return None
-        if self.going_away and cmd.version > GO_AWAY_MIN_VERSION:
-            self._queue_response(
-                cmd, cmd.response(ResponseCode.GO_AWAY, "server is shutting down, reconnect elsewhere")
-            )
-            return None
-        self._in_flight += 1
+        if not reserved:
+            self._in_flight += 1
         try:
             handler = self._handlers.get(cmd.code) or self._table.default
             coro = handler(RequestContext(self, self.listener, received_at), cmd)
@@ -556,21 +566,28 @@ class Connection:
             except Exception as exc:
                 result = self._error_response(cmd, exc)
             self._handler_done(cmd, result)
-            # A slot is free: serve the requests that arrived while every slot was busy.
-            started = None
-            backlog = self._backlog
-            while backlog and started is None and self._in_flight < self._max_in_flight:
-                if self._out_bytes > HIGH_WATER:
-                    await self._flush_quietly()
-                    continue
-                cmd, received_at = backlog.popleft()
-                started = self._start(cmd, received_at)
-                if self._slot_lot:
-                    self._slot_lot.unpark()  # the reader may read again
-            self._send_soon()
-            if started is None:
+            nxt = await self._take_backlog()
+            if nxt is None:
                 return
-            coro, trap = started
+            cmd, coro, trap = nxt
+
+    async def _take_backlog(self) -> tuple[RemotingCommand, Any, Any] | None:
+        """A slot is free: serve the requests that arrived while every slot was busy, until one blocks
+        (returned, to be driven by the caller's task at once) or none is left."""
+        started = None
+        backlog = self._backlog
+        while backlog and started is None and self._in_flight < self._max_in_flight:
+            if self._out_bytes > HIGH_WATER:
+                await self._flush_quietly()
+                continue
+            cmd, received_at = backlog.popleft()
+            started = self._start(cmd, received_at)
+            if self._slot_lot:
+                self._slot_lot.unpark()  # the reader may read again
+        self._send_soon()
+        if started is None:
+            return None
+        return cmd, started[0], started[1]
 
     def _handler_done(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         self._in_flight -= 1
