@@ -40,6 +40,7 @@ from bench.common import markdown_table, row
 from remoting.protocol.message import UniqIdGenerator, encode_message, tags_hash_code
 from store.config import MessageStoreConfig
 from store.message_store import DefaultMessageStore
+from store.results import PutMessageStatus
 
 STORE_HOST = ("127.0.0.1", 10911)
 BORN_HOST = ("127.0.0.1", 40000)
@@ -165,12 +166,13 @@ def _records(
 
 async def _put_all(store: DefaultMessageStore, recs: list[tuple[bytearray, str, int, str]], n: int) -> float:
     put = store.put_message
+    ok = PutMessageStatus.PUT_OK
     m = len(recs)
     t0 = time.perf_counter()
     for i in range(n):
         rec, topic, qid, uniq = recs[i % m]
         res = await put(rec, topic, qid, sys_flag=0, tags_code=TAG_CODE, uniq_key=uniq)
-        if res.status.value != "PUT_OK":
+        if res.status is not ok:
             raise RuntimeError(f"put failed: {res}")
     return time.perf_counter() - t0
 

@@ -53,12 +53,12 @@ class CommitLog:
         self.mfq = MappedFileQueue(store_dir, file_size, prefault=True, warm=warm)
         self.file_size = file_size
         # a record ending beyond this leaves no room for the BLANK filler
-        self._fit_limit = file_size - END_FILE_MIN_BLANK_LENGTH
+        self.fit_limit = file_size - END_FILE_MIN_BLANK_LENGTH
         #: the file appends go to (the last one), or None before the first file exists
         self.current: MappedFile | None = None
         # sorted message-boundary offsets, roughly every BOUNDARY_MARK_SPACING bytes
         self._marks: list[int] = []
-        self._next_mark = 0
+        self.next_mark = 0
         #: offset of the BLANK filler that ended the last full file (-1: none yet)
         self.last_blank_offset = -1
 
@@ -68,7 +68,7 @@ class CommitLog:
         """Adopt the files loaded into :attr:`mfq` (after recovery set their positions)."""
         self.current = self.mfq.last
         self._marks = [mf.file_from_offset for mf in self.mfq.files]
-        self._next_mark = self.max_offset
+        self.next_mark = self.max_offset
 
     @property
     def max_offset(self) -> int:
@@ -97,7 +97,7 @@ class CommitLog:
         n = len(buf)
         pos = mf.wrote_position
         end = pos + n
-        if end > self._fit_limit:
+        if end > self.fit_limit:
             self._end_file(mf)
             return NEED_FILE
         phys = mf.file_from_offset + pos
@@ -110,9 +110,9 @@ class CommitLog:
         view[pos : pos + 4] = src[:4]
         mf.wrote_position = end
         mf.last_store_timestamp = store_timestamp
-        if phys >= self._next_mark:
+        if phys >= self.next_mark:
             self._marks.append(phys)
-            self._next_mark = phys + BOUNDARY_MARK_SPACING
+            self.next_mark = phys + BOUNDARY_MARK_SPACING
         return phys
 
     def append_batch(
@@ -142,10 +142,16 @@ class CommitLog:
         view[pos : pos + 4] = buf[:4]
         mf.wrote_position = pos + n
         mf.last_store_timestamp = store_timestamp
-        if base >= self._next_mark:
+        if base >= self.next_mark:
             self._marks.append(base)
-            self._next_mark = base + BOUNDARY_MARK_SPACING
+            self.next_mark = base + BOUNDARY_MARK_SPACING
         return base
+
+    def mark_appended(self, phys: int) -> None:
+        """Record the boundary of a record appended at ``phys >= next_mark`` by a caller that
+        wrote it itself (the store's plain send path); :meth:`append` does this on its own."""
+        self._marks.append(phys)
+        self.next_mark = phys + BOUNDARY_MARK_SPACING
 
     def _end_file(self, mf: MappedFile) -> None:
         pos = mf.wrote_position
@@ -165,7 +171,7 @@ class CommitLog:
         self.current = mf
         if not self._marks or self._marks[-1] != mf.file_from_offset:
             self._marks.append(mf.file_from_offset)
-        self._next_mark = mf.file_from_offset + BOUNDARY_MARK_SPACING
+        self.next_mark = mf.file_from_offset + BOUNDARY_MARK_SPACING
 
     # --- raw replication ---------------------------------------------------------------------------
 
@@ -288,7 +294,7 @@ class CommitLog:
         self.current = last
         j = bisect.bisect_right(self._marks, offset)
         del self._marks[j:]
-        self._next_mark = offset
+        self.next_mark = offset
         return gone
 
     def drop_marks_below(self, offset: int) -> None:

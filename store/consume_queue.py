@@ -42,7 +42,7 @@ class ConsumeQueue:
     """
 
     __slots__ = (
-        "_cur",
+        "cur",
         "dir",
         "file_size",
         "max_offset",
@@ -67,7 +67,7 @@ class ConsumeQueue:
         self.min_logic_offset = 0
         #: end (offset + size) of the last unit's message, -1 when empty
         self.max_physic_offset = -1
-        self._cur: MappedFile | None = None
+        self.cur: MappedFile | None = None
 
     def __repr__(self) -> str:
         return f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset}, max={self.max_offset})"
@@ -105,7 +105,7 @@ class ConsumeQueue:
 
     def _attach(self) -> None:
         last = self.mfq.last
-        self._cur = last
+        self.cur = last
         if last is not None:
             self.max_offset = (last.file_from_offset + last.wrote_position) // CQ_UNIT_SIZE
         self.next_offset = max(self.next_offset, self.max_offset)
@@ -127,7 +127,7 @@ class ConsumeQueue:
     def put(self, phys: int, size: int, tags_code: int, queue_offset: int) -> bool:
         """Store the unit for ``queue_offset``. Returns False when a file must be created first
         (see :meth:`file_needed`); True when written, or when the unit exists already (re-dispatch)."""
-        mf = self._cur
+        mf = self.cur
         if mf is not None and queue_offset == self.max_offset:
             w = mf.wrote_position
             if w < self.file_size:
@@ -158,7 +158,7 @@ class ConsumeQueue:
                 self.max_offset,
             )
         while True:
-            mf = self._cur
+            mf = self.cur
             if mf is None or mf.wrote_position >= self.file_size:
                 return False
             w = mf.wrote_position
@@ -176,20 +176,20 @@ class ConsumeQueue:
 
     def file_needed(self, queue_offset: int) -> int:
         """Byte offset of the file to create so that :meth:`put` of ``queue_offset`` can proceed."""
-        if self._cur is None:
+        if self.cur is None:
             return queue_offset * CQ_UNIT_SIZE // self.file_size * self.file_size
-        return self._cur.file_end_offset
+        return self.cur.file_end_offset
 
     def install_file(self, mf: MappedFile, first_queue_offset: int) -> None:
         """Adopt a created file. For an empty queue the file may start below ``first_queue_offset``
         (the queue's first message): :meth:`put` pre-fills the units before it."""
-        if self._cur is None:
+        if self.cur is None:
             self.mfq.install(mf)
             self.max_offset = mf.file_from_offset // CQ_UNIT_SIZE
             self.min_logic_offset = max(first_queue_offset * CQ_UNIT_SIZE, mf.file_from_offset)
         else:
             self.mfq.install(mf)
-        self._cur = mf
+        self.cur = mf
 
     def create_file_sync(self, offset: int, queue_offset: int | None = None) -> MappedFile:
         """Create the file starting at byte ``offset``; blocking.
@@ -307,7 +307,7 @@ class ConsumeQueue:
                 last.wrote_position = pos
                 last.flushed_position = min(last.flushed_position, pos)
                 cut = last
-        self._cur = last
+        self.cur = last
         self.max_offset = queue_offset
         self.next_offset = queue_offset
         if last is None:
@@ -350,7 +350,7 @@ class ConsumeQueue:
         return self.mfq.dirty_files()
 
     def close(self) -> None:
-        self._cur = None
+        self.cur = None
         self.mfq.close_all()
 
 

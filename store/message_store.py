@@ -34,7 +34,7 @@ from store.checkpoint import (
 from store.cleanup import CleanService, DiskSpaceFn
 from store.commitlog import NEED_FILE, CommitLog
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
-from store.consume_queue import FILLER_SIZE, ConsumeQueue
+from store.consume_queue import CQ_UNIT, FILLER_SIZE, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
 from store.dispatch import SCHEDULE_TOPIC, ArrivalListener, Dispatcher, DispatchNeedsFile
 from store.epoch import EpochFile
@@ -56,6 +56,10 @@ log = logging.getLogger("store")
 _SIZE_MAGIC = struct.Struct(">ii")
 _PUT_OK = PutMessageStatus.PUT_OK
 _SLAVE = BrokerRole.SLAVE  # a module constant: enum member lookups cost a descriptor call
+_QO_PO_PACK = struct.Struct(">qq").pack_into  # QUEUEOFFSET, PHYSICALOFFSET at 20
+_I64_PACK = struct.Struct(">q").pack_into
+_I32_PACK = struct.Struct(">i").pack_into
+_CQ_UNIT_PACK = CQ_UNIT.pack_into
 _I32 = struct.Struct(">i")
 _BODY_LEN_POS = 84  # BODY length field for IPv4 born and store hosts; +12 per IPv6 host
 
@@ -142,6 +146,7 @@ class DefaultMessageStore:
         # a pending repair of the per-queue offset counters (after replicated appends/truncation)
         self._queue_table_stale = False
         self._refuse: str | None = "the message store is not started"
+        self._plain = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -201,6 +206,7 @@ class DefaultMessageStore:
         was_running = self.running
         self.running = False
         self._refuse = "the message store is shut down"
+        self._refresh_plain()
         if was_running:
             await self.cl_flusher.flush()
             await self.logics_flusher.flush()
@@ -219,6 +225,7 @@ class DefaultMessageStore:
         what a crash leaves behind (tests; a container dropping a broker without shutdown)."""
         self.running = False
         self._refuse = "the message store was abandoned"
+        self._refresh_plain()
         self.commit_log.mfq.close_all()
         self.queues.close()
         if self.index is not None:
@@ -259,6 +266,7 @@ class DefaultMessageStore:
     @controller_mode.setter
     def controller_mode(self, value: bool) -> None:
         self._controller_mode = value
+        self._refresh_plain()
         if not value:
             self._dispatch_wakeup.set()
 
@@ -303,6 +311,16 @@ class DefaultMessageStore:
             )
         else:
             self._refuse = None
+        self._refresh_plain()
+
+    def _refresh_plain(self) -> None:
+        # whether put_message may take its plain path (see there); recomputed on every change
+        self._plain = (
+            self._refuse is None
+            and not self._queue_table_stale
+            and not self._controller_mode
+            and not self._sync_flush
+        )
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         """``listener(topic, queue_id, max_offset)`` is called whenever a queue gains a message."""
@@ -344,6 +362,62 @@ class DefaultMessageStore:
         properties) let dispatch skip decoding; when ``tags_code`` is None the record is decoded.
         With SYNC_FLUSH (and ``wait_store_msg_ok``) waits for the group commit covering it.
         """
+        # The plain case -- a running ASYNC_FLUSH master outside controller mode, a record with
+        # its tags code, IPv4 born host, not a transaction half, room in the current log file and
+        # consume-queue file -- is written here in one function: append, consume-queue unit and
+        # index hint without the general path's calls. Anything else takes the general path.
+        if self._plain and not self._rolling and tags_code is not None and not sys_flag & 0x1C:
+            table = self._queue_tables.get(topic)
+            cq = table.get(queue_id) if table is not None else None
+            cl = self.commit_log
+            mf = cl.current
+            n = len(encoded)
+            if (
+                cq is not None
+                and mf is not None
+                and n <= self._max_body_size
+                and topic != SCHEDULE_TOPIC
+                and self.config.brokerRole is not _SLAVE
+            ):
+                pos = mf.wrote_position
+                end = pos + n
+                d = self.dispatcher
+                phys = mf.file_from_offset + pos
+                qo = cq.next_offset
+                cmf = cq.cur
+                if (
+                    end <= cl.fit_limit
+                    and d.reput_offset == phys
+                    and cmf is not None
+                    and qo == cq.max_offset
+                    and cmf.wrote_position < cq.file_size
+                ):
+                    now = self.now_ms()
+                    _QO_PO_PACK(encoded, 20, qo, phys)
+                    _I64_PACK(encoded, 56, now)
+                    # TOTALSIZE last: a copy cut short by a crash leaves a zero size (the end)
+                    mm = mf.mm
+                    mm[pos + 4 : end] = encoded[4:] if n <= 4096 else memoryview(encoded)[4:]
+                    _I32_PACK(mm, pos, n)
+                    mf.wrote_position = end
+                    mf.last_store_timestamp = now
+                    if phys >= cl.next_mark:
+                        cl.mark_appended(phys)
+                    cq.next_offset = qo + 1
+                    w = cmf.wrote_position
+                    _CQ_UNIT_PACK(cmf.mm, w, phys, n, tags_code)
+                    cmf.wrote_position = w + 20
+                    cq.max_offset = qo + 1
+                    cq.max_physic_offset = phys + n
+                    index = d.index
+                    if index is not None and (uniq_key or keys):
+                        index.put_keys(topic, phys, now, sys_flag, keys, uniq_key)
+                    d.reput_offset = phys + n
+                    d.last_store_timestamp = now
+                    if d.listeners:
+                        for cb in d.listeners:
+                            cb(topic, queue_id, qo + 1)
+                    return PutMessageResult(_PUT_OK, phys, n, qo, now, 1, "", self._host_bytes)
         if self._refuse is not None or self._queue_table_stale:
             refused = self._check_gate()
             if refused is not None:
@@ -589,6 +663,7 @@ class DefaultMessageStore:
                 cq.next_offset = max(cq.next_offset, req.consume_queue_offset + 1)
             offset += size
         self._queue_table_stale = False
+        self._refresh_plain()
 
     # ------------------------------------------------------------------ dispatch
 
@@ -752,6 +827,7 @@ class DefaultMessageStore:
             raise StoreOffsetError(f"{len(data)} bytes at {phy_offset} would cross the end of {cur.path}")
         cl.append_raw(data)
         self._queue_table_stale = True
+        self._refresh_plain()
         if not self._controller_mode:
             await self._catch_up()
 
@@ -787,6 +863,7 @@ class DefaultMessageStore:
             self._truncating = False
             self._update_gate()
         self._queue_table_stale = True
+        self._refresh_plain()
 
     async def truncate_logics(self, offset: int) -> None:
         """Drop consume-queue units and index entries of messages at or after ``offset``."""
