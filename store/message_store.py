@@ -12,6 +12,7 @@ unit at once from what the caller passed (tags code, keys) without decoding.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -34,7 +35,7 @@ from store.checkpoint import (
 from store.cleanup import CleanService, DiskSpaceFn
 from store.commitlog import NEED_FILE, CommitLog
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
-from store.consume_queue import CQ_UNIT, FILLER_SIZE, ConsumeQueue
+from store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
 from store.dispatch import SCHEDULE_TOPIC, ArrivalListener, Dispatcher, DispatchNeedsFile
 from store.epoch import EpochFile
@@ -60,6 +61,15 @@ _QO_PO_PACK = struct.Struct(">qq").pack_into  # QUEUEOFFSET, PHYSICALOFFSET at 2
 _I64_PACK = struct.Struct(">q").pack_into
 _I32_PACK = struct.Struct(">i").pack_into
 _CQ_UNIT_PACK = CQ_UNIT.pack_into
+_RECORD_HEAD = struct.Struct(">ii28xi")  # TOTALSIZE, MAGICCODE, SYSFLAG (at 36)
+
+
+@functools.lru_cache(maxsize=256)
+def _cq_run(count: int) -> Callable[..., None]:
+    """``pack_into(buffer, offset, *units)`` for ``count`` consecutive consume-queue units."""
+    return struct.Struct(">" + "qiq" * count).pack_into
+
+
 _I32 = struct.Struct(">i")
 _BODY_LEN_POS = 84  # BODY length field for IPv4 born and store hosts; +12 per IPv6 host
 
@@ -503,6 +513,10 @@ class DefaultMessageStore:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL, remark="batch messages cannot be transactional"
             )
+        if self._plain and not self._rolling and hints is not None:
+            done = self._put_batch_plain(encoded, topic, queue_id, sys_flag, hints)
+            if done is not None:
+                return done
         offsets: list[int] = []
         pos, n = 0, len(encoded)
         while pos < n:
@@ -562,6 +576,89 @@ class DefaultMessageStore:
         return PutMessageResult(
             status, phys, n, qo, now, len(offsets), "", self._host_bytes, [phys + o for o in offsets]
         )
+
+    def _put_batch_plain(
+        self,
+        encoded: bytearray,
+        topic: str,
+        queue_id: int,
+        sys_flag: int,
+        hints: list[tuple[int, str | None, str | None]],
+    ) -> PutMessageResult | None:
+        """:meth:`put_messages` in the plain case (see :meth:`put_message`): one pass checks and
+        patches the records, one copy appends them, one pack writes their consume-queue units.
+        None -- with nothing appended -- when the case is not plain or a record looks wrong (the
+        general path then decides and reports)."""
+        table = self._queue_tables.get(topic)
+        cq = table.get(queue_id) if table is not None else None
+        cl = self.commit_log
+        mf = cl.current
+        n = len(encoded)
+        count = len(hints)
+        if (
+            cq is None
+            or mf is None
+            or not count
+            or topic == SCHEDULE_TOPIC
+            or self.config.brokerRole is _SLAVE
+        ):
+            return None
+        wpos = mf.wrote_position
+        base = mf.file_from_offset + wpos
+        qo0 = cq.next_offset
+        cmf = cq.cur
+        d = self.dispatcher
+        if (
+            wpos + n > cl.fit_limit
+            or d.reput_offset != base
+            or cmf is None
+            or qo0 != cq.max_offset
+            or cmf.wrote_position + count * CQ_UNIT_SIZE > cq.file_size
+        ):
+            return None
+        now = self.now_ms()
+        max_size = self._max_body_size
+        units: list[int] = []
+        offsets: list[int] = []
+        pos, qo = 0, qo0
+        for tags_code, _keys, _uniq in hints:
+            if pos + _RECORD_HEAD.size > n:
+                return None
+            size, magic, rec_flag = _RECORD_HEAD.unpack_from(encoded, pos)
+            if size <= 0 or pos + size > n or size > max_size or (magic != MAGIC_V1 and magic != MAGIC_V2):
+                return None
+            phys = base + pos
+            _QO_PO_PACK(encoded, pos + 20, qo, phys)
+            _I64_PACK(encoded, pos + (68 if rec_flag & 0x10 else 56), now)
+            units += (phys, size, tags_code)
+            offsets.append(phys)
+            pos += size
+            qo += 1
+        if pos != n:
+            return None
+        mm = mf.mm
+        mm[wpos + 4 : wpos + n] = memoryview(encoded)[4:]
+        mm[wpos : wpos + 4] = encoded[:4]  # the first TOTALSIZE last, as in put_message
+        mf.wrote_position = wpos + n
+        mf.last_store_timestamp = now
+        if base >= cl.next_mark:
+            cl.mark_appended(base)
+        cq.next_offset = qo
+        w = cmf.wrote_position
+        _cq_run(count)(cmf.mm, w, *units)
+        cmf.wrote_position = w + count * CQ_UNIT_SIZE
+        cq.max_offset = qo
+        cq.max_physic_offset = base + n
+        index = d.index
+        if index is not None:
+            for (_tags, keys, uniq), phys in zip(hints, offsets, strict=True):
+                if uniq or keys:
+                    index.put_keys(topic, phys, now, sys_flag, keys, uniq)
+        d.reput_offset = base + n
+        d.last_store_timestamp = now
+        for cb in d.listeners:
+            cb(topic, queue_id, qo)
+        return PutMessageResult(_PUT_OK, base, n, qo0, now, count, "", self._host_bytes, offsets)
 
     def _check_gate(self) -> PutMessageResult | None:
         if self._refuse is not None:

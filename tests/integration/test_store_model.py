@@ -102,7 +102,10 @@ async def _run(root: str, sequence: list[tuple]) -> None:  # type: ignore[type-a
                     block += encode("T", q, body, keys=f"K{uid}")
                     batch.append((body, f"K{uid}"))
                     uid += 1
-                res = await store.put_messages(block, "T", q, sys_flag=0)
+                # odd-sized batches go without dispatch hints (general path), even ones with them
+                # (the send path's plain one-pass path)
+                hints = [(0, key, None) for _, key in batch] if n % 2 == 0 else None
+                res = await store.put_messages(block, "T", q, sys_flag=0, hints=hints)
                 assert res.is_ok
                 assert res.offsets is not None
                 base_qo = len(model.queue(q))
