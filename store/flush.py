@@ -181,6 +181,8 @@ class LogicsFlusher:
                 _fsync_paths(paths)
                 return index.flush() if index is not None else 0
 
+            if index is not None:
+                index.drain()  # on this thread: flush() in the worker must not race put_keys
             index_ts = await trio.to_thread.run_sync(job)
             for mf, w in chosen:
                 if mf.flushed_position < w:

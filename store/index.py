@@ -14,6 +14,14 @@ races with files being closed or deleted on the main thread.
 Ordering assumption (true for dispatch): :meth:`IndexService.put` sees messages in increasing
 commit-log offset. Re-dispatching a message already indexed is a no-op, which makes recovery's
 re-dispatch idempotent.
+
+Batching: :meth:`IndexService.put_keys` only queues a message; queued messages are written when
+``batch_size`` of them are pending (vectorized, :mod:`store.index_batch`) and before anything reads
+or changes the index (:meth:`~IndexService.drain`), so no caller observes the lag. Upstream writes
+the index from its reput thread, behind the commit log, too. :meth:`~IndexService.flush` and
+:meth:`~IndexService.close` do *not* drain: the store drains on its own thread before handing
+``flush`` to a worker, and ``close`` without that is a crash (queued entries are lost like unflushed
+ones; recovery re-dispatches them).
 """
 
 from __future__ import annotations
@@ -25,7 +33,9 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from remoting.protocol.message import (
     KEY_SEPARATOR,
@@ -35,6 +45,7 @@ from remoting.protocol.message import (
     java_string_hash,
     java_string_hash_extend,
 )
+from store.index_batch import PENDING_FIELDS, entry_columns, key_hashes, write_entries
 
 log = logging.getLogger("store.index")
 
@@ -52,6 +63,10 @@ _SLOT_PACK = _SLOT.pack_into
 _SLOT_UNPACK = _SLOT.unpack_from
 _HEADER_PACK = _HEADER.pack_into
 _PREFIX_CACHE_MAX = 4096
+#: pending messages that trigger a (vectorized) drain inside put_keys
+DEFAULT_BATCH_SIZE = 256
+#: drains of fewer pending messages take the scalar path (numpy's fixed costs would dominate)
+VECTOR_MIN = 16
 
 
 def index_key_hash(key: str) -> int:
@@ -109,7 +124,8 @@ class IndexFile:
         self.slot_num = slot_num
         self.index_num = index_num
         self.file_size = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
-        self._entries_pos = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE
+        self.slots_pos = INDEX_HEADER_SIZE
+        self.entries_pos = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self.fd = os.open(path, flags, 0o644)
         try:
@@ -200,7 +216,7 @@ class IndexFile:
                 time_diff = _INT_MAX
         # entry, slot, header, and only then the attributes flush() reads: the header's count is
         # what makes the entry visible, and a concurrent flush must not report it before it is written.
-        _ENTRY_PACK(m, self._entries_pos + count * INDEX_ENTRY_SIZE, key_hash, phy_offset, time_diff, prev)
+        _ENTRY_PACK(m, self.entries_pos + count * INDEX_ENTRY_SIZE, key_hash, phy_offset, time_diff, prev)
         _SLOT_PACK(m, slot_pos, count)
         _HEADER_PACK(m, 0, begin_ts, store_timestamp, begin_phy, phy_offset, used_slots, count + 1)
         self.dirty = True
@@ -209,6 +225,20 @@ class IndexFile:
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
         return True
+
+    def publish(
+        self, begin_ts: int, end_ts: int, begin_phy: int, end_phy: int, used_slots: int, count: int
+    ) -> None:
+        """Write the header after entries and slot heads were written (its count makes them
+        visible), then the attributes a concurrent :meth:`IndexService.flush` reads."""
+        _HEADER_PACK(self.map, 0, begin_ts, end_ts, begin_phy, end_phy, used_slots, count)
+        self.dirty = True
+        self.begin_timestamp = begin_ts
+        self.begin_phy_offset = begin_phy
+        self.hash_slot_count = used_slots
+        self.index_count = count
+        self.end_phy_offset = end_phy
+        self.end_timestamp = end_ts
 
     def time_matched(self, begin: int, end: int) -> bool:
         """Whether [begin, end] overlaps this file's [begin_timestamp, end_timestamp]."""
@@ -222,7 +252,7 @@ class IndexFile:
         slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * HASH_SLOT_SIZE
         idx = _SLOT.unpack_from(self.map, slot_pos)[0]
         while 0 < idx < count and len(out) < max_num:
-            h, phy, diff, prev = _ENTRY.unpack_from(self.map, self._entries_pos + idx * INDEX_ENTRY_SIZE)
+            h, phy, diff, prev = _ENTRY.unpack_from(self.map, self.entries_pos + idx * INDEX_ENTRY_SIZE)
             if h == key_hash and begin <= self.begin_timestamp + diff * 1000 <= end and phy not in seen:
                 seen.add(phy)
                 out.append(phy)
@@ -238,7 +268,7 @@ class IndexFile:
         """
         dropped = 0
         idx = self.index_count - 1
-        base = self._entries_pos
+        base = self.entries_pos
         while idx >= 1:
             pos = base + idx * INDEX_ENTRY_SIZE
             h, phy, _diff, prev = _ENTRY.unpack_from(self.map, pos)
@@ -278,10 +308,25 @@ class IndexService:
     """
 
     def __init__(
-        self, index_dir: str, *, max_hash_slot_num: int, max_index_num: int, now_ms: Callable[[], int]
+        self,
+        index_dir: str,
+        *,
+        max_hash_slot_num: int,
+        max_index_num: int,
+        now_ms: Callable[[], int],
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> None:
+        """``batch_size``: queued messages that trigger a write; 1 writes every message at once."""
         if max_hash_slot_num < 1 or max_index_num < 2:
             raise ValueError("need at least 1 hash slot and 2 index entries (entry 0 is unused)")
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.batch_size = batch_size
+        # accepted messages not written yet, in offset order, flat: topic, phy, ts, uniq_key, keys, ...
+        self._pending: list[Any] = []
+        self._pending_limit = batch_size * PENDING_FIELDS
+        # offset of the newest message indexed or pending, -1 when none: put_keys skips up to here
+        self._last_phy = -1
         self.index_dir = index_dir
         self.max_hash_slot_num = max_hash_slot_num
         self.max_index_num = max_index_num
@@ -302,6 +347,7 @@ class IndexService:
         of the store checkpoint, i.e. what :meth:`flush` last returned) are deleted too, as
         upstream does; the store must then re-dispatch from :attr:`max_indexed_phy_offset`.
         """
+        self.drain()
         os.makedirs(self.index_dir, exist_ok=True)
         for name in sorted(os.listdir(self.index_dir)):
             path = os.path.join(self.index_dir, name)
@@ -325,17 +371,25 @@ class IndexService:
                 _unlink(path)
                 continue
             self._files.append(f)
+        self._last_phy = self._max_indexed()
         log.info("loaded %d index files from %s", len(self._files), self.index_dir)
 
     def close(self) -> None:
-        """Close every file (does not flush; call :meth:`flush` first for durability)."""
+        """Close every file. Neither drains nor flushes: call :meth:`drain` and :meth:`flush`
+        first for durability; without them this is a crash (queued entries are dropped)."""
+        if self._pending:
+            log.info("closing the index with %d queued messages unwritten", self.pending_count)
+        self._pending = []
+        self._last_phy = -1
         with self._fd_lock:
             for f in self._files:
                 f.close()
             self._files.clear()
 
     def destroy(self) -> None:
-        """Close and delete every index file."""
+        """Close and delete every index file (queued messages are dropped)."""
+        self._pending = []
+        self._last_phy = -1
         with self._fd_lock:
             for f in self._files:
                 f.close()
@@ -346,12 +400,23 @@ class IndexService:
 
     @property
     def file_names(self) -> list[str]:
+        """Names of the index files, oldest first (drains first: a file may be due)."""
+        self.drain()
         return [f.name for f in self._files]
+
+    @property
+    def pending_count(self) -> int:
+        """Messages queued by :meth:`put_keys` and not written yet."""
+        return len(self._pending) // PENDING_FIELDS
 
     @property
     def max_indexed_phy_offset(self) -> int:
         """Commit-log offset of the newest indexed message, -1 when nothing is indexed. Dispatching
         messages from this offset on completes the index (already indexed ones are skipped)."""
+        self.drain()
+        return self._max_indexed()
+
+    def _max_indexed(self) -> int:
         for f in reversed(self._files):
             if f.has_entries:
                 return f.end_phy_offset
@@ -372,31 +437,87 @@ class IndexService:
     def put_keys(
         self, topic: str, phy: int, ts: int, sys_flag: int, keys: str | None, uniq_key: str | None
     ) -> None:
-        """:meth:`put` from the fields themselves (the send path has them without a request)."""
-        if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+        """:meth:`put` from the fields themselves (the send path has them without a request).
+
+        Queues the message; it is written when :attr:`batch_size` messages are queued or at the
+        next :meth:`drain` (every reading or changing method drains first). Messages at or below
+        the newest indexed or queued offset are skipped, and so are messages without keys.
+        """
+        if phy <= self._last_phy or (
+            sys_flag and sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE
+        ):
             return
-        files = self._files
-        last = files[-1] if files else None
-        if last is not None and last.index_count > 1:
-            if phy <= last.end_phy_offset:
-                return
-        elif phy <= self.max_indexed_phy_offset:
+        if not uniq_key and not (keys and keys.strip(KEY_SEPARATOR)):
+            return  # no entry to write: the offset must not count as indexed
+        self._last_phy = phy
+        pending = self._pending
+        pending += (topic, phy, ts, uniq_key, keys)  # PENDING_FIELDS
+        if len(pending) >= self._pending_limit:
+            self.drain()
+
+    def drain(self) -> None:
+        """Write every queued message: vectorized from :data:`VECTOR_MIN` messages on, else one
+        entry at a time. If writing fails the queue is dropped and the error raised; the index
+        then ends at the last entry written (re-dispatch from :attr:`max_indexed_phy_offset`
+        completes it)."""
+        pending = self._pending
+        if not pending:
             return
+        self._pending = []
+        try:
+            if len(pending) < VECTOR_MIN * PENDING_FIELDS:
+                for i in range(0, len(pending), PENDING_FIELDS):
+                    self._write_now(*pending[i : i + PENDING_FIELDS])
+            else:
+                self._write_batch(pending)
+        except BaseException:
+            self._last_phy = self._max_indexed()
+            raise
+
+    def _prefix_hash(self, topic: str) -> int:
+        """Unsigned Java hash of ``topic#`` (cached)."""
         prefix_hash = self._prefix_hashes.get(topic)
         if prefix_hash is None:
             if len(self._prefix_hashes) >= _PREFIX_CACHE_MAX:
                 self._prefix_hashes.clear()
             prefix_hash = self._prefix_hashes[topic] = java_string_hash(topic + "#") & 0xFFFFFFFF
+        return prefix_hash
+
+    def _write_now(self, topic: str, phy: int, ts: int, uniq_key: str | None, keys: str | None) -> None:
+        """Write the entries of one message, one by one."""
+        prefix_hash = self._prefix_hash(topic)
         if uniq_key:
             h = java_string_hash_extend(prefix_hash, uniq_key)
             if h & 0x80000000:
                 h = 0x100000000 - h if h != 0x80000000 else 0  # _abs_hash
-            if last is None or not last.put_key(h, phy, ts):
+            files = self._files
+            if not files or not files[-1].put_key(h, phy, ts):
                 self._put_hash(h, phy, ts)
         if keys:
             for key in keys.split(KEY_SEPARATOR):
                 if key:
                     self._put_hash(_abs_hash(java_string_hash_extend(prefix_hash, key)), phy, ts)
+
+    def _write_batch(self, pending: list[Any]) -> None:
+        """Write the entries of many messages with array operations (:mod:`store.index_batch`),
+        filling the newest file and rolling to new ones as :meth:`_write_now` would."""
+        topics, phys, stamps, keys_ = entry_columns(pending)
+        n = len(keys_)
+        first = topics[0]
+        if topics.count(first) == n:
+            prefix: int | np.ndarray = self._prefix_hash(first)
+        else:
+            prefix = np.fromiter(map(self._prefix_hash, topics), np.uint64, n)
+        hashes = key_hashes(prefix, keys_)
+        phy_arr = np.array(phys, np.int64)
+        ts_arr = np.array(stamps, np.int64)
+        files = self._files
+        done = 0
+        while done < n:
+            f = files[-1] if files and not files[-1].is_full else self._new_file()
+            end = min(n, done + f.index_num - f.index_count)
+            write_entries(f, hashes[done:end], phy_arr[done:end], ts_arr[done:end])
+            done = end
 
     def _put_hash(self, h: int, phy: int, ts: int) -> None:
         files = self._files
@@ -438,6 +559,7 @@ class IndexService:
         also matches, so callers compare the message's keys. Entry times have second precision
         relative to the file's begin timestamp.
         """
+        self.drain()
         offsets: list[int] = []
         if self._files:
             h = index_key_hash(build_key(topic, key))
@@ -461,6 +583,7 @@ class IndexService:
         newest entries undone in place (slot heads restored from the chains), so nothing needs
         re-dispatching: the index then covers exactly the commit log below ``phy_offset``.
         """
+        self.drain()
         dropped = 0
         for f in reversed(list(self._files)):
             if not f.has_entries:
@@ -472,6 +595,7 @@ class IndexService:
             if f.end_phy_offset >= phy_offset:
                 dropped += f.truncate_entries_from(phy_offset)
             break
+        self._last_phy = self._max_indexed()
         if dropped:
             log.info("index truncated at offset %d: %d entries dropped", phy_offset, dropped)
         return dropped
@@ -479,6 +603,7 @@ class IndexService:
     def delete_files_before(self, phy_offset: int) -> list[str]:
         """Retention: delete files (never the newest) whose entries all point below ``phy_offset``
         (upstream ``deleteExpiredFile``). Returns the deleted paths."""
+        self.drain()
         gone: list[str] = []
         for f in list(self._files[:-1]):
             if f.end_phy_offset < phy_offset:
@@ -486,6 +611,7 @@ class IndexService:
                 self._remove(f)
             else:
                 break
+        self._last_phy = self._max_indexed()
         return gone
 
     def _remove(self, f: IndexFile) -> None:
@@ -500,7 +626,10 @@ class IndexService:
     def flush(self) -> int:
         """fsync every file written since the last flush; returns the end timestamp of the newest
         file as of the start of the flush, which is durable once this returns (the store records it
-        as the checkpoint's ``indexMsgTimestamp``). Blocking: call from a worker thread."""
+        as the checkpoint's ``indexMsgTimestamp``). Blocking: call from a worker thread.
+
+        Does not :meth:`drain` (the store's thread may be queueing meanwhile): queued messages are
+        not covered; callers drain on the store's thread right before handing this over."""
         with self._fd_lock:
             ts = self._files[-1].end_timestamp if self._files else 0
             fds: list[int] = []

@@ -97,6 +97,7 @@ async def truncate_logics(store: DefaultMessageStore, offset: int) -> None:
         dropped = store.index.truncate_after(offset)
         if dropped:
             log.warning("index: dropped %d entries past offset %d", dropped, offset)
+        store.index.drain()  # flush() does not drain (truncate_after just did; cheap)
         await trio.to_thread.run_sync(store.index.flush)
 
 

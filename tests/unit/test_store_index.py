@@ -233,6 +233,7 @@ def test_abnormal_exit_drops_files_newer_than_checkpoint(tmp_path: Path) -> None
     svc = service(tmp_path, slots=3, entries=3)
     for i in range(4):
         svc.put(req(i * 100, keys="k", ts=T0 + i * 1000))  # files: [0,100], [200,300]
+    svc.drain()  # close() drops queued messages (a crash); the store drains before closing
     svc.close()
     again = IndexService(str(tmp_path / "index"), max_hash_slot_num=3, max_index_num=3, now_ms=Clock())
     again.load(False, T0 + 1500)
@@ -269,6 +270,7 @@ def test_damaged_files_are_dropped_with_warning(tmp_path: Path, caplog: pytest.L
 def test_files_made_with_other_sizes_are_dropped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     svc = service(tmp_path, slots=3, entries=3)
     svc.put(req(0, keys="k"))
+    svc.drain()
     svc.close()
     caplog.set_level(logging.WARNING, logger="store.index")
     again = service(tmp_path, slots=4, entries=3)
@@ -312,6 +314,8 @@ def test_flush_reports_durable_end_timestamp(tmp_path: Path) -> None:
     svc = service(tmp_path)
     assert svc.flush() == 0
     svc.put(req(0, keys="k", ts=T0 + 42))
+    assert svc.flush() == 0  # flush() does not drain (it runs in a worker thread): still queued
+    svc.drain()
     assert svc.flush() == T0 + 42
     assert svc.flush() == T0 + 42
 
