@@ -1,6 +1,9 @@
-"""The one-pass batch encoder gives exactly what the general path gives: split the batch body, add
-CLUSTER (and UNIQ_KEY when missing) the way upstream does (parse, add, write the map out again),
-encode each record; and it declines (None) exactly when the general path answers with an error."""
+"""The send path's shortcuts give exactly what the general path gives. The general path: split the
+batch body, add CLUSTER (and UNIQ_KEY when missing) the way upstream does (parse, add, write the
+map out again), encode each record. The one-pass batch encoder gives the same records, hints and
+unique keys, and declines (None) exactly when the general path answers with an error; a
+client-form properties string is recognised only when the client's string plus the CLUSTER pair
+is what upstream would store; the single-record encoder equals append_record."""
 
 from __future__ import annotations
 
@@ -9,12 +12,15 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.send_batch import BatchRecordEncoder
+from broker.send import _offset_msg_ids
+from broker.send_records import BatchRecordEncoder, ClientProperties, encode_single, host_port
 from remoting.protocol.message import (
     PROPERTY_CLUSTER,
+    PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
     BatchItem,
     MessageFormatError,
     append_record,
@@ -26,6 +32,7 @@ from remoting.protocol.message import (
     tags_hash_code,
     topic_field,
 )
+from store.results import PutMessageResult, PutMessageStatus
 
 CLUSTER = "UnitCluster"
 V4 = b"\x7f\x00\x00\x01"
@@ -95,7 +102,7 @@ def fast(
     body: bytes, born: tuple[bytes, int], store: tuple[bytes, int], sys_flag: int
 ) -> tuple[bytes, list[tuple[int, str | None, str | None]], list[str]] | None:
     topic_b, magic = topic_field("BatchTopic")
-    got = BatchRecordEncoder(UpstreamCompleter()).encode(
+    got = BatchRecordEncoder(UpstreamCompleter(), ClientProperties()).encode(
         body, topic_b, magic, 3, sys_flag, 1_700_000_000_000, born, store, MAX_BODY, CLUSTER
     )
     return None if got is None else (bytes(got[0]), got[1], got[2])
@@ -154,7 +161,7 @@ def test_client_style_batch_takes_the_shortcut_and_decodes() -> None:
         raise AssertionError(f"client-style properties went the general way: {props_s!r}")
 
     topic_b, magic = topic_field("BatchTopic")
-    got = BatchRecordEncoder(no_general).encode(
+    got = BatchRecordEncoder(no_general, ClientProperties()).encode(
         body, topic_b, magic, 1, 0, 5, (V4, 1), (V4, 2), MAX_BODY, CLUSTER
     )
     assert got is not None
@@ -168,3 +175,116 @@ def test_client_style_batch_takes_the_shortcut_and_decodes() -> None:
         assert msg.properties_raw == props[i] + f"CLUSTER\x01{CLUSTER}\x02"
         pos += msg.total_size
     assert pos == len(records)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(props_s=_PROPS)
+def test_client_form_is_recognised_only_where_appending_cluster_equals_upstream(props_s: str) -> None:
+    cache = ClientProperties()
+    for _ in range(2):  # the second lookup comes from the shape cache
+        found = cache.lookup(props_s)
+        if found is None:
+            continue
+        uniq, (tags_code, keys, wait, delay) = found
+        props = parse_properties(props_s)
+        assert uniq == props[PROPERTY_UNIQ_KEY] != ""
+        assert (tags_code, keys) == (tags_hash_code(props.get(PROPERTY_TAGS)), props.get(PROPERTY_KEYS))
+        assert wait == (props.get(PROPERTY_WAIT, "true") != "false")
+        assert delay == (PROPERTY_DELAY in props)
+        props[PROPERTY_CLUSTER] = CLUSTER
+        assert properties_to_string(props).encode() == props_s.encode() + cache.cluster_pair(CLUSTER)
+
+
+def test_client_strings_are_in_client_form() -> None:
+    cache = ClientProperties()
+    for props_s in (
+        "UNIQ_KEY\x01C0A8010100002A9F0000000000000000\x02WAIT\x01true\x02",
+        "TAGS\x01a\x02UNIQ_KEY\x01X\x02KEYS\x01k1 k2\x02",
+    ):
+        assert cache.lookup(props_s) is not None
+    for props_s in (
+        "",
+        "WAIT\x01true\x02",  # no UNIQ_KEY: the broker adds one
+        "UNIQ_KEY\x01\x02",  # empty: replaced
+        "UNIQ_KEY\x01X",  # no trailing separator
+        "UNIQ_KEY\x01X\x02CLUSTER\x01c\x02",  # CLUSTER replaced in place
+        "UNIQ_KEY\x01X\x02a\x02",  # a piece upstream drops
+        "UNIQ_KEY\x01X\x02K\x01v\x02K\x01w\x02",  # a key twice
+    ):
+        assert cache.lookup(props_s) is None, props_s
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    body=st.binary(max_size=200),
+    props_s=_PROPS,
+    born=_HOST,
+    store=_HOST,
+    sys_flag=st.sampled_from([0, 0x1, 0x30, 0x4, 0x8]),
+    flag=st.integers(-(2**31), 2**31 - 1),
+    reconsume=st.integers(0, 20),
+    queue_id=st.integers(0, 1000),
+)
+def test_encode_single_equals_append_record(
+    body: bytes,
+    props_s: str,
+    born: tuple[bytes, int],
+    store: tuple[bytes, int],
+    sys_flag: int,
+    flag: int,
+    reconsume: int,
+    queue_id: int,
+) -> None:
+    topic_b, magic = topic_field("SingleTopic")
+    pair = ClientProperties().cluster_pair(CLUSTER)
+    expected = bytearray()
+    append_record(
+        expected,
+        topic_b,
+        magic,
+        queue_id,
+        flag,
+        body,
+        props_s.encode() + pair,
+        sys_flag,
+        123_456_789,
+        born[0],
+        born[1],
+        store[0],
+        store[1],
+        reconsume,
+    )
+    got = encode_single(
+        topic_b,
+        magic,
+        queue_id,
+        flag,
+        body,
+        props_s.encode(),
+        pair,
+        sys_flag,
+        123_456_789,
+        host_port(born),
+        host_port(store),
+        reconsume,
+    )
+    assert got == expected
+
+
+def test_encode_single_declines_properties_over_the_limit() -> None:
+    topic_b, magic = topic_field("SingleTopic")
+    fields = (host_port((V4, 1)), host_port((V4, 2)))
+    ok = encode_single(topic_b, magic, 0, 0, b"b", b"x" * 32757, b"y" * 10, 0, 1, *fields, 0)
+    assert ok is not None
+    assert encode_single(topic_b, magic, 0, 0, b"b", b"x" * 32758, b"y" * 10, 0, 1, *fields, 0) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    wrote=st.integers(-1, 2**62),
+    host=st.sampled_from([b"", V4 + b"\x00\x00\x2a\x9f", V6 + b"\x00\x00\x01\x00"]),
+    batch=st.one_of(st.none(), st.lists(st.integers(0, 2**62), max_size=5)),
+)
+def test_response_msg_ids_equal_the_store_results(wrote: int, host: bytes, batch: list[int] | None) -> None:
+    result = PutMessageResult(PutMessageStatus.PUT_OK, wrote, 10, 0, 0, 1, "", host, batch)
+    assert _offset_msg_ids(result) == result.msg_id
