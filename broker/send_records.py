@@ -58,6 +58,7 @@ _TIMES = struct.Struct(">qqiq")  # QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIM
 _ZERO8 = bytes(8)  # STORETIMESTAMP (set at append)
 _ZERO12 = bytes(12)  # RECONSUMETIMES (0 for batches), PREPARED_TRANSACTION_OFFSET
 _UNIQ_AT = PROPERTY_UNIQ_KEY + "\x01"
+_UNIQ_AT_B = _UNIQ_AT.encode()
 _UNIQ_LEN = len(_UNIQ_AT)
 _SHAPE_LIMIT = 4096
 _MISSING = object()
@@ -69,6 +70,8 @@ class ClientProperties:
     def __init__(self) -> None:
         #: shape -> its PropsInfo when strings of that shape are in client form, else None
         self._shapes: dict[str, PropsInfo | None] = {}
+        #: the same for shapes as UTF-8 bytes (the batch path reads properties from the body)
+        self.raw_shapes: dict[bytes, PropsInfo | None] = {}
         self._cluster = ""
         self._cluster_pair = b""
 
@@ -93,6 +96,21 @@ class ClientProperties:
                 if info is not None:
                     return props_s[vs:j], info  # type: ignore[return-value]
         return None
+
+    def learn_raw(self, shape: bytes) -> PropsInfo | None:
+        """The PropsInfo of a shape given as UTF-8 bytes (None when not UTF-8), cached."""
+        try:
+            text = shape.decode()
+        except UnicodeDecodeError:
+            info = None
+        else:
+            info = self._shapes.get(text, _MISSING)
+            if info is _MISSING:
+                info = self._learn(text)
+        if len(self.raw_shapes) >= _SHAPE_LIMIT:
+            self.raw_shapes.clear()
+        self.raw_shapes[shape] = info  # type: ignore[assignment]
+        return info  # type: ignore[return-value]
 
     def _learn(self, shape: str) -> PropsInfo | None:
         props = parse_properties(shape)
@@ -177,7 +195,7 @@ class BatchRecordEncoder:
 
     def __init__(self, complete: Completer, client_properties: ClientProperties) -> None:
         self._complete = complete
-        self._lookup = client_properties.lookup
+        self._props = client_properties
         self._cluster_pair = client_properties.cluster_pair
         self._prefix_structs: dict[int, struct.Struct] = {}
 
@@ -226,7 +244,9 @@ class BatchRecordEncoder:
         unpack_head = _ITEM_HEAD.unpack_from
         unpack_i16 = _I16.unpack_from
         crc32 = zlib.crc32
-        lookup = self._lookup
+        shapes_get = self._props.raw_shapes.get
+        learn = self._props.learn_raw
+        find = body.find
         complete = self._complete
         mv = memoryview(body)
         tails: dict[int, bytes] = {}  # stored properties length -> topic field + that length
@@ -239,23 +259,34 @@ class BatchRecordEncoder:
             if pos + 22 > n:
                 return None
             total, _magic, _crc, flag, body_len = unpack_head(body, pos)
-            p = pos + 20
-            body_end = p + body_len
-            if body_len < 0 or body_end + 2 > n:
+            body_end = pos + 20 + body_len
+            ps = body_end + 2  # the properties: ps .. pe
+            pe = pos + total
+            # split_batch_body's checks, in a form that needs no more reads
+            if body_len < 0 or body_len > max_body_size or not ps <= pe <= n:
                 return None
-            props_len = unpack_i16(body, body_end)[0]
-            ps = body_end + 2
-            pe = ps + props_len
-            if props_len < 0 or pe > n or total != pe - pos or body_len > max_body_size:
+            props_len = pe - ps
+            if unpack_i16(body, body_end)[0] != props_len:
                 return None
-            try:
-                props_s = str(mv[ps:pe], "utf-8")
-            except UnicodeDecodeError:
-                return None
-            found = lookup(props_s)
-            data = mv[p:body_end]
-            if found is not None:
-                uniq, (tags_code, keys, _wait, _delay) = found
+            # ClientProperties.lookup on the bytes (inlined: this runs for every message); cuts at
+            # 0x01 / 0x02 keep UTF-8 validity, so shape and value decode apart
+            info: PropsInfo | None = None
+            i = find(_UNIQ_AT_B, ps, pe)
+            if i == ps or (i > ps and body[i - 1] == 2):
+                vs = i + _UNIQ_LEN
+                j = find(b"\x02", vs, pe)
+                if j > vs:
+                    shape = body[ps:vs] + body[j:pe]
+                    info = shapes_get(shape, _MISSING)  # type: ignore[arg-type]
+                    if info is _MISSING:
+                        info = learn(shape)
+            data = mv[body_end - body_len : body_end]
+            if info is not None:
+                try:
+                    uniq = body[vs:j].decode()
+                except UnicodeDecodeError:
+                    return None
+                tags_code, keys, _wait, _delay = info
                 stored_len = props_len + pair_len
                 if stored_len > MAX_PROPERTIES_LENGTH:
                     return None
@@ -278,6 +309,10 @@ class BatchRecordEncoder:
                 add(mv[ps:pe])
                 add(pair)
             else:
+                try:
+                    props_s = str(mv[ps:pe], "utf-8")
+                except UnicodeDecodeError:
+                    return None
                 props, more, uniq = complete(props_s)
                 stored = (props_s + more if more is not None else properties_to_string(props)).encode()
                 stored_len = len(stored)
