@@ -507,7 +507,8 @@ class IndexService:
         if topics.count(first) == n:
             prefix: int | np.ndarray = self._prefix_hash(first)
         else:
-            prefix = np.fromiter(map(self._prefix_hash, topics), np.uint64, n)
+            of_topic = {topic: self._prefix_hash(topic) for topic in set(topics)}
+            prefix = np.fromiter(map(of_topic.__getitem__, topics), np.uint64, n)
         hashes = key_hashes(prefix, keys_)
         phy_arr = np.array(phys, np.int64)
         ts_arr = np.array(stamps, np.int64)
