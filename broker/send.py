@@ -3,7 +3,9 @@
 Upstream: ``SendMessageProcessor`` / ``AbstractSendMessageProcessor``. Checks run in upstream's
 order (writability, topic name, forbidden topics, topic config or auto-create, queue id); the
 message is encoded once into the stored format and appended; the store result maps to the
-upstream response codes. The C++ client sends batches as code 10 with ``batch:"1"``.
+upstream response codes (:mod:`broker.send_response`). The C++ client sends batches as code 10
+with ``batch:"1"``. Properties in the form clients send them, and batch bodies, take the
+shortcuts of :mod:`broker.send_records`, which store the same bytes as the general path here.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from broker.send_records import (
     encode_single,
     host_port,
 )
+from broker.send_response import STATUS_CODES, send_response
 from broker.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
@@ -30,7 +33,7 @@ from broker.topics import (
     validate_topic,
 )
 from remoting.codes import RequestCode, ResponseCode
-from remoting.command import FLAG_RESPONSE, RemotingCommand
+from remoting.command import RemotingCommand
 from remoting.connection import ProcessorTable, RequestContext
 from remoting.headers import decode_header
 from remoting.protocol.broker import (
@@ -70,7 +73,7 @@ from remoting.protocol.message import (
     transaction_type,
 )
 from store.config import BrokerRole
-from store.results import PutMessageResult, PutMessageStatus
+from store.results import PutMessageStatus
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -78,63 +81,9 @@ if TYPE_CHECKING:
 #: Clients at or above this version may set maxReconsumeTimes in the request (V3_4_9).
 V3_4_9 = 121
 
-#: Codes of a send whose message was stored (the Java client treats them as sent, with a status).
-_STORED_CODES = frozenset(
-    {
-        ResponseCode.SUCCESS,
-        ResponseCode.FLUSH_DISK_TIMEOUT,
-        ResponseCode.FLUSH_SLAVE_TIMEOUT,
-        ResponseCode.SLAVE_NOT_AVAILABLE,
-    }
-)
-
-_STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
-    PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
-    PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
-    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, None),
-    PutMessageStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, None),
-    PutMessageStatus.CREATE_MAPPED_FILE_FAILED: (
-        ResponseCode.SYSTEM_ERROR,
-        "create mapped file failed, server is busy or broken.",
-    ),
-    PutMessageStatus.MESSAGE_ILLEGAL: (
-        ResponseCode.MESSAGE_ILLEGAL,
-        "the message is illegal, maybe msg body or properties length not matched.",
-    ),
-    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
-        ResponseCode.MESSAGE_ILLEGAL,
-        "the message is illegal, maybe msg properties length limit 32k.",
-    ),
-    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
-        ResponseCode.SERVICE_NOT_AVAILABLE,
-        "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
-        "messages are put to the slave, message store has been shut down, etc.",
-    ),
-    PutMessageStatus.OS_PAGE_CACHE_BUSY: (
-        ResponseCode.SYSTEM_BUSY,
-        "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
-    ),
-    PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: (ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough"),
-    PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
-}
-
-
-def _offset_msg_ids(result: PutMessageResult) -> str:
-    """``result.msg_id`` from bytes: for a batch, every offset id joined by commas in one pass of
-    ``bytes.hex`` (store host + 8-byte offset per record, a comma after every such group)."""
-    host = result.store_host
-    if result.wrote_offset < 0 or not host:
-        return ""
-    offsets = result.offsets
-    if offsets is None:
-        return (host + result.wrote_offset.to_bytes(8, "big")).hex().upper()
-    return b"".join([host + off.to_bytes(8, "big") for off in offsets]).hex(",", len(host) + 8).upper()
-
-
 # Enum members bound once: attribute access on an enum class costs ~60 ns each on the hot path.
 _SEND_MESSAGE = RequestCode.SEND_MESSAGE
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
-_SUCCESS = ResponseCode.SUCCESS
 _PUT_OK = PutMessageStatus.PUT_OK
 _SLAVE = BrokerRole.SLAVE
 _PERM_WRITE = PermName.PERM_WRITE
@@ -367,39 +316,6 @@ class SendProcessor:
             return dlq.topicName, 0
         return topic, queue_id
 
-    def _response(
-        self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int, uniq: str | None
-    ) -> RemotingCommand:
-        """The send response; the header is built as a plain dict (this runs once per message)."""
-        status = result.status
-        if status is _PUT_OK:
-            code, remark = _SUCCESS, None
-        else:
-            code, remark = _STATUS_CODES.get(status, (ResponseCode.SYSTEM_ERROR, status.name))
-            if result.remark and code != ResponseCode.SUCCESS:
-                remark = f"{remark} ({result.remark})" if remark else result.remark
-        if code in _STORED_CODES:
-            # SendMessageResponseHeader: msgId, queueId, queueOffset, transactionId (strings on the wire)
-            ext = {
-                **self._ext_ok,
-                "msgId": _offset_msg_ids(result),
-                "queueId": str(queue_id),
-                "queueOffset": str(result.logics_offset),
-            }
-            if uniq:
-                ext["transactionId"] = uniq
-        else:
-            ext = dict(self._ext_ok)
-        # what cmd.response(code, remark) gives, with the header in place
-        return RemotingCommand(
-            code=code,
-            opaque=cmd.opaque,
-            flag=FLAG_RESPONSE,
-            remark=remark,
-            ext_fields=ext,
-            serialize_type=cmd.serialize_type,
-        )
-
     # --- handlers ---
 
     async def send(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
@@ -441,7 +357,7 @@ class SendProcessor:
                 )
                 if result.status is _PUT_OK:
                     self.broker.stats.on_put(topic, 1)
-                return self._response(cmd, result, queue_id, uniq)
+                return send_response(cmd, result, queue_id, uniq, self._ext_ok)
         props, tail, uniq = self._complete_properties(props_s)
         queue_id = self._pick_queue(config, h.queueId)
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -499,7 +415,7 @@ class SendProcessor:
         )
         if result.status is _PUT_OK:
             self.broker.stats.on_put(topic, 1)
-        return self._response(cmd, result, store_queue, uniq)
+        return send_response(cmd, result, store_queue, uniq, self._ext_ok)
 
     def _encode_client_form(
         self, h: SendHeader, body: bytes, props_s: str, config: TopicConfig, remote: str
@@ -577,7 +493,7 @@ class SendProcessor:
         )
         if result.status is _PUT_OK:
             self.broker.stats.on_put(topic, len(uniqs))
-        return self._response(cmd, result, queue_id, ",".join(uniqs))
+        return send_response(cmd, result, queue_id, ",".join(uniqs), self._ext_ok)
 
     def _encode_batch(
         self,
@@ -694,7 +610,7 @@ class SendProcessor:
         )
         result = await b.replication.put_message(encoded, store_topic, store_queue, sys_flag=msg.sys_flag)
         if not result.is_ok:
-            code, remark = _STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, result.status.name))
+            code, remark = STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, result.status.name))
             if code in (
                 ResponseCode.FLUSH_DISK_TIMEOUT,
                 ResponseCode.FLUSH_SLAVE_TIMEOUT,

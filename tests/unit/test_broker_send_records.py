@@ -12,8 +12,8 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.send import _offset_msg_ids
 from broker.send_records import BatchRecordEncoder, ClientProperties, encode_single, host_port
+from broker.send_response import offset_msg_ids
 from remoting.protocol.message import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY,
@@ -287,4 +287,4 @@ def test_encode_single_declines_properties_over_the_limit() -> None:
 )
 def test_response_msg_ids_equal_the_store_results(wrote: int, host: bytes, batch: list[int] | None) -> None:
     result = PutMessageResult(PutMessageStatus.PUT_OK, wrote, 10, 0, 0, 1, "", host, batch)
-    assert _offset_msg_ids(result) == result.msg_id
+    assert offset_msg_ids(result) == result.msg_id

@@ -1,0 +1,101 @@
+"""The response to a send: the store's result as upstream's response code, remark and
+``SendMessageResponseHeader`` (upstream ``SendMessageProcessor.handlePutMessageResult``)."""
+
+from __future__ import annotations
+
+from remoting.codes import ResponseCode
+from remoting.command import FLAG_RESPONSE, RemotingCommand
+from store.results import PutMessageResult, PutMessageStatus
+
+__all__ = ["STATUS_CODES", "offset_msg_ids", "send_response"]
+
+_PUT_OK = PutMessageStatus.PUT_OK
+_SUCCESS = ResponseCode.SUCCESS
+
+#: Codes of a send whose message was stored (the Java client treats them as sent, with a status).
+_STORED_CODES = frozenset(
+    {
+        ResponseCode.SUCCESS,
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+    }
+)
+
+STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
+    PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, None),
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, None),
+    PutMessageStatus.CREATE_MAPPED_FILE_FAILED: (
+        ResponseCode.SYSTEM_ERROR,
+        "create mapped file failed, server is busy or broken.",
+    ),
+    PutMessageStatus.MESSAGE_ILLEGAL: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg body or properties length not matched.",
+    ),
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg properties length limit 32k.",
+    ),
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
+        "messages are put to the slave, message store has been shut down, etc.",
+    ),
+    PutMessageStatus.OS_PAGE_CACHE_BUSY: (
+        ResponseCode.SYSTEM_BUSY,
+        "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    ),
+    PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: (ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough"),
+    PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+}
+
+
+def offset_msg_ids(result: PutMessageResult) -> str:
+    """``result.msg_id`` from bytes: for a batch, every offset id joined by commas in one pass of
+    ``bytes.hex`` (store host + 8-byte offset per record, a comma after every such group)."""
+    host = result.store_host
+    if result.wrote_offset < 0 or not host:
+        return ""
+    offsets = result.offsets
+    if offsets is None:
+        return (host + result.wrote_offset.to_bytes(8, "big")).hex().upper()
+    return b"".join([host + off.to_bytes(8, "big") for off in offsets]).hex(",", len(host) + 8).upper()
+
+
+def send_response(
+    cmd: RemotingCommand, result: PutMessageResult, queue_id: int, uniq: str | None, ext_ok: dict[str, str]
+) -> RemotingCommand:
+    """The response to the send ``cmd`` whose store result is ``result``; ``ext_ok`` holds the
+    fields every send response carries (MSG_REGION, TRACE_ON). The header is built as a plain dict
+    (this runs once per request)."""
+    status = result.status
+    if status is _PUT_OK:
+        code, remark = _SUCCESS, None
+    else:
+        code, remark = STATUS_CODES.get(status, (ResponseCode.SYSTEM_ERROR, status.name))
+        if result.remark and code != ResponseCode.SUCCESS:
+            remark = f"{remark} ({result.remark})" if remark else result.remark
+    if code in _STORED_CODES:
+        # SendMessageResponseHeader: msgId, queueId, queueOffset, transactionId (strings on the wire)
+        ext = {
+            **ext_ok,
+            "msgId": offset_msg_ids(result),
+            "queueId": str(queue_id),
+            "queueOffset": str(result.logics_offset),
+        }
+        if uniq:
+            ext["transactionId"] = uniq
+    else:
+        ext = dict(ext_ok)
+    # what cmd.response(code, remark) gives, with the header in place
+    return RemotingCommand(
+        code=code,
+        opaque=cmd.opaque,
+        flag=FLAG_RESPONSE,
+        remark=remark,
+        ext_fields=ext,
+        serialize_type=cmd.serialize_type,
+    )
