@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import logging
 import struct
+from collections.abc import Callable
 
 from remoting.protocol.message import (
     BLANK_MAGIC,
@@ -29,6 +30,11 @@ from remoting.protocol.message import (
 from store.mapped_file import MappedFile, MappedFileQueue
 
 log = logging.getLogger("store.commitlog")
+
+
+def _nothing() -> None:
+    pass
+
 
 #: Returned by :meth:`CommitLog.append` when the current file is full (or there is none).
 NEED_FILE = -1
@@ -61,6 +67,10 @@ class CommitLog:
         self.next_mark = 0
         #: offset of the BLANK filler that ended the last full file (-1: none yet)
         self.last_blank_offset = -1
+        #: an append ending beyond this log offset asks ``write_ahead`` to dirty the pages ahead
+        self.write_ahead_mark = 0
+        #: called when an append passes :attr:`write_ahead_mark` (the store's WriteAhead.kick)
+        self.write_ahead: Callable[[], None] = _nothing
 
     # --- state -----------------------------------------------------------------------------------
 
@@ -110,6 +120,8 @@ class CommitLog:
         view[pos : pos + 4] = src[:4]
         mf.wrote_position = end
         mf.last_store_timestamp = store_timestamp
+        if phys + n > self.write_ahead_mark:
+            self.write_ahead()
         if phys >= self.next_mark:
             self._marks.append(phys)
             self.next_mark = phys + BOUNDARY_MARK_SPACING
@@ -142,6 +154,8 @@ class CommitLog:
         view[pos : pos + 4] = buf[:4]
         mf.wrote_position = pos + n
         mf.last_store_timestamp = store_timestamp
+        if base + n > self.write_ahead_mark:
+            self.write_ahead()
         if base >= self.next_mark:
             self._marks.append(base)
             self.next_mark = base + BOUNDARY_MARK_SPACING
@@ -186,6 +200,8 @@ class CommitLog:
             raise ValueError(f"{n} bytes at {mf.file_from_offset + pos} would cross the end of {mf.path}")
         mf.view[pos : pos + n] = data
         mf.wrote_position = pos + n
+        if mf.file_from_offset + pos + n > self.write_ahead_mark:
+            self.write_ahead()
 
     def read_raw(self, offset: int, max_bytes: int) -> memoryview | None:
         """Zero-copy view of up to ``max_bytes`` written bytes from ``offset``, never crossing the end

@@ -71,14 +71,16 @@ class CommitLogFlusher:
         generation = self.generation
         self._flushing = True
         done = self._round_done
-        paths = [mf.path for mf, _ in dirty]
+        # each file's unflushed range only: pages the write-ahead dirtied beyond it stay dirty
+        ranges = [(mf, mf.flushed_position, w) for mf, w in dirty]
         new_files = [mf for mf, _ in dirty if not mf.dir_synced]
         epoch = self.epoch_file
 
         def job() -> None:
             if epoch is not None and epoch.dirty:
                 epoch.persist()
-            _fsync_paths(paths)
+            for mf, start, end in ranges:
+                mf.flush_range_sync(start, end)
             if new_files:
                 fsync_dir(os.path.dirname(new_files[0].path))
 

@@ -24,7 +24,7 @@ import trio
 
 from remoting.protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, dispatch_info
 from store import recovery, truncation
-from store.allocate import FileAllocator
+from store.allocate import FileAllocator, WriteAhead
 from store.checkpoint import (
     StoreCheckpoint,
     StoreLock,
@@ -130,6 +130,8 @@ class DefaultMessageStore:
             self.maintenance_lock,
         )
         self.allocator = FileAllocator(self.commit_log.mfq)
+        self.write_ahead = WriteAhead(self.commit_log)
+        self.commit_log.write_ahead = self.write_ahead.kick
         self.clean_service = CleanService(self, disk_space)
         self.total_physical_memory = total_physical_memory or (
             os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -206,6 +208,7 @@ class DefaultMessageStore:
             )
             nursery.start_soon(self.clean_service.run)
             nursery.start_soon(self.allocator.run)
+            nursery.start_soon(self.write_ahead.run)
             nursery.start_soon(self._dispatch_loop)
             task_status.started()
 
@@ -411,6 +414,8 @@ class DefaultMessageStore:
                     _I32_PACK(mm, pos, n)
                     mf.wrote_position = end
                     mf.last_store_timestamp = now
+                    if end + mf.file_from_offset > cl.write_ahead_mark:
+                        cl.write_ahead()
                     if phys >= cl.next_mark:
                         cl.mark_appended(phys)
                     cq.next_offset = qo + 1
@@ -641,6 +646,8 @@ class DefaultMessageStore:
         mm[wpos : wpos + 4] = encoded[:4]  # the first TOTALSIZE last, as in put_message
         mf.wrote_position = wpos + n
         mf.last_store_timestamp = now
+        if base + n > cl.write_ahead_mark:
+            cl.write_ahead()
         if base >= cl.next_mark:
             cl.mark_appended(base)
         cq.next_offset = qo
