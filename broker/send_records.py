@@ -252,6 +252,7 @@ class BatchRecordEncoder:
         tails: dict[int, bytes] = {}  # stored properties length -> topic field + that length
         parts: list[bytes | memoryview] = []
         add = parts.append
+        extend = parts.extend
         hints: list[BatchHint] = []
         uniqs: list[str] = []
         pos = 0
@@ -293,21 +294,23 @@ class BatchRecordEncoder:
                 tail = tails.get(stored_len)
                 if tail is None:
                     tail = tails[stored_len] = topic_field + _I16.pack(stored_len)
-                add(
-                    pack_prefix(
-                        fixed + body_len + stored_len,
-                        magic,
-                        crc32(data) & 0x7FFFFFFF,
-                        queue_id,
-                        flag,
-                        middle,
-                        body_len,
+                extend(
+                    (
+                        pack_prefix(
+                            fixed + body_len + stored_len,
+                            magic,
+                            crc32(data) & 0x7FFFFFFF,
+                            queue_id,
+                            flag,
+                            middle,
+                            body_len,
+                        ),
+                        data,
+                        tail,
+                        mv[ps:pe],
+                        pair,
                     )
                 )
-                add(data)
-                add(tail)
-                add(mv[ps:pe])
-                add(pair)
             else:
                 try:
                     props_s = str(mv[ps:pe], "utf-8")
