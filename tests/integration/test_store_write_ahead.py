@@ -1,0 +1,99 @@
+"""The commit log's write-ahead window and the range flush it relies on (store/allocate.py
+``WriteAhead``, ``MappedFile.populate_write_sync`` / ``flush_range_sync``): appends ask for the
+pages ahead to be dirtied, the window follows the writer across files, a flush covers exactly the
+written range, and a file being synced cannot be unmapped under the call."""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+import trio
+
+from store.allocate import WriteAhead
+from store.mapped_file import PAGE_SIZE, MappedFile
+from tests.integration.storekit import put, read_queue, running_store, small_config
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+async def _settle(store_wa: WriteAhead, want_file: int, want_end: int) -> None:
+    with trio.fail_after(10):
+        while store_wa._done[0] != want_file or store_wa._done[1] < want_end:
+            await trio.sleep(0.005)
+
+
+async def test_window_follows_the_writer_across_files(tmp_path: Path) -> None:
+    file_size = 256 * 1024
+    cfg = small_config(tmp_path, mappedFileSizeCommitLog=file_size)
+    async with running_store(cfg, background=True) as store:
+        store.write_ahead.window = 64 * 1024
+        cl = store.commit_log
+        body = b"w" * 900
+        await put(store, "T", 0, body, tags="a")
+        # the first append passed the initial mark: the window covers 64 KiB from the writer
+        await _settle(store.write_ahead, 0, min(file_size, cl.current.wrote_position + 32 * 1024))
+        first_mark = cl.write_ahead_mark
+        assert 0 < first_mark < 64 * 1024
+        # write past the middle: the window moves on, the mark with it
+        while cl.max_offset <= first_mark:
+            await put(store, "T", 0, body, tags="a")
+        with trio.fail_after(10):
+            while cl.write_ahead_mark <= first_mark:
+                await trio.sleep(0.005)
+        done_file, done_end = store.write_ahead._done
+        assert done_file == 0
+        assert done_end >= cl.current.wrote_position + 64 * 1024 // 2 or done_end == file_size
+        # roll into the next file: the window restarts there
+        while cl.max_offset < file_size + 1000:
+            await put(store, "T", 0, body, tags="a")
+        await _settle(store.write_ahead, file_size, 1)
+        assert cl.write_ahead_mark > file_size
+        assert len(read_queue(store, "T", 0)) == store.get_max_offset_in_queue("T", 0)
+
+
+def test_window_pages_take_no_write_fault(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    size = 4 * 1024 * 1024
+    mf = MappedFile.open_sync(str(path), 0, size, create=True, prefault=True)
+    try:
+        chunk = b"z" * PAGE_SIZE
+        # read-populated pages: every first store faults (the cost the window removes)
+        before = _minor_faults()
+        for pos in range(0, size // 2, PAGE_SIZE):
+            mf.mm[pos : pos + PAGE_SIZE] = chunk
+        read_populated = _minor_faults() - before
+        mf.populate_write_sync(size // 2, size)
+        before = _minor_faults()
+        for pos in range(size // 2, size, PAGE_SIZE):
+            mf.mm[pos : pos + PAGE_SIZE] = chunk
+        write_populated = _minor_faults() - before
+        pages = size // 2 // PAGE_SIZE
+        if read_populated < pages // 2:
+            return  # this kernel maps read-populated pages writable already: nothing to compare
+        assert write_populated < pages // 10, (read_populated, write_populated)
+    finally:
+        assert mf.close()
+
+
+def test_range_flush_keeps_data_and_guards_the_map(tmp_path: Path) -> None:
+    path = tmp_path / "g"
+    size = 1024 * 1024
+    mf = MappedFile.open_sync(str(path), 0, size, create=True, prefault=True)
+    data = os.urandom(10_000)
+    mf.mm[5000 : 5000 + len(data)] = data
+    mf.flush_range_sync(5000, 5000 + len(data))  # an unaligned start is rounded down to its page
+    with open(path, "rb") as f:
+        f.seek(5000)
+        assert f.read(len(data)) == data
+    # while a sync holds its export, close() refuses (and the owner retries)
+    guard = mf.view[0:PAGE_SIZE]
+    assert not mf.close()
+    guard.release()
+    assert mf.close()
+    # a retired (closed) file is skipped, not an error
+    mf.flush_range_sync(0, size)
+    mf.populate_write_sync(0, size)
