@@ -28,6 +28,11 @@ Actions (``spec["action"]``):
   ``queue_id``, ``queue_offset``, ``reconsume_times``, ``t`` = wall clock); it learns what to wait for
   from ``expect_file`` (a JSON list of bodies, written by the caller when it knows them) and stops
   ``settle`` seconds after it has seen all of them, or after ``wait`` seconds.
+
+``produce`` and ``pull`` make their first request only after the client's heartbeat timer has made
+its first pass (``quiet_start``, on unless the spec sets it false): a request racing that timer's
+thread while it opens a broker connection fails inside the client; see
+:func:`wait_first_heartbeat_pass`.
 """
 
 from __future__ import annotations
@@ -93,6 +98,8 @@ def produce(spec: dict[str, Any], result: dict[str, Any]) -> None:
     results: list[dict[str, Any]] = result.setdefault("results", [])
     keep: list[Message] = []
     try:
+        if spec.get("quiet_start", True):
+            result["quiet_after"] = wait_first_heartbeat_pass(passes_logged=2)
         for m in spec["messages"]:
             msg = Message(m["topic"])
             keep.append(msg)
@@ -125,6 +132,43 @@ def produce(spec: dict[str, Any], result: dict[str, Any]) -> None:
                 results.append(_error(e))
     finally:
         producer.shutdown()
+
+
+#: What the client logs when a heartbeat pass finds no broker to send to.
+_EMPTY_HEARTBEAT = "sendheartbeat brokeradd is empty"
+
+
+def wait_first_heartbeat_pass(*, passes_logged: int, deadline: float = 10.0) -> float:
+    """Wait until the client's heartbeat timer has run once; returns the seconds waited.
+
+    Why: the client opens a broker connection from whichever thread needs it first. Its heartbeat
+    timer fires 10 ms after ``start()`` and then every 30 s, and connects to every broker of the
+    routes known by then. A request racing that thread fails at once inside the client: no transport
+    while the other thread's connect to the same broker is pending, and none for *any* broker while
+    that thread holds the transport table's lock to open a connection (the client's 3 s try-lock gave
+    up immediately in these runs). Then ``send_orderly`` retries on a queue of *another* broker (one
+    message of a key leaves its queue) or fails, ``send_sync`` may fail all its attempts, and a pull
+    returns no result (rocketmq-client-cpp 1.2.4: ``TcpRemotingClient::CreateTransport``,
+    ``DefaultMQProducer::sendAutoRetrySelectImpl``, ``TopicPublishInfo::selectOneMessageQueue``).
+    Before the first request no route is known, so that first pass finds no broker and logs
+    :data:`_EMPTY_HEARTBEAT`; after it, the requesting thread opens every broker connection itself.
+    ``passes_logged``: how many such lines mark it (a producer's ``start()`` makes one pass of its
+    own first, a pull consumer's does not).
+    """
+    path = os.path.expanduser(f"~/logs/rocketmq-cpp/{os.getpid()}_rocketmq-cpp.log.0")
+    t0 = time.monotonic()
+    while True:
+        try:
+            with open(path, errors="replace") as f:
+                if f.read().count(_EMPTY_HEARTBEAT) >= passes_logged:
+                    return round(time.monotonic() - t0, 3)
+        except FileNotFoundError:
+            pass
+        if time.monotonic() - t0 > deadline:
+            raise RuntimeError(
+                f"the client logged {_EMPTY_HEARTBEAT!r} fewer than {passes_logged} times in {path} within {deadline} s"
+            )
+        time.sleep(0.005)
 
 
 # --- push consumer --------------------------------------------------------------------------------
@@ -212,6 +256,8 @@ def pull(spec: dict[str, Any], result: dict[str, Any]) -> None:
     consumer = PullConsumer(spec["group"])
     consumer.set_namesrv_addr(spec["namesrv"])
     consumer.start()
+    if spec.get("quiet_start", True):
+        result["quiet_after"] = wait_first_heartbeat_pass(passes_logged=1)
     messages: list[dict[str, Any]] = result.setdefault("messages", [])
     queues: list[dict[str, Any]] = result.setdefault("queues", [])
     expression = spec.get("expression", "*").encode()
