@@ -23,8 +23,10 @@ log = logging.getLogger("store.allocate")
 class FileAllocator:
     """Hands out the files of one :class:`MappedFileQueue`."""
 
-    def __init__(self, mfq: MappedFileQueue) -> None:
+    def __init__(self, mfq: MappedFileQueue, dirty_ahead: int = 0) -> None:
         self.mfq = mfq
+        #: bytes at the start of a prepared file to map writable too (the write-ahead window)
+        self.dirty_ahead = dirty_ahead
         self._lock = trio.Lock()
         self._wakeup = trio.Event()
 
@@ -54,8 +56,16 @@ class FileAllocator:
             last = mfq.last
             if last is not None and last.file_from_offset >= offset:
                 return
+            dirty = self.dirty_ahead
+
+            def create() -> MappedFile:
+                mf = mfq.create_file_sync(offset)
+                if dirty:
+                    mf.populate_write_sync(0, dirty)
+                return mf
+
             try:
-                mf = await trio.to_thread.run_sync(mfq.create_file_sync, offset)
+                mf = await trio.to_thread.run_sync(create)
             except OSError as exc:
                 log.error("could not prepare commit-log file at %d: %s", offset, exc)
                 return
@@ -85,17 +95,15 @@ class WriteAhead:
     Mapping every page writable up front would dirty the whole file with zeros (and an fdatasync
     would write them all); this service dirties only a window of :data:`WRITE_AHEAD_BYTES` ahead
     of the writer, refilled in a worker thread when the writer crosses its middle
-    (``CommitLog.write_ahead_mark``, checked by the append paths, which call :meth:`kick`). The
-    commit-log flusher syncs only the written range of a file, so the window stays dirty until
-    the writer fills it. An idle log has no window.
+    (``CommitLog.write_ahead_mark``, checked by the append paths, which call :meth:`kick`); the
+    allocator dirties the first window of the file it prepares. The commit-log flusher syncs only
+    the written range of a file, so the window stays dirty until the writer fills it.
     """
 
     def __init__(self, commit_log: CommitLog, window: int = WRITE_AHEAD_BYTES) -> None:
         self.commit_log = commit_log
         self.window = window
         self._wakeup = trio.Event()
-        #: (file start offset, end of the window dirtied so far, as a position in that file)
-        self._done: tuple[int, int] = (-1, 0)
 
     def kick(self) -> None:
         """The writer passed the mark: refill the window soon."""
@@ -109,14 +117,10 @@ class WriteAhead:
             mf = cl.current
             if mf is None or mf.closed:
                 continue
-            done_file, done_end = self._done
-            start = mf.wrote_position
-            if done_file == mf.file_from_offset:
-                start = max(start, done_end)
+            start = max(mf.wrote_position, mf.write_ahead_end)
             end = min(mf.file_size, mf.wrote_position + self.window)
             if end > start:
                 await trio.to_thread.run_sync(mf.populate_write_sync, start, end)
-                self._done = (mf.file_from_offset, end)
             if cl.current is mf:
                 # the next refill when the writer is half-way through the window; none once the
                 # window reaches the end of the file (the next file's first append kicks again)

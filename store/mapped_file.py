@@ -160,6 +160,7 @@ class MappedFile:
         "mm",
         "path",
         "view",
+        "write_ahead_end",
         "wrote_position",
     )
 
@@ -175,6 +176,9 @@ class MappedFile:
         self.dir_synced = True
         #: store timestamp of the newest message appended here (0 = unknown); retention uses mtime.
         self.last_store_timestamp = 0
+        #: pages below this position were mapped writable ahead of the writer
+        #: (:meth:`populate_write_sync`; the commit log's write-ahead window)
+        self.write_ahead_end = 0
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path!r}, wrote={self.wrote_position}, flushed={self.flushed_position})"
@@ -326,6 +330,8 @@ class MappedFile:
         try:
             if _libc.madvise(_address_of(self.mm) + start, end - start, _MADV_POPULATE_WRITE) != 0:
                 log.debug("MADV_POPULATE_WRITE failed (errno %d) for %s", ctypes.get_errno(), self.path)
+            elif end > self.write_ahead_end:
+                self.write_ahead_end = end
         finally:
             guard.release()
 

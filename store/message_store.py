@@ -24,7 +24,7 @@ import trio
 
 from remoting.protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, dispatch_info
 from store import recovery, truncation
-from store.allocate import FileAllocator, WriteAhead
+from store.allocate import WRITE_AHEAD_BYTES, FileAllocator, WriteAhead
 from store.checkpoint import (
     StoreCheckpoint,
     StoreLock,
@@ -129,8 +129,8 @@ class DefaultMessageStore:
             lambda: self.confirm_offset,
             self.maintenance_lock,
         )
-        self.allocator = FileAllocator(self.commit_log.mfq)
-        self.write_ahead = WriteAhead(self.commit_log)
+        self.allocator = FileAllocator(self.commit_log.mfq, dirty_ahead=WRITE_AHEAD_BYTES)
+        self.write_ahead = WriteAhead(self.commit_log, WRITE_AHEAD_BYTES)
         self.commit_log.write_ahead = self.write_ahead.kick
         self.clean_service = CleanService(self, disk_space)
         self.total_physical_memory = total_physical_memory or (

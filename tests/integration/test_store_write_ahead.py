@@ -11,7 +11,7 @@ from pathlib import Path
 
 import trio
 
-from store.allocate import WriteAhead
+from store.commitlog import CommitLog
 from store.mapped_file import PAGE_SIZE, MappedFile
 from tests.integration.storekit import put, read_queue, running_store, small_config
 
@@ -20,9 +20,13 @@ def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-async def _settle(store_wa: WriteAhead, want_file: int, want_end: int) -> None:
+async def _settle(cl: CommitLog, want_file: int, want_end: int) -> None:
     with trio.fail_after(10):
-        while store_wa._done[0] != want_file or store_wa._done[1] < want_end:
+        while (
+            cl.current is None
+            or cl.current.file_from_offset != want_file
+            or cl.current.write_ahead_end < want_end
+        ):
             await trio.sleep(0.005)
 
 
@@ -35,7 +39,7 @@ async def test_window_follows_the_writer_across_files(tmp_path: Path) -> None:
         body = b"w" * 900
         await put(store, "T", 0, body, tags="a")
         # the first append passed the initial mark: the window covers 64 KiB from the writer
-        await _settle(store.write_ahead, 0, min(file_size, cl.current.wrote_position + 32 * 1024))
+        await _settle(cl, 0, min(file_size, cl.current.wrote_position + 32 * 1024))
         first_mark = cl.write_ahead_mark
         assert 0 < first_mark < 64 * 1024
         # write past the middle: the window moves on, the mark with it
@@ -44,13 +48,12 @@ async def test_window_follows_the_writer_across_files(tmp_path: Path) -> None:
         with trio.fail_after(10):
             while cl.write_ahead_mark <= first_mark:
                 await trio.sleep(0.005)
-        done_file, done_end = store.write_ahead._done
-        assert done_file == 0
+        done_end = cl.current.write_ahead_end
         assert done_end >= cl.current.wrote_position + 64 * 1024 // 2 or done_end == file_size
         # roll into the next file: the window restarts there
         while cl.max_offset < file_size + 1000:
             await put(store, "T", 0, body, tags="a")
-        await _settle(store.write_ahead, file_size, 1)
+        await _settle(cl, file_size, cl.current.wrote_position + 1)
         assert cl.write_ahead_mark > file_size
         assert len(read_queue(store, "T", 0)) == store.get_max_offset_in_queue("T", 0)
 
