@@ -13,7 +13,7 @@ import trio
 from client.admin import AdminError
 from client.admin_controller import ControllerAdmin
 from client.instance import ClientInstance
-from client.message import Message, PullStatus, SendStatus
+from client.message import Message, MQClientError, PullStatus, SendStatus
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from remoting.client import RemotingClient
@@ -50,6 +50,18 @@ async def groups_ready(admin: ControllerAdmin) -> bool:
         and len([x for x in r.inSyncReplicas if x.alive]) == 2
         for g in ("broker-a", "broker-b")
     )
+
+
+async def masters_routed(namesrv: str) -> bool:
+    """Whether the name server routes the topic to a writable queue of both groups (after a
+    restart its route table starts empty and fills as the brokers re-register as masters)."""
+    instance = ClientInstance(namesrv)
+    async with instance:
+        try:
+            info = await instance.find_publish_info(TOPIC)
+        except MQClientError:
+            return False
+        return {q.brokerName for q in info.message_queues} == {"broker-a", "broker-b"}
 
 
 async def send_and_read(namesrv: str, bodies: list[bytes]) -> list[bytes]:
@@ -98,6 +110,9 @@ async def test_dev_cluster_runs_controller_mode_and_restarts(tmp_path: Path) -> 
                 await proc.stop()
                 await proc.start()
                 await wait_until(lambda: groups_ready(admin), 20, "both groups back after a restart")
+                # the controller's view comes first; clients can send once the restarted name
+                # server has the masters' registrations again
+                await wait_until(lambda: masters_routed(namesrv), 20, "both masters routed again")
                 second = [f"second-{i}".encode() for i in range(8)]
                 got = await send_and_read(namesrv, second)
 
