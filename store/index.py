@@ -324,11 +324,13 @@ class IndexService:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.batch_size = batch_size
-        # accepted messages not written yet, in offset order, flat: topic, phy, ts, uniq_key, keys, ...
-        self._pending: list[Any] = []
-        self._pending_limit = batch_size * PENDING_FIELDS
-        # offset of the newest message indexed or pending, -1 when none: put_keys skips up to here
-        self._last_phy = -1
+        #: accepted messages not written yet, in offset order, flat: topic, phy, ts, uniq_key, keys, ...
+        #: (the store's plain send path appends here itself, exactly as :meth:`put_keys` would)
+        self.pending: list[Any] = []
+        #: :meth:`drain` when ``len(pending)`` reaches this
+        self.pending_limit = batch_size * PENDING_FIELDS
+        #: offset of the newest message indexed or pending, -1 when none: put_keys skips up to here
+        self.last_phy = -1
         self.index_dir = index_dir
         self.max_hash_slot_num = max_hash_slot_num
         self.max_index_num = max_index_num
@@ -373,16 +375,16 @@ class IndexService:
                 _unlink(path)
                 continue
             self._files.append(f)
-        self._last_phy = self._max_indexed()
+        self.last_phy = self._max_indexed()
         log.info("loaded %d index files from %s", len(self._files), self.index_dir)
 
     def close(self) -> None:
         """Close every file. Neither drains nor flushes: call :meth:`drain` and :meth:`flush`
         first for durability; without them this is a crash (queued entries are dropped)."""
-        if self._pending:
+        if self.pending:
             log.info("closing the index with %d queued messages unwritten", self.pending_count)
-        self._pending = []
-        self._last_phy = -1
+        self.pending = []
+        self.last_phy = -1
         with self._fd_lock:
             for f in self._files:
                 f.close()
@@ -390,8 +392,8 @@ class IndexService:
 
     def destroy(self) -> None:
         """Close and delete every index file (queued messages are dropped)."""
-        self._pending = []
-        self._last_phy = -1
+        self.pending = []
+        self.last_phy = -1
         with self._fd_lock:
             for f in self._files:
                 f.close()
@@ -409,7 +411,7 @@ class IndexService:
     @property
     def pending_count(self) -> int:
         """Messages queued by :meth:`put_keys` and not written yet."""
-        return len(self._pending) // PENDING_FIELDS
+        return len(self.pending) // PENDING_FIELDS
 
     @property
     def max_indexed_phy_offset(self) -> int:
@@ -445,16 +447,16 @@ class IndexService:
         next :meth:`drain` (every reading or changing method drains first). Messages at or below
         the newest indexed or queued offset are skipped, and so are messages without keys.
         """
-        if phy <= self._last_phy or (
+        if phy <= self.last_phy or (
             sys_flag and sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE
         ):
             return
         if not uniq_key and not (keys and keys.strip(KEY_SEPARATOR)):
             return  # no entry to write: the offset must not count as indexed
-        self._last_phy = phy
-        pending = self._pending
+        self.last_phy = phy
+        pending = self.pending
         pending += (topic, phy, ts, uniq_key, keys)  # PENDING_FIELDS
-        if len(pending) >= self._pending_limit:
+        if len(pending) >= self.pending_limit:
             self.drain()
 
     def drain(self) -> None:
@@ -462,10 +464,10 @@ class IndexService:
         entry at a time. If writing fails the queue is dropped and the error raised; the index
         then ends at the last entry written (re-dispatch from :attr:`max_indexed_phy_offset`
         completes it)."""
-        pending = self._pending
+        pending = self.pending
         if not pending:
             return
-        self._pending = []
+        self.pending = []
         try:
             if len(pending) < VECTOR_MIN * PENDING_FIELDS:
                 for i in range(0, len(pending), PENDING_FIELDS):
@@ -473,7 +475,7 @@ class IndexService:
             else:
                 self._write_batch(pending)
         except BaseException:
-            self._last_phy = self._max_indexed()
+            self.last_phy = self._max_indexed()
             raise
 
     def _prefix_hash(self, topic: str) -> int:
@@ -598,7 +600,7 @@ class IndexService:
             if f.end_phy_offset >= phy_offset:
                 dropped += f.truncate_entries_from(phy_offset)
             break
-        self._last_phy = self._max_indexed()
+        self.last_phy = self._max_indexed()
         if dropped:
             log.info("index truncated at offset %d: %d entries dropped", phy_offset, dropped)
         return dropped
@@ -614,7 +616,7 @@ class IndexService:
                 self._remove(f)
             else:
                 break
-        self._last_phy = self._max_indexed()
+        self.last_phy = self._max_indexed()
         return gone
 
     def _remove(self, f: IndexFile) -> None:

@@ -425,8 +425,16 @@ class DefaultMessageStore:
                     cq.max_offset = qo + 1
                     cq.max_physic_offset = phys + n
                     index = d.index
-                    if index is not None and (uniq_key or keys):
-                        index.put_keys(topic, phys, now, sys_flag, keys, uniq_key)
+                    if index is not None:
+                        if uniq_key and phys > index.last_phy:
+                            # put_keys inlined for a non-transactional message with a UNIQ_KEY
+                            index.last_phy = phys
+                            pending = index.pending
+                            pending += (topic, phys, now, uniq_key, keys)
+                            if len(pending) >= index.pending_limit:
+                                index.drain()
+                        elif keys:
+                            index.put_keys(topic, phys, now, sys_flag, keys, uniq_key)
                     d.reput_offset = phys + n
                     d.last_store_timestamp = now
                     if d.listeners:
