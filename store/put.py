@@ -1,0 +1,479 @@
+"""The send paths of :class:`store.message_store.DefaultMessageStore`: ``put_message`` and
+``put_messages`` (a mixin, so that the hottest code of the project reads the store's attributes
+directly; the store module keeps lifecycle, dispatch, reading and maintenance).
+
+A *plain* append -- a running ASYNC_FLUSH master outside controller mode, a record with its dispatch
+hints, IPv4 born host, not a transaction half, room in the current commit-log and consume-queue
+files -- is written in one function: patch, copy (TOTALSIZE last), consume-queue unit, index hint.
+Everything else takes the general path: gate and size checks, appends under the roll lock when a
+file is needed, dispatch by the dispatcher (or later, up to the confirm offset in controller mode),
+group commit for SYNC_FLUSH.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from remoting.protocol.message import MAGIC_V1, MAGIC_V2, dispatch_info
+from store.commitlog import NEED_FILE
+from store.config import BrokerRole
+from store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
+from store.dispatch import SCHEDULE_TOPIC
+from store.results import PutMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:
+    from store.allocate import FileAllocator
+    from store.commitlog import CommitLog
+    from store.config import MessageStoreConfig
+    from store.consume_queue_store import ConsumeQueueStore
+    from store.dispatch import Dispatcher
+    from store.flush import CommitLogFlusher
+
+log = logging.getLogger("store")
+
+_SIZE_MAGIC = struct.Struct(">ii")
+_PUT_OK = PutMessageStatus.PUT_OK
+_SLAVE = BrokerRole.SLAVE  # a module constant: enum member lookups cost a descriptor call
+_QO_PO_PACK = struct.Struct(">qq").pack_into  # QUEUEOFFSET, PHYSICALOFFSET at 20
+_I64_PACK = struct.Struct(">q").pack_into
+_I32_PACK = struct.Struct(">i").pack_into
+_CQ_UNIT_PACK = CQ_UNIT.pack_into
+_RECORD_HEAD = struct.Struct(">ii28xi")  # TOTALSIZE, MAGICCODE, SYSFLAG (at 36)
+
+
+@functools.lru_cache(maxsize=256)
+def _cq_run(count: int) -> Callable[..., None]:
+    """``pack_into(buffer, offset, *units)`` for ``count`` consecutive consume-queue units."""
+    return struct.Struct(">" + "qiq" * count).pack_into
+
+
+_I32 = struct.Struct(">i")
+_BODY_LEN_POS = 84  # BODY length field for IPv4 born and store hosts; +12 per IPv6 host
+
+
+class PutPaths:
+    """``put_message`` / ``put_messages`` of :class:`~store.message_store.DefaultMessageStore`."""
+
+    # the store's attributes these paths use (set by DefaultMessageStore.__init__)
+    config: MessageStoreConfig
+    commit_log: CommitLog
+    queues: ConsumeQueueStore
+    dispatcher: Dispatcher
+    allocator: FileAllocator
+    cl_flusher: CommitLogFlusher
+    now_ms: Callable[[], int]
+    _queue_tables: dict[str, dict[int, ConsumeQueue]]
+    _plain: bool
+    _rolling: int
+    _roll_lock: trio.Lock
+    _refuse: str | None
+    _queue_table_stale: bool
+    _controller_mode: bool
+    _sync_flush: bool
+    _sync_flush_timeout: float
+    _max_body_size: int
+    _max_record_size: int
+    _host_bytes: bytes
+    recover_topic_queue_table: Callable[[], None]
+    _catch_up: Callable[[], Awaitable[None]]
+
+    async def put_message(
+        self,
+        encoded: bytearray,
+        topic: str,
+        queue_id: int,
+        *,
+        sys_flag: int,
+        tags_code: int | None = None,
+        keys: str | None = None,
+        uniq_key: str | None = None,
+        wait_store_msg_ok: bool = True,
+    ) -> PutMessageResult:
+        """Append one record encoded by :func:`remoting.protocol.message.encode_message` for ``topic`` /
+        ``queue_id`` (which must match the record). The log assigns the queue offset (0 for
+        PREPARED/ROLLBACK transaction messages), physical offset and store timestamp and writes
+        them into ``encoded``.
+
+        ``tags_code`` / ``keys`` / ``uniq_key`` (the record's TAGS hash and KEYS / UNIQ_KEY
+        properties) let dispatch skip decoding; when ``tags_code`` is None the record is decoded.
+        With SYNC_FLUSH (and ``wait_store_msg_ok``) waits for the group commit covering it.
+        """
+        # The plain case -- a running ASYNC_FLUSH master outside controller mode, a record with
+        # its tags code, IPv4 born host, not a transaction half, room in the current log file and
+        # consume-queue file -- is written here in one function: append, consume-queue unit and
+        # index hint without the general path's calls. Anything else takes the general path.
+        if self._plain and not self._rolling and tags_code is not None and not sys_flag & 0x1C:
+            table = self._queue_tables.get(topic)
+            cq = table.get(queue_id) if table is not None else None
+            cl = self.commit_log
+            mf = cl.current
+            n = len(encoded)
+            if (
+                cq is not None
+                and mf is not None
+                and n <= self._max_body_size
+                and topic != SCHEDULE_TOPIC
+                and self.config.brokerRole is not _SLAVE
+            ):
+                pos = mf.wrote_position
+                end = pos + n
+                d = self.dispatcher
+                phys = mf.file_from_offset + pos
+                qo = cq.next_offset
+                cmf = cq.cur
+                if (
+                    end <= cl.fit_limit
+                    and d.reput_offset == phys
+                    and cmf is not None
+                    and qo == cq.max_offset
+                    and cmf.wrote_position < cq.file_size
+                ):
+                    now = self.now_ms()
+                    _QO_PO_PACK(encoded, 20, qo, phys)
+                    _I64_PACK(encoded, 56, now)
+                    # TOTALSIZE last: a copy cut short by a crash leaves a zero size (the end)
+                    mm = mf.mm
+                    mm[pos + 4 : end] = encoded[4:] if n <= 4096 else memoryview(encoded)[4:]
+                    _I32_PACK(mm, pos, n)
+                    mf.wrote_position = end
+                    mf.last_store_timestamp = now
+                    if end + mf.file_from_offset > cl.write_ahead_mark:
+                        cl.write_ahead()
+                    if phys >= cl.next_mark:
+                        cl.mark_appended(phys)
+                    cq.next_offset = qo + 1
+                    w = cmf.wrote_position
+                    _CQ_UNIT_PACK(cmf.mm, w, phys, n, tags_code)
+                    cmf.wrote_position = w + 20
+                    cq.max_offset = qo + 1
+                    cq.max_physic_offset = phys + n
+                    index = d.index
+                    if index is not None:
+                        if uniq_key and phys > index.last_phy:
+                            # put_keys inlined for a non-transactional message with a UNIQ_KEY
+                            index.last_phy = phys
+                            pending = index.pending
+                            pending += (topic, phys, now, uniq_key, keys)
+                            if len(pending) >= index.pending_limit:
+                                index.drain()
+                        elif keys:
+                            index.put_keys(topic, phys, now, sys_flag, keys, uniq_key)
+                    d.reput_offset = phys + n
+                    d.last_store_timestamp = now
+                    if d.listeners:
+                        for cb in d.listeners:
+                            cb(topic, queue_id, qo + 1)
+                    return PutMessageResult(_PUT_OK, phys, n, qo, now, 1, "", self._host_bytes)
+        if self._refuse is not None or self._queue_table_stale:
+            refused = self._check_gate()
+            if refused is not None:
+                return refused
+        if self.config.brokerRole == _SLAVE:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the message store is in slave mode"
+            )
+        n = len(encoded)
+        if n > self._max_body_size:
+            illegal = self._check_size(encoded, sys_flag)
+            if illegal is not None:
+                return illegal
+        table = self._queue_tables.get(topic)
+        cq = table.get(queue_id) if table is not None else None
+        if cq is None:
+            cq = self.queues.get_or_create(topic, queue_id)
+        t = sys_flag & 0xC
+        counts = t == 0 or t == 8
+        ts_pos = 68 if sys_flag & 0x10 else 56
+        if not self._rolling:
+            qo = cq.next_offset if counts else 0
+            now = self.now_ms()
+            phys = self.commit_log.append(encoded, qo, now, ts_pos)
+        else:
+            phys = NEED_FILE
+        if phys >= 0:
+            if counts:
+                cq.next_offset = qo + 1
+        else:
+            got = await self._append_rolling(encoded, cq, counts, ts_pos, None, 1)
+            if isinstance(got, PutMessageResult):
+                return got
+            phys, qo, now = got
+        end = phys + n
+        if not self._controller_mode:
+            d = self.dispatcher
+            if d.reput_offset == phys:
+                if tags_code is not None and topic != SCHEDULE_TOPIC:
+                    ok = d.dispatch_direct(cq, phys, n, tags_code, qo, now, sys_flag, keys, uniq_key)
+                else:
+                    ok = d.dispatch_record(dispatch_info(encoded), end)
+                if not ok:
+                    await self._catch_up()
+            else:
+                await self._catch_up()
+        status = _PUT_OK
+        if (
+            wait_store_msg_ok
+            and self._sync_flush
+            and not await self.cl_flusher.wait_flushed(end, self._sync_flush_timeout)
+        ):
+            log.warning("sync flush of offset %d timed out after %ss", end, self._sync_flush_timeout)
+            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return PutMessageResult(status, phys, n, qo, now, 1, "", self._host_bytes)
+
+    async def put_messages(
+        self,
+        encoded: bytearray,
+        topic: str,
+        queue_id: int,
+        *,
+        sys_flag: int,
+        wait_store_msg_ok: bool = True,
+        hints: list[tuple[int, str | None, str | None]] | None = None,
+    ) -> PutMessageResult:
+        """Append several records laid end to end in ``encoded`` (all for ``topic`` / ``queue_id``)
+        as one block with consecutive queue offsets; the block never spans files. Transaction
+        messages cannot be batched (MESSAGE_ILLEGAL, as upstream).
+
+        ``hints`` -- (tags code, KEYS, UNIQ_KEY) of every record, in order -- let dispatch skip
+        decoding the records again (as ``tags_code`` / ``keys`` / ``uniq_key`` of :meth:`put_message`).
+        """
+        if self._refuse is not None or self._queue_table_stale:
+            refused = self._check_gate()
+            if refused is not None:
+                return refused
+        if self.config.brokerRole == BrokerRole.SLAVE:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the message store is in slave mode"
+            )
+        if sys_flag & 0xC:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, remark="batch messages cannot be transactional"
+            )
+        if self._plain and not self._rolling and hints is not None:
+            done = self._put_batch_plain(encoded, topic, queue_id, sys_flag, hints)
+            if done is not None:
+                return done
+        offsets: list[int] = []
+        pos, n = 0, len(encoded)
+        while pos < n:
+            if pos + 8 > n:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark="truncated batch record")
+            size, magic = _SIZE_MAGIC.unpack_from(encoded, pos)
+            if size <= 0 or magic not in (MAGIC_V1, MAGIC_V2) or pos + size > n:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=f"bad record at {pos}")
+            if size > self.config.maxMessageSize:
+                illegal = self._check_size(memoryview(encoded)[pos : pos + size], sys_flag)
+                if illegal is not None:
+                    return illegal
+            offsets.append(pos)
+            pos += size
+        if not offsets:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark="empty batch")
+        if n + 8 > self.commit_log.file_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                remark=f"batch of {n} bytes does not fit in one commit-log file",
+            )
+        count = len(offsets)
+        table = self._queue_tables.get(topic)
+        cq = table.get(queue_id) if table is not None else None
+        if cq is None:
+            cq = self.queues.get_or_create(topic, queue_id)
+        phys = NEED_FILE
+        if not self._rolling:
+            qo = cq.next_offset
+            now = self.now_ms()
+            phys = self.commit_log.append_batch(encoded, offsets, qo, now, True)
+            if phys >= 0:
+                cq.next_offset = qo + count
+        if phys < 0:
+            got = await self._append_rolling(encoded, cq, True, 0, offsets, count)
+            if isinstance(got, PutMessageResult):
+                return got
+            phys, qo, now = got
+        end = phys + n
+        if not self._controller_mode:
+            d = self.dispatcher
+            if (
+                hints is None
+                or len(hints) != count
+                or topic == SCHEDULE_TOPIC
+                or d.reput_offset != phys
+                or not d.dispatch_batch_direct(cq, phys, offsets, n, hints, qo, now, sys_flag)
+            ):
+                await self._catch_up()
+        status = PutMessageStatus.PUT_OK
+        if (
+            wait_store_msg_ok
+            and self._sync_flush
+            and not await self.cl_flusher.wait_flushed(end, self._sync_flush_timeout)
+        ):
+            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return PutMessageResult(
+            status, phys, n, qo, now, len(offsets), "", self._host_bytes, [phys + o for o in offsets]
+        )
+
+    def _put_batch_plain(
+        self,
+        encoded: bytearray,
+        topic: str,
+        queue_id: int,
+        sys_flag: int,
+        hints: list[tuple[int, str | None, str | None]],
+    ) -> PutMessageResult | None:
+        """:meth:`put_messages` in the plain case (see :meth:`put_message`): one pass checks and
+        patches the records, one copy appends them, one pack writes their consume-queue units.
+        None -- with nothing appended -- when the case is not plain or a record looks wrong (the
+        general path then decides and reports)."""
+        table = self._queue_tables.get(topic)
+        cq = table.get(queue_id) if table is not None else None
+        cl = self.commit_log
+        mf = cl.current
+        n = len(encoded)
+        count = len(hints)
+        if (
+            cq is None
+            or mf is None
+            or not count
+            or topic == SCHEDULE_TOPIC
+            or self.config.brokerRole is _SLAVE
+        ):
+            return None
+        wpos = mf.wrote_position
+        base = mf.file_from_offset + wpos
+        qo0 = cq.next_offset
+        cmf = cq.cur
+        d = self.dispatcher
+        if (
+            wpos + n > cl.fit_limit
+            or d.reput_offset != base
+            or cmf is None
+            or qo0 != cq.max_offset
+            or cmf.wrote_position + count * CQ_UNIT_SIZE > cq.file_size
+        ):
+            return None
+        now = self.now_ms()
+        max_size = self._max_body_size
+        units: list[int] = []
+        offsets: list[int] = []
+        pos, qo = 0, qo0
+        for tags_code, _keys, _uniq in hints:
+            if pos + _RECORD_HEAD.size > n:
+                return None
+            size, magic, rec_flag = _RECORD_HEAD.unpack_from(encoded, pos)
+            if size <= 0 or pos + size > n or size > max_size or (magic != MAGIC_V1 and magic != MAGIC_V2):
+                return None
+            phys = base + pos
+            _QO_PO_PACK(encoded, pos + 20, qo, phys)
+            _I64_PACK(encoded, pos + (68 if rec_flag & 0x10 else 56), now)
+            units += (phys, size, tags_code)
+            offsets.append(phys)
+            pos += size
+            qo += 1
+        if pos != n:
+            return None
+        mm = mf.mm
+        mm[wpos + 4 : wpos + n] = memoryview(encoded)[4:]
+        mm[wpos : wpos + 4] = encoded[:4]  # the first TOTALSIZE last, as in put_message
+        mf.wrote_position = wpos + n
+        mf.last_store_timestamp = now
+        if base + n > cl.write_ahead_mark:
+            cl.write_ahead()
+        if base >= cl.next_mark:
+            cl.mark_appended(base)
+        cq.next_offset = qo
+        w = cmf.wrote_position
+        _cq_run(count)(cmf.mm, w, *units)
+        cmf.wrote_position = w + count * CQ_UNIT_SIZE
+        cq.max_offset = qo
+        cq.max_physic_offset = base + n
+        index = d.index
+        if index is not None:
+            for (_tags, keys, uniq), phys in zip(hints, offsets, strict=True):
+                if uniq or keys:
+                    index.put_keys(topic, phys, now, sys_flag, keys, uniq)
+        d.reput_offset = base + n
+        d.last_store_timestamp = now
+        for cb in d.listeners:
+            cb(topic, queue_id, qo)
+        return PutMessageResult(_PUT_OK, base, n, qo0, now, count, "", self._host_bytes, offsets)
+
+    def _check_gate(self) -> PutMessageResult | None:
+        if self._refuse is not None:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._refuse)
+        if self._queue_table_stale:
+            self.recover_topic_queue_table()
+        return None
+
+    def _check_size(self, record: bytearray | memoryview, sys_flag: int) -> PutMessageResult | None:
+        n = len(record)
+        if n > self._max_record_size or n + 8 > self.commit_log.file_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                remark=f"message of {n} bytes exceeds the limit {min(self._max_record_size, self.commit_log.file_size - 8)}",
+            )
+        body_pos = _BODY_LEN_POS + (12 if sys_flag & 0x10 else 0) + (12 if sys_flag & 0x20 else 0)
+        body_len = _I32.unpack_from(record, body_pos)[0]
+        if body_len > self.config.maxMessageSize:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                remark=f"message body of {body_len} bytes exceeds maxMessageSize {self.config.maxMessageSize}",
+            )
+        return None
+
+    async def _append_rolling(
+        self,
+        encoded: bytearray,
+        cq: ConsumeQueue,
+        counts: bool,
+        ts_pos: int,
+        batch_offsets: list[int] | None,
+        count: int,
+    ) -> tuple[int, int, int] | PutMessageResult:
+        """Append under the roll lock, rolling to new files as needed. While any append waits here
+        the unlocked fast path is off, so records keep the order of their queue offsets."""
+        cl = self.commit_log
+        self._rolling += 1
+        try:
+            async with self._roll_lock:
+                while True:
+                    if self._refuse is not None:
+                        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, remark=self._refuse)
+                    if self.config.brokerRole is BrokerRole.SLAVE:
+                        # The broker became a slave while this append waited for a new file: the
+                        # bytes would belong to no epoch of the group's history.
+                        return PutMessageResult(
+                            PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                            remark="the message store is in slave mode",
+                        )
+                    qo = cq.next_offset if counts else 0
+                    now = self.now_ms()
+                    if batch_offsets is None:
+                        phys = cl.append(encoded, qo, now, ts_pos)
+                    else:
+                        phys = cl.append_batch(encoded, batch_offsets, qo, now, counts)
+                    if phys >= 0:
+                        if counts:
+                            cq.next_offset = qo + count
+                        return phys, qo, now
+                    off = cl.next_file_offset()
+                    try:
+                        mf = await self.allocator.get(off)
+                    except OSError as exc:
+                        log.error("cannot create commit-log file at offset %d: %s", off, exc)
+                        return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, remark=str(exc))
+                    cl.install_file(mf)
+                    if cl.last_blank_offset >= 0:
+                        self.dispatcher.skip_blank(cl.last_blank_offset, off)
+                    self.allocator.request_prepare()
+                    # let the allocator start on the next file now: a busy send loop may not
+                    # reach another checkpoint before this file is full
+                    await trio.lowlevel.checkpoint()
+        finally:
+            self._rolling -= 1
