@@ -17,11 +17,16 @@ peer, which only the reader can deliver. Every request gets exactly one outcome:
 handler's response, none (oneway, or the handler returned None), SYSTEM_ERROR when the
 handler raised, or GO_AWAY while the server shuts down.
 
-Writes. Frames are queued and written at once with ``send``/``sendmsg`` (gather write: header
-and body parts go out without being joined) as far as the socket takes them; only when the
-socket is full does a task wait for writability, and frames queued meanwhile are left to that
-task. When more than ``HIGH_WATER`` bytes are queued, writers wait for the queue to drain and
-the reader stops reading. Responses produced by one read batch go out in one system call.
+Writes. Frames are queued and written with ``send``/``sendmsg`` (gather write: header and body
+parts go out without being joined) as far as the socket takes them; only when the socket is full
+does a task wait for writability, and frames queued meanwhile are left to that task. When more
+than ``HIGH_WATER`` bytes are queued, writers wait for the queue to drain and the reader stops
+reading. Requests (``request``/``oneway``/``respond``) are written at once. Responses of handlers
+run by the connection are written by the run's flusher task once the tasks runnable at that moment
+have run: the responses of one read batch go out in one system call, and the responses to
+requests that arrived on many connections at once go out back to back, which wakes a peer process
+waiting for them once rather than once per response (a wake-up of a process on another CPU is the
+dearest part of a small request on a virtual machine).
 """
 
 from __future__ import annotations
@@ -109,6 +114,65 @@ def _receive_buffer() -> tuple[bytearray, memoryview]:
 _IOV_MAX = 512
 
 
+class _Flusher:
+    """Writes the responses queued by connections during one scheduler batch, after it (see the
+    module docstring). One per trio run, a system task; when it is gone (the run is ending),
+    :meth:`add` refuses and connections write at once."""
+
+    __slots__ = ("done", "pending", "task", "woken")
+
+    def __init__(self) -> None:
+        self.pending: list[Connection] = []
+        self.task: trio.lowlevel.Task | None = None
+        self.woken = False
+        self.done = False
+
+    def add(self, conn: Connection) -> bool:
+        if self.done:
+            return False
+        self.pending.append(conn)
+        if not self.woken and self.task is not None:
+            self.woken = True
+            trio.lowlevel.reschedule(self.task)
+        return True
+
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        self.done = True  # cancelled: the run is ending, so connections write at once from now on
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    async def run(self) -> None:
+        self.task = trio.lowlevel.current_task()
+        try:
+            while True:
+                if not self.pending:
+                    self.woken = False
+                    await trio.lowlevel.wait_task_rescheduled(self._abort)
+                    continue
+                conns, self.pending = self.pending, []
+                # Still woken while writing: a connection added meanwhile must not reschedule this
+                # running task; the loop looks at pending again before it waits.
+                self.woken = True
+                for conn in conns:
+                    conn._write_queued()
+        finally:
+            self.done = True
+            conns, self.pending = self.pending, []
+            for conn in conns:
+                conn._write_queued()
+
+
+_FLUSHER: trio.lowlevel.RunVar[_Flusher] = trio.lowlevel.RunVar("remoting.connection.flusher")
+
+
+def _flusher() -> _Flusher:
+    flusher = _FLUSHER.get(None)
+    if flusher is None:
+        flusher = _Flusher()
+        _FLUSHER.set(flusher)
+        trio.lowlevel.spawn_system_task(flusher.run, name="remoting.connection.flusher")
+    return flusher
+
+
 def detach_stream(stream: trio.SocketStream) -> socket.socket:
     """The stream's socket as a non-blocking stdlib socket (the stream must not be used after)."""
     sock = socket.socket(fileno=stream.socket.detach())
@@ -160,6 +224,7 @@ class Connection:
         self._out: list[Buffer] = []
         self._out_bytes = 0
         self._writing = False
+        self._write_queued_soon = False  # handed to the flusher, not written yet
         self._drain_lot = trio.lowlevel.ParkingLot()
         self._closed = False
         self._finished = False
@@ -261,6 +326,15 @@ class Connection:
         await trio.lowlevel.checkpoint()
 
     def _close_now(self, reason: str) -> None:
+        if self._write_queued_soon and not self._closed:
+            # Responses handed to the flusher go out first, as they would have before the close
+            # had they been written at once (as far as the socket takes them without waiting).
+            self._write_queued_soon = False
+            if self._out and not self._writing:
+                try:
+                    self._write_now()
+                except RemotingSendError as e:
+                    self._log.debug("connection %s: %s", self.remote_address, e)
         if not self._closed:
             self._closed = True
             self.close_reason = reason
@@ -419,10 +493,14 @@ class Connection:
                     cmds = []
                 if cmds and await self._dispatch(cmds):
                     return
-                # Read again at once: a peer with one request in flight has often answered our
-                # response already (the send woke it), and a failed read just waits below. After
-                # two reads with data in a row, let the other tasks run (fairness).
-                if again:
+                # A read that did not fill the buffer took what there was: wait for more (our
+                # responses go out once this task yields, and the peer answers those first).
+                # After a full buffer, read again at once; after two in a row, let the other
+                # tasks run first (fairness).
+                if n < RECEIVE_SIZE and decoder.error is None and not self._closed:
+                    again = False
+                    await trio.lowlevel.wait_readable(sock)
+                elif again:
                     again = False
                     await trio.lowlevel.checkpoint()
                 else:
@@ -595,7 +673,18 @@ class Connection:
             self._queue_response(request, response)
 
     def _send_soon(self) -> None:
+        """Have the queued frames written without awaiting: by the flusher, after the tasks
+        runnable now (see the module docstring), or at once when the run has no flusher left."""
+        if not self._out or self._writing or self._closed or self._write_queued_soon:
+            return
+        if _flusher().add(self):
+            self._write_queued_soon = True
+        else:
+            self._write_queued()
+
+    def _write_queued(self) -> None:
         """Write queued frames without awaiting; a helper task waits for the socket if it is full."""
+        self._write_queued_soon = False
         if not self._out or self._writing or self._closed:
             return
         try:

@@ -654,3 +654,29 @@ async def test_close_connection_then_next_call_reconnects_and_opaques_keep_count
         assert client.connection(lst.address) is not first
         assert len(opened) == 2
         assert seen_opaques == [0, 1]  # one counter per client, across connections
+
+
+async def test_many_connections_one_request_each_all_answered_every_round() -> None:
+    """Responses of handlers are written after the scheduler batch that produced them (one flusher
+    per run): with many connections each waiting for one response, none is left unwritten."""
+
+    async def echo_remark(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        return req.response(ResponseCode.SUCCESS, req.remark)
+
+    table = ProcessorTable()
+    table.register(7, echo_remark)
+    async with serving(table) as (_, (lst,)):
+        streams = [await trio.open_tcp_stream("127.0.0.1", lst.port) for _ in range(16)]
+        peers = [RawPeer(s) for s in streams]
+        for rnd in range(50):
+            async with trio.open_nursery() as nursery:
+                for i, peer in enumerate(peers):
+                    nursery.start_soon(
+                        peer.send, RemotingCommand(code=7, opaque=rnd * 100 + i, remark=f"{rnd}/{i}")
+                    )
+            for i, peer in enumerate(peers):
+                got = await peer.read()
+                assert got is not None
+                assert (got.opaque, got.remark) == (rnd * 100 + i, f"{rnd}/{i}")
+        for s in streams:
+            await s.aclose()
