@@ -11,6 +11,7 @@ import pytest
 import trio
 import trio.lowlevel
 
+from remoting import connection as connection_module
 from remoting.client import RemotingClient
 from remoting.codec import FrameDecoder, encode
 from remoting.codes import ResponseCode
@@ -656,9 +657,14 @@ async def test_close_connection_then_next_call_reconnects_and_opaques_keep_count
         assert seen_opaques == [0, 1]  # one counter per client, across connections
 
 
-async def test_many_connections_one_request_each_all_answered_every_round() -> None:
+@pytest.mark.parametrize("delay_limit", [0.0, 10.0])
+async def test_many_connections_one_request_each_all_answered_every_round(
+    delay_limit: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Responses of handlers are written after the scheduler batch that produced them (one flusher
-    per run): with many connections each waiting for one response, none is left unwritten."""
+    per run), or at once when the first waiting one waited FLUSH_DELAY_LIMIT: either way, with
+    many connections each waiting for one response, none is left unwritten."""
+    monkeypatch.setattr(connection_module, "FLUSH_DELAY_LIMIT", delay_limit)
 
     async def echo_remark(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
         return req.response(ResponseCode.SUCCESS, req.remark)
