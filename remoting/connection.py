@@ -22,12 +22,13 @@ parts go out without being joined) as far as the socket takes them; only when th
 does a task wait for writability, and frames queued meanwhile are left to that task. When more
 than ``HIGH_WATER`` bytes are queued, writers wait for the queue to drain and the reader stops
 reading. Requests (``request``/``oneway``/``respond``) are written at once. Responses of handlers
-run by the connection are written by the run's flusher task once the tasks runnable at that moment
-have run (or once the first of them has waited ``FLUSH_DELAY_LIMIT``): the responses of one read
-batch go out in one system call, and the responses to requests that arrived on many connections
-at once go out back to back, which wakes a peer process waiting for them once rather than once
-per response (a wake-up of a process on another CPU is the dearest part of a small request on a
-virtual machine). The price is latency: a response waits for the rest of its batch.
+run by the connection are written by the run's flusher (:mod:`remoting.flusher`) once the tasks
+runnable at that moment have run, or once the first of them has waited ``FLUSH_DELAY_LIMIT``:
+the responses of one read batch go out in one system call, and the responses to requests that
+arrived on many connections at once go out back to back, which wakes a peer process waiting for
+them once rather than once per response (a wake-up of a process on another CPU is the dearest
+part of a small request on a virtual machine). The price is latency: a response waits for the
+rest of its batch.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ import itertools
 import logging
 import socket
 import threading
-import time
 import types
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
@@ -50,6 +50,7 @@ from remoting.codec import Buffer, FrameDecoder, FrameError, buffer_len, encode
 from remoting.codes import ResponseCode
 from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from remoting.errors import RemotingClosedError, RemotingSendError, RemotingTimeoutError
+from remoting.flusher import flusher
 from remoting.headers import HeaderError
 from remoting.processor import ConnectionCallback, Handler, ProcessorTable, RequestContext
 
@@ -114,81 +115,6 @@ def _receive_buffer() -> tuple[bytearray, memoryview]:
 
 
 _IOV_MAX = 512
-
-
-#: Longest a response waits for the rest of its scheduler batch (seconds of CPU time, not a
-#: protocol interval: it bounds how long a very long batch -- many connections at once -- holds
-#: back the responses produced early in it; measured on the broker bench, 200 µs keeps nearly
-#: all of the gain of writing at batch end).
-FLUSH_DELAY_LIMIT = 200e-6
-
-
-class _Flusher:
-    """Writes the responses queued by connections during one scheduler batch, after it (see the
-    module docstring), or as soon as the first of them has waited ``FLUSH_DELAY_LIMIT``. One per
-    trio run, a system task; when it is gone (the run is ending), :meth:`add` refuses and
-    connections write at once."""
-
-    __slots__ = ("done", "first_at", "pending", "task", "woken")
-
-    def __init__(self) -> None:
-        self.pending: list[Connection] = []
-        self.first_at = 0.0
-        self.task: trio.lowlevel.Task | None = None
-        self.woken = False
-        self.done = False
-
-    def add(self, conn: Connection) -> bool:
-        if self.done:
-            return False
-        if not self.pending:
-            self.first_at = time.perf_counter()
-        elif time.perf_counter() - self.first_at > FLUSH_DELAY_LIMIT:
-            conns, self.pending = self.pending, []
-            for queued in conns:
-                queued._write_queued()
-            return False  # the caller writes its own at once
-        self.pending.append(conn)
-        if not self.woken and self.task is not None:
-            self.woken = True
-            trio.lowlevel.reschedule(self.task)
-        return True
-
-    def _abort(self, _: object) -> trio.lowlevel.Abort:
-        self.done = True  # cancelled: the run is ending, so connections write at once from now on
-        return trio.lowlevel.Abort.SUCCEEDED
-
-    async def run(self) -> None:
-        self.task = trio.lowlevel.current_task()
-        try:
-            while True:
-                if not self.pending:
-                    self.woken = False
-                    await trio.lowlevel.wait_task_rescheduled(self._abort)
-                    continue
-                conns, self.pending = self.pending, []
-                # Still woken while writing: a connection added meanwhile must not reschedule this
-                # running task; the loop looks at pending again before it waits.
-                self.woken = True
-                for conn in conns:
-                    conn._write_queued()
-        finally:
-            self.done = True
-            conns, self.pending = self.pending, []
-            for conn in conns:
-                conn._write_queued()
-
-
-_FLUSHER: trio.lowlevel.RunVar[_Flusher] = trio.lowlevel.RunVar("remoting.connection.flusher")
-
-
-def _flusher() -> _Flusher:
-    flusher = _FLUSHER.get(None)
-    if flusher is None:
-        flusher = _Flusher()
-        _FLUSHER.set(flusher)
-        trio.lowlevel.spawn_system_task(flusher.run, name="remoting.connection.flusher")
-    return flusher
 
 
 def detach_stream(stream: trio.SocketStream) -> socket.socket:
@@ -695,13 +621,14 @@ class Connection:
         runnable now (see the module docstring), or at once when the run has no flusher left."""
         if not self._out or self._writing or self._closed or self._write_queued_soon:
             return
-        if _flusher().add(self):
+        if flusher().add(self):
             self._write_queued_soon = True
         else:
-            self._write_queued()
+            self.write_queued()
 
-    def _write_queued(self) -> None:
-        """Write queued frames without awaiting; a helper task waits for the socket if it is full."""
+    def write_queued(self) -> None:
+        """Write queued frames without awaiting; a helper task waits for the socket if it is full
+        (also called by the flusher for frames handed to it)."""
         self._write_queued_soon = False
         if not self._out or self._writing or self._closed:
             return

@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.lowlevel
 
-from remoting import connection as connection_module
+from remoting import flusher as flusher_module
 from remoting.client import RemotingClient
 from remoting.codec import FrameDecoder, encode
 from remoting.codes import ResponseCode
@@ -664,7 +664,7 @@ async def test_many_connections_one_request_each_all_answered_every_round(
     """Responses of handlers are written after the scheduler batch that produced them (one flusher
     per run), or at once when the first waiting one waited FLUSH_DELAY_LIMIT: either way, with
     many connections each waiting for one response, none is left unwritten."""
-    monkeypatch.setattr(connection_module, "FLUSH_DELAY_LIMIT", delay_limit)
+    monkeypatch.setattr(flusher_module, "FLUSH_DELAY_LIMIT", delay_limit)
 
     async def echo_remark(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
         return req.response(ResponseCode.SUCCESS, req.remark)
