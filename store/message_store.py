@@ -23,7 +23,7 @@ import trio
 
 from remoting.protocol.message import BLANK_MAGIC, dispatch_info
 from store import recovery, truncation
-from store.allocate import WRITE_AHEAD_BYTES, FileAllocator, WriteAhead
+from store.allocate import PREPARED_DIRTY_BYTES, WRITE_AHEAD_BYTES, FileAllocator, WriteAhead
 from store.checkpoint import (
     StoreCheckpoint,
     StoreLock,
@@ -110,7 +110,7 @@ class DefaultMessageStore(PutPaths):
             lambda: self.confirm_offset,
             self.maintenance_lock,
         )
-        self.allocator = FileAllocator(self.commit_log.mfq, dirty_ahead=WRITE_AHEAD_BYTES)
+        self.allocator = FileAllocator(self.commit_log.mfq, dirty_ahead=PREPARED_DIRTY_BYTES)
         self.write_ahead = WriteAhead(self.commit_log, WRITE_AHEAD_BYTES)
         self.commit_log.write_ahead = self.write_ahead.kick
         self.clean_service = CleanService(self, disk_space)
