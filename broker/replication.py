@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from broker.outer_api import RegisterResult
 
 log = logging.getLogger("broker.replication")
+_SYNC_MASTER = BrokerRole.SYNC_MASTER  # bound once: an enum member lookup costs a descriptor call
 
 AlterSyncStateSet = Callable[[set[int]], Awaitable[tuple[set[int], int] | None]]
 #: While a slave does not know its master's HA address it re-registers this often (seconds).
@@ -316,17 +317,41 @@ class Replication:
         return PutMessageStatus.PUT_OK if acked else PutMessageStatus.FLUSH_SLAVE_TIMEOUT
 
     async def put_message(
-        self, encoded: bytearray, topic: str, queue_id: int, **kwargs: Any
+        self,
+        encoded: bytearray,
+        topic: str,
+        queue_id: int,
+        *,
+        sys_flag: int,
+        tags_code: int | None = None,
+        keys: str | None = None,
+        uniq_key: str | None = None,
+        wait_store_msg_ok: bool = True,
     ) -> PutMessageResult:
         """``store.put_message`` behind the replication gate (same arguments)."""
         refused = self.check_before_put()
         if refused is not None:
             return refused
         epoch = self.epoch
-        result = await self.broker.store.put_message(encoded, topic, queue_id, **kwargs)
-        return await self.after_put(
-            result, wait_store_msg_ok=kwargs.get("wait_store_msg_ok", True), epoch=epoch
+        result = await self.broker.store.put_message(
+            encoded,
+            topic,
+            queue_id,
+            sys_flag=sys_flag,
+            tags_code=tags_code,
+            keys=keys,
+            uniq_key=uniq_key,
+            wait_store_msg_ok=wait_store_msg_ok,
         )
+        if (
+            not self.auto
+            and result.wrote_offset >= 0
+            and (not wait_store_msg_ok or self.broker.store_config.brokerRole is not _SYNC_MASTER)
+        ):
+            # classic replication without acks to wait for: what after_put does, without its call
+            self.notify_appended()
+            return result
+        return await self.after_put(result, wait_store_msg_ok=wait_store_msg_ok, epoch=epoch)
 
     async def put_messages(
         self, encoded: bytearray, topic: str, queue_id: int, **kwargs: Any
