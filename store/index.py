@@ -27,13 +27,10 @@ ones; recovery re-dispatches them).
 from __future__ import annotations
 
 import logging
-import mmap
 import os
-import struct
 import threading
-import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -46,22 +43,36 @@ from remoting.protocol.message import (
     java_string_hash_extend,
 )
 from store.index_batch import PENDING_FIELDS, entry_columns, key_hashes, write_entries
+from store.index_file import (
+    INDEX_ENTRY_SIZE,
+    INDEX_HEADER_SIZE,
+    IndexCorruptError,
+    IndexFile,
+    QueryOffsetResult,
+    _abs_hash,
+    _parse_file_name,
+    build_key,
+    index_file_name,
+    index_key_hash,
+)
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "INDEX_ENTRY_SIZE",
+    "INDEX_HEADER_SIZE",
+    "VECTOR_MIN",
+    "IndexCorruptError",
+    "IndexFile",
+    "IndexService",
+    "QueryOffsetResult",
+    "_abs_hash",
+    "build_key",
+    "index_file_name",
+    "index_key_hash",
+]
 
 log = logging.getLogger("store.index")
 
-INDEX_HEADER_SIZE = 40
-HASH_SLOT_SIZE = 4
-INDEX_ENTRY_SIZE = 20
-
-_HEADER = struct.Struct(">qqqqii")  # begin ts, end ts, begin phy, end phy, hash slot count, index count
-_ENTRY = struct.Struct(">iqii")  # key hash, phy offset, time diff (s), prev index
-_SLOT = struct.Struct(">i")
-_ZERO_ENTRY = bytes(INDEX_ENTRY_SIZE)
-_INT_MAX = 2**31 - 1
-_ENTRY_PACK = _ENTRY.pack_into
-_SLOT_PACK = _SLOT.pack_into
-_SLOT_UNPACK = _SLOT.unpack_from
-_HEADER_PACK = _HEADER.pack_into
 _PREFIX_CACHE_MAX = 4096
 #: pending messages that trigger a (vectorized) drain inside put_keys. Measured (bench.store, 128 B,
 #: msgs per CPU-second): 64 -> 493k, 128 -> 542k, 256 -> 603k, 512 -> 607k; 256 keeps drains short.
@@ -69,237 +80,6 @@ DEFAULT_BATCH_SIZE = 256
 #: drains of fewer pending messages take the scalar path: numpy's fixed costs (~20 us a batch)
 #: make the vector path slower below ~20 messages (measured: 16 -> 1.8 vs 1.6 us/msg, 24 -> 1.1 vs 1.5)
 VECTOR_MIN = 20
-
-
-def index_key_hash(key: str) -> int:
-    """Upstream ``indexKeyHashMethod``: |String.hashCode()|, 0 when the absolute value overflows."""
-    h = java_string_hash(key)
-    return abs(h) if h != -(2**31) else 0
-
-
-def _abs_hash(h: int) -> int:
-    """:func:`index_key_hash` from an unsigned 32-bit Java hash."""
-    if h & 0x80000000:
-        return 0x100000000 - h if h != 0x80000000 else 0
-    return h
-
-
-def build_key(topic: str, key: str) -> str:
-    """The string actually indexed for a business key or unique key: ``topic#key``."""
-    return f"{topic}#{key}"
-
-
-def index_file_name(ms: int) -> str:
-    """``yyyyMMddHHmmssSSS`` of ``ms`` in local time (upstream ``UtilAll.timeMillisToHumanString``)."""
-    return time.strftime("%Y%m%d%H%M%S", time.localtime(ms // 1000)) + f"{ms % 1000:03d}"
-
-
-def _parse_file_name(name: str) -> int | None:
-    if len(name) != 17 or not name.isdigit():
-        return None
-    try:
-        secs = time.mktime(time.strptime(name[:14], "%Y%m%d%H%M%S"))
-    except (ValueError, OverflowError):
-        return None
-    return int(secs) * 1000 + int(name[14:])
-
-
-class IndexCorruptError(Exception):
-    """An index file whose size or header cannot be trusted."""
-
-
-class QueryOffsetResult(NamedTuple):
-    """Upstream ``QueryOffsetResult``: matching commit-log offsets (newest first) plus the newest
-    file's end timestamp and end physical offset."""
-
-    phy_offsets: list[int]
-    index_last_update_timestamp: int
-    index_last_update_phyoffset: int
-
-
-class IndexFile:
-    """One mapped index file. Header fields are mirrored in attributes and written through."""
-
-    def __init__(self, path: str, slot_num: int, index_num: int, *, create: bool) -> None:
-        self.path = path
-        self.name = os.path.basename(path)
-        self.slot_num = slot_num
-        self.index_num = index_num
-        self.file_size = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
-        self.slots_pos = INDEX_HEADER_SIZE
-        self.entries_pos = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        self.fd = os.open(path, flags, 0o644)
-        try:
-            size = os.fstat(self.fd).st_size
-            if create:
-                os.ftruncate(self.fd, self.file_size)  # sparse: no page is touched
-            elif size != self.file_size:
-                raise IndexCorruptError(
-                    f"size {size} != {self.file_size} expected for {slot_num} slots / {index_num} entries"
-                )
-            self.map = mmap.mmap(self.fd, self.file_size)
-        except BaseException:
-            os.close(self.fd)
-            raise
-        (
-            self.begin_timestamp,
-            self.end_timestamp,
-            self.begin_phy_offset,
-            self.end_phy_offset,
-            self.hash_slot_count,
-            self.index_count,
-        ) = _HEADER.unpack_from(self.map, 0)
-        if create:
-            self.index_count = 1
-            self._write_header()
-        else:
-            self._validate()
-        self.dirty = create
-
-    def _validate(self) -> None:
-        if not 1 <= self.index_count <= self.index_num:
-            raise IndexCorruptError(f"index count {self.index_count} outside 1..{self.index_num}")
-        if not 0 <= self.hash_slot_count <= self.slot_num:
-            raise IndexCorruptError(f"hash slot count {self.hash_slot_count} outside 0..{self.slot_num}")
-        if self.index_count > 1 and (
-            self.begin_timestamp > self.end_timestamp
-            or self.begin_phy_offset > self.end_phy_offset
-            or self.begin_phy_offset < 0
-        ):
-            raise IndexCorruptError(
-                f"inconsistent header: timestamps {self.begin_timestamp}..{self.end_timestamp}, "
-                f"offsets {self.begin_phy_offset}..{self.end_phy_offset}"
-            )
-
-    def _write_header(self) -> None:
-        _HEADER.pack_into(
-            self.map,
-            0,
-            self.begin_timestamp,
-            self.end_timestamp,
-            self.begin_phy_offset,
-            self.end_phy_offset,
-            self.hash_slot_count,
-            self.index_count,
-        )
-        self.dirty = True
-
-    @property
-    def is_full(self) -> bool:
-        return self.index_count >= self.index_num
-
-    @property
-    def has_entries(self) -> bool:
-        return self.index_count > 1
-
-    def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
-        """Append one entry; False when the file is full."""
-        count = self.index_count
-        if count >= self.index_num:
-            return False
-        m = self.map
-        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * HASH_SLOT_SIZE
-        prev = _SLOT_UNPACK(m, slot_pos)[0]
-        used_slots = self.hash_slot_count
-        if prev <= 0 or prev >= count:
-            prev = 0  # empty, or a slot written by a put that never committed its header
-            used_slots += 1
-        if count <= 1:
-            time_diff = 0
-            begin_ts = self.begin_timestamp = store_timestamp
-            begin_phy = self.begin_phy_offset = phy_offset
-        else:
-            begin_ts, begin_phy = self.begin_timestamp, self.begin_phy_offset
-            time_diff = (store_timestamp - begin_ts) // 1000
-            if time_diff < 0:
-                time_diff = 0
-            elif time_diff > _INT_MAX:
-                time_diff = _INT_MAX
-        # entry, slot, header, and only then the attributes flush() reads: the header's count is
-        # what makes the entry visible, and a concurrent flush must not report it before it is written.
-        _ENTRY_PACK(m, self.entries_pos + count * INDEX_ENTRY_SIZE, key_hash, phy_offset, time_diff, prev)
-        _SLOT_PACK(m, slot_pos, count)
-        _HEADER_PACK(m, 0, begin_ts, store_timestamp, begin_phy, phy_offset, used_slots, count + 1)
-        self.dirty = True
-        self.hash_slot_count = used_slots
-        self.index_count = count + 1
-        self.end_phy_offset = phy_offset
-        self.end_timestamp = store_timestamp
-        return True
-
-    def publish(
-        self, begin_ts: int, end_ts: int, begin_phy: int, end_phy: int, used_slots: int, count: int
-    ) -> None:
-        """Write the header after entries and slot heads were written (its count makes them
-        visible), then the attributes a concurrent :meth:`IndexService.flush` reads."""
-        _HEADER_PACK(self.map, 0, begin_ts, end_ts, begin_phy, end_phy, used_slots, count)
-        self.dirty = True
-        self.begin_timestamp = begin_ts
-        self.begin_phy_offset = begin_phy
-        self.hash_slot_count = used_slots
-        self.index_count = count
-        self.end_phy_offset = end_phy
-        self.end_timestamp = end_ts
-
-    def time_matched(self, begin: int, end: int) -> bool:
-        """Whether [begin, end] overlaps this file's [begin_timestamp, end_timestamp]."""
-        return self.has_entries and begin <= self.end_timestamp and end >= self.begin_timestamp
-
-    def select(
-        self, out: list[int], seen: set[int], key_hash: int, max_num: int, begin: int, end: int
-    ) -> None:
-        """Append to ``out`` offsets of entries with ``key_hash`` stored within [begin, end]."""
-        count = self.index_count
-        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * HASH_SLOT_SIZE
-        idx = _SLOT.unpack_from(self.map, slot_pos)[0]
-        while 0 < idx < count and len(out) < max_num:
-            h, phy, diff, prev = _ENTRY.unpack_from(self.map, self.entries_pos + idx * INDEX_ENTRY_SIZE)
-            if h == key_hash and begin <= self.begin_timestamp + diff * 1000 <= end and phy not in seen:
-                seen.add(phy)
-                out.append(phy)
-            if prev >= idx:  # chains strictly decrease; anything else is damage
-                break
-            idx = prev
-
-    def truncate_entries_from(self, phy_offset: int) -> int:
-        """Undo, newest first, the entries pointing at or beyond ``phy_offset``; returns how many.
-
-        Entries are appended in commit-log order, so they form a suffix; undoing in reverse order
-        restores every slot head to the entry's ``prev``, exactly the state before the append.
-        """
-        dropped = 0
-        idx = self.index_count - 1
-        base = self.entries_pos
-        while idx >= 1:
-            pos = base + idx * INDEX_ENTRY_SIZE
-            h, phy, _diff, prev = _ENTRY.unpack_from(self.map, pos)
-            if phy < phy_offset:
-                break
-            slot_pos = INDEX_HEADER_SIZE + (h % self.slot_num) * HASH_SLOT_SIZE
-            if _SLOT.unpack_from(self.map, slot_pos)[0] == idx:
-                _SLOT.pack_into(self.map, slot_pos, prev)
-                if prev == 0:
-                    self.hash_slot_count -= 1
-            self.map[pos : pos + INDEX_ENTRY_SIZE] = _ZERO_ENTRY
-            idx -= 1
-            dropped += 1
-        if dropped:
-            self.index_count = idx + 1
-            if idx >= 1:
-                _h, phy, diff, _prev = _ENTRY.unpack_from(self.map, base + idx * INDEX_ENTRY_SIZE)
-                self.end_phy_offset = phy
-                # only second precision survives in entries; stay an upper bound of the real time
-                self.end_timestamp = min(self.end_timestamp, self.begin_timestamp + diff * 1000 + 999)
-            else:
-                self.begin_timestamp = self.end_timestamp = 0
-                self.begin_phy_offset = self.end_phy_offset = 0
-            self._write_header()
-        return dropped
-
-    def close(self) -> None:
-        self.map.close()
-        os.close(self.fd)
 
 
 class IndexService:

@@ -24,7 +24,7 @@ import numpy as np
 from remoting.protocol.message import KEY_SEPARATOR, java_string_hash_extend
 
 if TYPE_CHECKING:
-    from store.index import IndexFile
+    from store.index_file import IndexFile
 
 #: values per queued message in ``IndexService``'s flat queue: topic, offset, timestamp, UNIQ_KEY, KEYS
 PENDING_FIELDS = 5
