@@ -40,6 +40,9 @@ async def test_window_follows_the_writer_across_files(tmp_path: Path) -> None:
         await put(store, "T", 0, body, tags="a")
         # the first append passed the initial mark: the window covers 64 KiB from the writer
         await _settle(cl, 0, min(file_size, cl.current.wrote_position + 32 * 1024))
+        with trio.fail_after(10):  # the mark is set once the worker thread has returned
+            while cl.write_ahead_mark == 0:
+                await trio.sleep(0.005)
         first_mark = cl.write_ahead_mark
         assert 0 < first_mark < 64 * 1024
         # write past the middle: the window moves on, the mark with it
