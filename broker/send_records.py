@@ -251,7 +251,6 @@ class BatchRecordEncoder:
         mv = memoryview(body)
         tails: dict[int, bytes] = {}  # stored properties length -> topic field + that length
         parts: list[bytes | memoryview] = []
-        add = parts.append
         extend = parts.extend
         hints: list[BatchHint] = []
         uniqs: list[str] = []
@@ -289,28 +288,7 @@ class BatchRecordEncoder:
                     return None
                 tags_code, keys, _wait, _delay = info
                 stored_len = props_len + pair_len
-                if stored_len > MAX_PROPERTIES_LENGTH:
-                    return None
-                tail = tails.get(stored_len)
-                if tail is None:
-                    tail = tails[stored_len] = topic_field + _I16.pack(stored_len)
-                extend(
-                    (
-                        pack_prefix(
-                            fixed + body_len + stored_len,
-                            magic,
-                            crc32(data) & 0x7FFFFFFF,
-                            queue_id,
-                            flag,
-                            middle,
-                            body_len,
-                        ),
-                        data,
-                        tail,
-                        mv[ps:pe],
-                        pair,
-                    )
-                )
+                stored_parts: tuple[bytes | memoryview, ...] = (mv[ps:pe], pair)
             else:
                 try:
                     props_s = str(mv[ps:pe], "utf-8")
@@ -319,11 +297,16 @@ class BatchRecordEncoder:
                 props, more, uniq = complete(props_s)
                 stored = (props_s + more if more is not None else properties_to_string(props)).encode()
                 stored_len = len(stored)
-                if stored_len > MAX_PROPERTIES_LENGTH:
-                    return None
                 tags_code = tags_hash_code(props.get(PROPERTY_TAGS))
                 keys = props.get(PROPERTY_KEYS)
-                add(
+                stored_parts = (stored,)
+            if stored_len > MAX_PROPERTIES_LENGTH:
+                return None
+            tail = tails.get(stored_len)
+            if tail is None:
+                tail = tails[stored_len] = topic_field + _I16.pack(stored_len)
+            extend(
+                (
                     pack_prefix(
                         fixed + body_len + stored_len,
                         magic,
@@ -332,11 +315,12 @@ class BatchRecordEncoder:
                         flag,
                         middle,
                         body_len,
-                    )
+                    ),
+                    data,
+                    tail,
+                    *stored_parts,
                 )
-                add(data)
-                add(topic_field + _I16.pack(stored_len))
-                add(stored)
+            )
             hints.append((tags_code, keys, uniq))
             uniqs.append(uniq)
             pos = pe
