@@ -316,6 +316,33 @@ class Replication:
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
         return PutMessageStatus.PUT_OK if acked else PutMessageStatus.FLUSH_SLAVE_TIMEOUT
 
+    def try_put_message(
+        self,
+        encoded: bytearray,
+        topic: str,
+        queue_id: int,
+        sys_flag: int,
+        tags_code: int | None,
+        keys: str | None,
+        uniq_key: str | None,
+        wait_store_msg_ok: bool,
+    ) -> PutMessageResult | None:
+        """:meth:`put_message` without awaiting when nothing needs waiting for -- classic
+        replication with no acks to wait for and the store's plain case (``store.try_put_message``)
+        -- else None with nothing appended (the caller then awaits :meth:`put_message`). A refusal
+        of the gate is returned as it is."""
+        if self.auto or (wait_store_msg_ok and self.broker.store_config.brokerRole is _SYNC_MASTER):
+            return None
+        refused = self.check_before_put()
+        if refused is not None:
+            return refused
+        result = self.broker.store.try_put_message(
+            encoded, topic, queue_id, sys_flag, tags_code, keys, uniq_key
+        )
+        if result is not None and result.wrote_offset >= 0:
+            self.notify_appended()
+        return result
+
     async def put_message(
         self,
         encoded: bytearray,

@@ -345,16 +345,21 @@ class SendProcessor:
             fast = self._encode_client_form(h, body, props_s, config, remote)
             if fast is not None:
                 encoded, queue_id = fast
-                result = await self.broker.replication.put_message(
-                    encoded,
-                    topic,
-                    queue_id,
-                    sys_flag=h.sysFlag,
-                    tags_code=tags_code,
-                    keys=keys,
-                    uniq_key=uniq,
-                    wait_store_msg_ok=wait,
+                repl = self.broker.replication
+                result = repl.try_put_message(
+                    encoded, topic, queue_id, h.sysFlag, tags_code, keys, uniq, wait
                 )
+                if result is None:
+                    result = await repl.put_message(
+                        encoded,
+                        topic,
+                        queue_id,
+                        sys_flag=h.sysFlag,
+                        tags_code=tags_code,
+                        keys=keys,
+                        uniq_key=uniq,
+                        wait_store_msg_ok=wait,
+                    )
                 if result.status is _PUT_OK:
                     self.broker.stats.on_put(topic, 1)
                 return send_response(cmd, result, queue_id, uniq, self._ext_ok)

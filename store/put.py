@@ -83,6 +83,87 @@ class PutPaths:
     recover_topic_queue_table: Callable[[], None]
     _catch_up: Callable[[], Awaitable[None]]
 
+    def try_put_message(
+        self,
+        encoded: bytearray,
+        topic: str,
+        queue_id: int,
+        sys_flag: int,
+        tags_code: int | None,
+        keys: str | None,
+        uniq_key: str | None,
+    ) -> PutMessageResult | None:
+        """:meth:`put_message` without awaiting, for the plain case -- a running ASYNC_FLUSH
+        master outside controller mode, a record with its tags code, IPv4 born host, not a
+        transaction half, room in the current commit-log and consume-queue files: append,
+        consume-queue unit and index hint in one function. Returns None, with nothing written,
+        in every other case (the caller then awaits :meth:`put_message`). Arguments as there,
+        positional (a send path calls this once per message)."""
+        if not self._plain or self._rolling or tags_code is None or sys_flag & 0x1C:
+            return None
+        table = self._queue_tables.get(topic)
+        cq = table.get(queue_id) if table is not None else None
+        cl = self.commit_log
+        mf = cl.current
+        n = len(encoded)
+        if (
+            cq is not None
+            and mf is not None
+            and n <= self._max_body_size
+            and topic != SCHEDULE_TOPIC
+            and self.config.brokerRole is not _SLAVE
+        ):
+            pos = mf.wrote_position
+            end = pos + n
+            d = self.dispatcher
+            phys = mf.file_from_offset + pos
+            qo = cq.next_offset
+            cmf = cq.cur
+            if (
+                end <= cl.fit_limit
+                and d.reput_offset == phys
+                and cmf is not None
+                and qo == cq.max_offset
+                and cmf.wrote_position < cq.file_size
+            ):
+                now = self.now_ms()
+                _QO_PO_PACK(encoded, 20, qo, phys)
+                _I64_PACK(encoded, 56, now)
+                # TOTALSIZE last: a copy cut short by a crash leaves a zero size (the end)
+                mm = mf.mm
+                mm[pos + 4 : end] = encoded[4:] if n <= 4096 else memoryview(encoded)[4:]
+                _I32_PACK(mm, pos, n)
+                mf.wrote_position = end
+                mf.last_store_timestamp = now
+                if end + mf.file_from_offset > cl.write_ahead_mark:
+                    cl.write_ahead()
+                if phys >= cl.next_mark:
+                    cl.mark_appended(phys)
+                cq.next_offset = qo + 1
+                w = cmf.wrote_position
+                _CQ_UNIT_PACK(cmf.mm, w, phys, n, tags_code)
+                cmf.wrote_position = w + 20
+                cq.max_offset = qo + 1
+                cq.max_physic_offset = phys + n
+                index = d.index
+                if index is not None:
+                    if uniq_key and phys > index.last_phy:
+                        # put_keys inlined for a non-transactional message with a UNIQ_KEY
+                        index.last_phy = phys
+                        pending = index.pending
+                        pending += (topic, phys, now, uniq_key, keys)
+                        if len(pending) >= index.pending_limit:
+                            index.drain()
+                    elif keys:
+                        index.put_keys(topic, phys, now, sys_flag, keys, uniq_key)
+                d.reput_offset = phys + n
+                d.last_store_timestamp = now
+                if d.listeners:
+                    for cb in d.listeners:
+                        cb(topic, queue_id, qo + 1)
+                return PutMessageResult(_PUT_OK, phys, n, qo, now, 1, "", self._host_bytes)
+        return None
+
     async def put_message(
         self,
         encoded: bytearray,
@@ -104,72 +185,10 @@ class PutPaths:
         properties) let dispatch skip decoding; when ``tags_code`` is None the record is decoded.
         With SYNC_FLUSH (and ``wait_store_msg_ok``) waits for the group commit covering it.
         """
-        # The plain case -- a running ASYNC_FLUSH master outside controller mode, a record with
-        # its tags code, IPv4 born host, not a transaction half, room in the current log file and
-        # consume-queue file -- is written here in one function: append, consume-queue unit and
-        # index hint without the general path's calls. Anything else takes the general path.
-        if self._plain and not self._rolling and tags_code is not None and not sys_flag & 0x1C:
-            table = self._queue_tables.get(topic)
-            cq = table.get(queue_id) if table is not None else None
-            cl = self.commit_log
-            mf = cl.current
-            n = len(encoded)
-            if (
-                cq is not None
-                and mf is not None
-                and n <= self._max_body_size
-                and topic != SCHEDULE_TOPIC
-                and self.config.brokerRole is not _SLAVE
-            ):
-                pos = mf.wrote_position
-                end = pos + n
-                d = self.dispatcher
-                phys = mf.file_from_offset + pos
-                qo = cq.next_offset
-                cmf = cq.cur
-                if (
-                    end <= cl.fit_limit
-                    and d.reput_offset == phys
-                    and cmf is not None
-                    and qo == cq.max_offset
-                    and cmf.wrote_position < cq.file_size
-                ):
-                    now = self.now_ms()
-                    _QO_PO_PACK(encoded, 20, qo, phys)
-                    _I64_PACK(encoded, 56, now)
-                    # TOTALSIZE last: a copy cut short by a crash leaves a zero size (the end)
-                    mm = mf.mm
-                    mm[pos + 4 : end] = encoded[4:] if n <= 4096 else memoryview(encoded)[4:]
-                    _I32_PACK(mm, pos, n)
-                    mf.wrote_position = end
-                    mf.last_store_timestamp = now
-                    if end + mf.file_from_offset > cl.write_ahead_mark:
-                        cl.write_ahead()
-                    if phys >= cl.next_mark:
-                        cl.mark_appended(phys)
-                    cq.next_offset = qo + 1
-                    w = cmf.wrote_position
-                    _CQ_UNIT_PACK(cmf.mm, w, phys, n, tags_code)
-                    cmf.wrote_position = w + 20
-                    cq.max_offset = qo + 1
-                    cq.max_physic_offset = phys + n
-                    index = d.index
-                    if index is not None:
-                        if uniq_key and phys > index.last_phy:
-                            # put_keys inlined for a non-transactional message with a UNIQ_KEY
-                            index.last_phy = phys
-                            pending = index.pending
-                            pending += (topic, phys, now, uniq_key, keys)
-                            if len(pending) >= index.pending_limit:
-                                index.drain()
-                        elif keys:
-                            index.put_keys(topic, phys, now, sys_flag, keys, uniq_key)
-                    d.reput_offset = phys + n
-                    d.last_store_timestamp = now
-                    if d.listeners:
-                        for cb in d.listeners:
-                            cb(topic, queue_id, qo + 1)
-                    return PutMessageResult(_PUT_OK, phys, n, qo, now, 1, "", self._host_bytes)
+        if self._plain:
+            done = self.try_put_message(encoded, topic, queue_id, sys_flag, tags_code, keys, uniq_key)
+            if done is not None:
+                return done
         if self._refuse is not None or self._queue_table_stale:
             refused = self._check_gate()
             if refused is not None:

@@ -20,7 +20,7 @@ from remoting.protocol.message import (
 )
 from store.config import BrokerRole, FlushDiskType
 from store.message_store import DefaultMessageStore
-from store.results import BoundaryType, GetMessageStatus, PutMessageStatus, TagsCodeFilter
+from store.results import BoundaryType, GetMessageStatus, PutMessageResult, PutMessageStatus, TagsCodeFilter
 from tests.integration.storekit import STORE_HOST, Clock, encode, put, read_queue, running_store, small_config
 
 
@@ -382,3 +382,48 @@ async def test_controller_mode_restart_keeps_unconfirmed_records_out_of_the_queu
         assert [decode_message(b).body for b in read_queue(store, "TopicA", 0)] == [
             b"m%d" % i for i in range(6)
         ]
+
+
+async def test_try_put_message_appends_in_the_plain_case_and_declines_otherwise(tmp_path: Path) -> None:
+    """The broker's synchronous send call: the same append as put_message when the case is plain;
+    None with nothing written (so the caller's put_message decides) whenever it is not."""
+    code = tags_hash_code("t")
+
+    def attempt(
+        store: DefaultMessageStore, queue_id: int, uniq: str, **kw: int | None
+    ) -> PutMessageResult | None:
+        sys_flag = kw.get("sys_flag") or 0
+        rec = encode("TopicA", queue_id, uniq.encode(), tags="t", uniq=uniq, sys_flag=sys_flag)
+        tags_code = kw.get("tags_code", code)
+        return store.try_put_message(rec, "TopicA", queue_id, sys_flag, tags_code, None, uniq)
+
+    async with running_store(small_config(tmp_path / "async")) as store:
+        first = await put(store, "TopicA", 0, b"first", tags="t", uniq="U0")  # creates the queue
+        end = store.max_phy_offset
+        # declined: no queue yet, no tags code, a transaction half -- nothing appended
+        assert attempt(store, 5, "N1") is None
+        assert attempt(store, 0, "N2", tags_code=None) is None
+        assert attempt(store, 0, "N3", sys_flag=TRANSACTION_PREPARED_TYPE) is None
+        assert store.max_phy_offset == end
+        got = attempt(store, 0, "U1")
+        assert got is not None
+        assert got.status is PutMessageStatus.PUT_OK
+        assert (got.wrote_offset, got.logics_offset) == (end, 1)
+        assert got.msg_id == offset_msg_id(STORE_HOST, end)
+        msgs = store.get_message("g", "TopicA", 0, 0, 32)
+        assert msgs is not None
+        assert [decode_message(v).body for v in msgs.message_views] == [b"first", b"U1"]
+        msgs.release()
+        assert store.query_message("TopicA", "U1", 10, 0, 2**62).phy_offsets == [end]
+        assert first.wrote_offset == 0
+        # a slave store declines too
+        store.config.brokerRole = BrokerRole.SLAVE
+        assert attempt(store, 0, "U2") is None
+        assert store.max_phy_offset == end + got.wrote_bytes
+
+    cfg = small_config(tmp_path / "sync", flushDiskType=FlushDiskType.SYNC_FLUSH)
+    async with running_store(cfg) as store:
+        await put(store, "TopicA", 0, b"first", tags="t", uniq="U0")
+        end = store.max_phy_offset
+        assert attempt(store, 0, "U1") is None  # SYNC_FLUSH must wait for the flush
+        assert store.max_phy_offset == end
