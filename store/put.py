@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from remoting.protocol.message import MAGIC_V1, MAGIC_V2, dispatch_info
+from remoting.protocol.message import KEY_SEPARATOR, MAGIC_V1, MAGIC_V2, dispatch_info
 from store.commitlog import NEED_FILE
 from store.config import BrokerRole
 from store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
@@ -414,9 +414,20 @@ class PutPaths:
         cq.max_physic_offset = base + n
         index = d.index
         if index is not None:
-            for (_tags, keys, uniq), phys in zip(hints, offsets, strict=True):
-                if uniq or keys:
-                    index.put_keys(topic, phys, now, sys_flag, keys, uniq)
+            if base > index.last_phy:
+                # put_keys inlined (a batch is never a transaction half): queue every record with
+                # a UNIQ_KEY or KEYS, drain once at the end if the queue is full
+                pending = index.pending
+                for (_tags, keys, uniq), phys in zip(hints, offsets, strict=True):
+                    if uniq or (keys and keys.strip(KEY_SEPARATOR)):
+                        pending += (topic, phys, now, uniq, keys)
+                        index.last_phy = phys
+                if len(pending) >= index.pending_limit:
+                    index.drain()
+            else:
+                for (_tags, keys, uniq), phys in zip(hints, offsets, strict=True):
+                    if uniq or keys:
+                        index.put_keys(topic, phys, now, sys_flag, keys, uniq)
         d.reput_offset = base + n
         d.last_store_timestamp = now
         for cb in d.listeners:
