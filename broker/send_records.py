@@ -254,6 +254,8 @@ class BatchRecordEncoder:
         extend = parts.extend
         hints: list[BatchHint] = []
         uniqs: list[str] = []
+        shape_head = shape_tail = b""  # the last shape looked up, split at its UNIQ_KEY value
+        last_info: PropsInfo | None = None
         pos = 0
         while pos < n:
             if pos + 22 > n:
@@ -271,15 +273,32 @@ class BatchRecordEncoder:
             # ClientProperties.lookup on the bytes (inlined: this runs for every message); cuts at
             # 0x01 / 0x02 keep UTF-8 validity, so shape and value decode apart
             info: PropsInfo | None = None
-            i = find(_UNIQ_AT_B, ps, pe)
-            if i == ps or (i > ps and body[i - 1] == 2):
-                vs = i + _UNIQ_LEN
-                j = find(b"\x02", vs, pe)
-                if j > vs:
-                    shape = body[ps:vs] + body[j:pe]
-                    info = shapes_get(shape, _MISSING)  # type: ignore[arg-type]
-                    if info is _MISSING:
-                        info = learn(shape)
+            # the items of a batch mostly share one shape: the previous item's head (up to its
+            # UNIQ_KEY value) and tail (from the 0x02 after it) around a value without 0x02 is
+            # that shape again -- its first UNIQ_KEY sits where the previous one's did
+            vs = ps + len(shape_head)
+            j = pe - len(shape_tail)
+            if (
+                last_info is not None
+                and j > vs
+                and body.startswith(shape_head, ps)
+                and body.startswith(shape_tail, j)
+                and find(b"\x02", vs, j) < 0
+            ):
+                info = last_info
+            else:
+                i = find(_UNIQ_AT_B, ps, pe)
+                if i == ps or (i > ps and body[i - 1] == 2):
+                    vs = i + _UNIQ_LEN
+                    j = find(b"\x02", vs, pe)
+                    if j > vs:
+                        shape_head = body[ps:vs]
+                        shape_tail = body[j:pe]
+                        shape = shape_head + shape_tail
+                        info = shapes_get(shape, _MISSING)  # type: ignore[arg-type]
+                        if info is _MISSING:
+                            info = learn(shape)
+                        last_info = info
             data = mv[body_end - body_len : body_end]
             if info is not None:
                 try:

@@ -153,6 +153,43 @@ def test_fast_batch_declines_where_the_general_path_errs(
         assert fast(broken, (V4, 1), (V4, 2), 0) == general(broken, (V4, 1), (V4, 2), 0)
 
 
+# Batches whose items share a shape around varying UNIQ_KEY values -- the encoder's
+# same-shape-as-the-previous-item shortcut -- with values that try to break it: separators,
+# another UNIQ_KEY inside, empty, non-ASCII, and shapes that change mid-batch.
+_UNIQ_VALUES = st.one_of(
+    st.text(alphabet="0123456789ABCDEF", min_size=0, max_size=34),
+    st.text(alphabet="A\x01\x02标", max_size=5),
+    st.sampled_from(["UNIQ_KEY\x01X", "a\x02UNIQ_KEY\x01b", "\x02", "TAGS\x01t"]),
+)
+_SHAPES = st.sampled_from(
+    [
+        ("UNIQ_KEY\x01", "\x02TAGS\x01t\x02WAIT\x01true\x02"),
+        ("TAGS\x01t\x02UNIQ_KEY\x01", "\x02"),
+        ("KEYS\x01k1 k2\x02UNIQ_KEY\x01", "\x02名\x01v\x02"),
+        ("UNIQ_KEY\x01", "\x02UNIQ_KEY\x01again\x02"),
+        ("XUNIQ_KEY\x01", "\x02"),
+        ("UNIQ_KEY\x01", ""),
+    ]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    runs=st.lists(st.tuples(_SHAPES, st.lists(_UNIQ_VALUES, min_size=1, max_size=4)), min_size=1, max_size=4),
+    body=st.binary(max_size=8),
+)
+def test_fast_batch_of_repeated_shapes_equals_general_path(
+    runs: list[tuple[tuple[str, str], list[str]]], body: bytes
+) -> None:
+    items = [
+        BatchItem(k, body, head + value + tail)
+        for k, ((head, tail), values) in enumerate(runs)
+        for value in values
+    ]
+    batch = encode_batch_body(items)
+    assert fast(batch, (V4, 1), (V4, 2), 0) == general(batch, (V4, 1), (V4, 2), 0)
+
+
 def test_client_style_batch_takes_the_shortcut_and_decodes() -> None:
     props = [f"UNIQ_KEY\x01ABCDEF{i:04d}\x02TAGS\x01t{i % 2}\x02WAIT\x01true\x02" for i in range(8)]
     body = encode_batch_body(BatchItem(i, f"body{i}".encode(), p) for i, p in enumerate(props))
