@@ -16,11 +16,13 @@ import functools
 import logging
 import struct
 from collections.abc import Awaitable, Callable
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import trio
 
-from remoting.protocol.message import KEY_SEPARATOR, MAGIC_V1, MAGIC_V2, dispatch_info
+from remoting.protocol.message import MAGIC_V1, MAGIC_V2, dispatch_info
 from store.commitlog import NEED_FILE
 from store.config import BrokerRole
 from store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
@@ -45,6 +47,8 @@ _I64_PACK = struct.Struct(">q").pack_into
 _I32_PACK = struct.Struct(">i").pack_into
 _CQ_UNIT_PACK = CQ_UNIT.pack_into
 _RECORD_HEAD = struct.Struct(">ii28xi")  # TOTALSIZE, MAGICCODE, SYSFLAG (at 36)
+_UNIQ_OF = itemgetter(2)  # of a batch hint: (tags code, KEYS, UNIQ_KEY)
+_KEYS_OF = itemgetter(1)
 
 
 @functools.lru_cache(maxsize=256)
@@ -414,14 +418,14 @@ class PutPaths:
         cq.max_physic_offset = base + n
         index = d.index
         if index is not None:
-            if base > index.last_phy:
-                # put_keys inlined (a batch is never a transaction half): queue every record with
-                # a UNIQ_KEY or KEYS, drain once at the end if the queue is full
+            if base > index.last_phy and all(map(_UNIQ_OF, hints)):
+                # put_keys inlined for records that all have a UNIQ_KEY (a batch is never a
+                # transaction half): their queue entries built without a Python-level loop
                 pending = index.pending
-                for (_tags, keys, uniq), phys in zip(hints, offsets, strict=True):
-                    if uniq or (keys and keys.strip(KEY_SEPARATOR)):
-                        pending += (topic, phys, now, uniq, keys)
-                        index.last_phy = phys
+                pending += chain.from_iterable(
+                    zip(repeat(topic), offsets, repeat(now), map(_UNIQ_OF, hints), map(_KEYS_OF, hints))
+                )
+                index.last_phy = offsets[-1]
                 if len(pending) >= index.pending_limit:
                     index.drain()
             else:
