@@ -97,14 +97,20 @@ async def _run(root: str, sequence: list[tuple]) -> None:  # type: ignore[type-a
                 _, q, n, size = op
                 block = bytearray()
                 batch = []
-                for _ in range(n):
+                # batches of 4 carry a UNIQ_KEY per record too (the batch path's all-UNIQ_KEY index queueing)
+                uniqs = [f"U{uid + j}" if n == 4 else None for j in range(n)]
+                for uniq in uniqs:
                     body = bytes([uid % 251]) * size
-                    block += encode("T", q, body, keys=f"K{uid}")
+                    block += encode("T", q, body, keys=f"K{uid}", uniq=uniq)
                     batch.append((body, f"K{uid}"))
                     uid += 1
                 # odd-sized batches go without dispatch hints (general path), even ones with them
                 # (the send path's plain one-pass path)
-                hints = [(0, key, None) for _, key in batch] if n % 2 == 0 else None
+                hints = (
+                    [(0, key, uniq) for (_, key), uniq in zip(batch, uniqs, strict=True)]
+                    if n % 2 == 0
+                    else None
+                )
                 res = await store.put_messages(block, "T", q, sys_flag=0, hints=hints)
                 assert res.is_ok
                 assert res.offsets is not None
