@@ -1,16 +1,23 @@
 """Creating commit-log files ahead of need, and dirtying their pages ahead of the writer, off
 the event loop.
 
-Upstream: ``AllocateMappedFileService``. The file after the current one is created and pre-faulted
-in a worker thread as soon as the log rolls, so the send path finds it ready and never takes
-first-touch page faults. :meth:`FileAllocator.get` is the one way to obtain a file: it hands out the
-prepared one or creates it on the spot (serialized with preparation, so a file is never created
-twice).
+Upstream: ``AllocateMappedFileService``. The file after the current one is created (blocks
+reserved) in a worker thread as soon as the log rolls, so the send path finds it ready.
+:meth:`FileAllocator.get` is the one way to obtain a file: it hands out the prepared one or creates
+it on the spot (serialized with preparation, so a file is never created twice). Bringing the
+prepared file's pages into memory is CPU work (zero-filling 512 MiB costs 55 ms to over 1 s of
+CPU here) that must not compete with the writer, so it runs in :class:`IdleWorker`'s thread at
+the lowest CPU priority and stops as soon as the file is taken.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 import trio
 
@@ -19,23 +26,116 @@ from store.mapped_file import MappedFile, MappedFileQueue, delete_paths_sync
 
 log = logging.getLogger("store.allocate")
 
+T = TypeVar("T")
+
+
+def _lowest_priority() -> None:
+    """Put the calling thread in ``SCHED_IDLE`` (Linux scheduling is per thread): it then runs
+    only when a CPU has nothing else to do."""
+    policy = getattr(os, "SCHED_IDLE", None)
+    if policy is None:
+        log.debug("no SCHED_IDLE here: idle work runs at normal priority")
+        return
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+    except OSError as exc:
+        log.debug("could not enter SCHED_IDLE: %s", exc)
+
+
+class IdleWorker:
+    """One daemon thread that runs blocking jobs, one at a time, at the lowest CPU priority
+    (``SCHED_IDLE``): a job gets a CPU only when no other thread wants it, so it never delays the
+    writer (nor other processes). For best-effort work that nobody needs soon -- a job may wait
+    indefinitely on a busy machine, so it must be cheap to abandon (see ``on_cancel``).
+
+    A separate thread (not trio's worker threads) because an unprivileged thread cannot leave
+    ``SCHED_IDLE`` again: a trio worker thread, reused for fsyncs, must never enter it. Jobs
+    should spend their time in calls that release the GIL (ctypes ``madvise``) and hold it only
+    briefly between them: a thread this low, preempted while holding the GIL, would stall the
+    others until it gets a CPU again.
+    """
+
+    def __init__(self, name: str = "store-idle") -> None:
+        self.name = name
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def _loop(self) -> None:
+        _lowest_priority()
+        while True:
+            self._jobs.get()()
+
+    async def run_sync(self, fn: Callable[[], T], on_cancel: Callable[[], None] | None = None) -> T:
+        """Run ``fn()`` in the thread; return its result or raise its exception. Once submitted
+        the call waits for ``fn`` even when cancelled (like ``trio.to_thread.run_sync``):
+        ``on_cancel`` is called on cancellation to make ``fn`` finish early; the call then
+        returns as usual and the cancellation is delivered at the next checkpoint."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        token = trio.lowlevel.current_trio_token()
+        task = trio.lowlevel.current_task()
+        done: list[T] = []
+        failed: list[BaseException] = []
+
+        def job() -> None:
+            try:
+                done.append(fn())
+            except BaseException as exc:  # handed to the caller, re-raised there
+                failed.append(exc)
+            try:
+                token.run_sync_soon(trio.lowlevel.reschedule, task)
+            except trio.RunFinishedError:  # pragma: no cover - the caller waits, so never
+                log.error("idle job %r finished after its trio run", fn)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            if on_cancel is not None:
+                on_cancel()
+            return trio.lowlevel.Abort.FAILED
+
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                self._thread.start()
+        self._jobs.put(job)
+        await trio.lowlevel.wait_task_rescheduled(abort)
+        if failed:
+            raise failed[0]
+        return done[0]
+
+
+#: the process's idle-priority thread (shared by every store: idle work is never urgent)
+IDLE = IdleWorker()
+
 
 class FileAllocator:
-    """Hands out the files of one :class:`MappedFileQueue`."""
+    """Hands out the files of one :class:`MappedFileQueue`.
 
-    def __init__(self, mfq: MappedFileQueue, dirty_ahead: int = 0) -> None:
+    Preparing a file: create it (blocks reserved, in a trio worker thread), bring its pages into
+    memory in the idle thread (:meth:`populate`), then publish it as the queue's ``next_file``.
+    While it is being populated it is only :attr:`populating`: :meth:`get` takes it from there at
+    once (population stops), so a roll never waits for idle work."""
+
+    def __init__(self, mfq: MappedFileQueue, dirty_ahead: int = 0, idle: IdleWorker = IDLE) -> None:
         self.mfq = mfq
         #: bytes at the start of a prepared file to map writable too (the write-ahead window)
         self.dirty_ahead = dirty_ahead
+        self.idle = idle
+        #: the created file being populated (not yet the queue's next file)
+        self.populating: MappedFile | None = None
         self._lock = trio.Lock()
         self._wakeup = trio.Event()
 
     async def get(self, offset: int) -> MappedFile:
-        """The file starting at ``offset``: the prepared one, or a new one. Raises OSError when it
-        cannot be created (e.g. ENOSPC)."""
+        """The file starting at ``offset``: the prepared one (or the one being populated), or a
+        new one. Raises OSError when it cannot be created (e.g. ENOSPC). Never waits for page
+        population, only for a creation (reserving blocks and mapping: milliseconds)."""
         async with self._lock:
             mf = self.mfq.take_next(offset)
             if mf is not None:
+                return mf
+            mf = self.populating
+            if mf is not None and mf.file_from_offset == offset:
+                self.populating = None  # the idle job stops at its next chunk
                 return mf
             return await trio.to_thread.run_sync(self.mfq.create_file_sync, offset)
 
@@ -44,7 +144,8 @@ class FileAllocator:
         self._wakeup.set()
 
     async def prepare(self, offset: int) -> None:
-        """Create (and pre-fault) the file for ``offset`` unless it is ready or in the queue."""
+        """Create, populate and publish the file for ``offset`` unless it is ready or in the
+        queue."""
         async with self._lock:
             mfq = self.mfq
             nf = mfq.next_file
@@ -56,23 +157,47 @@ class FileAllocator:
             last = mfq.last
             if last is not None and last.file_from_offset >= offset:
                 return
-            dirty = self.dirty_ahead
-
-            def create() -> MappedFile:
-                mf = mfq.create_file_sync(offset)
-                if dirty:
-                    mf.populate_write_sync(0, dirty)
-                return mf
-
             try:
-                mf = await trio.to_thread.run_sync(create)
+                mf = await trio.to_thread.run_sync(mfq.create_file_sync, offset)
             except OSError as exc:
                 log.error("could not prepare commit-log file at %d: %s", offset, exc)
                 return
-            if mfq.next_offset() == offset and mfq.next_file is None:
-                mfq.next_file = mf
-            else:  # the log moved on (or was truncated) meanwhile
-                await trio.to_thread.run_sync(delete_paths_sync, mfq.retire([mf]))
+            self.populating = mf
+        try:
+            await self.populate(mf)
+        finally:
+            # also when cancelled (the idle job has returned by then): publish or discard
+            if self.populating is mf:
+                self.populating = None
+                if mfq.next_offset() == offset and mfq.next_file is None and not mf.closed:
+                    mfq.next_file = mf
+                else:  # the log moved on (or was truncated) meanwhile
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(delete_paths_sync, mfq.retire([mf]))
+
+    async def populate(self, mf: MappedFile) -> int:
+        """Bring ``mf`` into memory in the idle thread: its first ``dirty_ahead`` bytes mapped
+        writable (so a roll starts fault-free), the rest read-populated (zero-filled page cache:
+        the writer's first touch of a page then costs a write-protect fault, or nothing once the
+        write-ahead window reached it). Stops between chunks once ``mf`` is no longer
+        :attr:`populating` (taken by :meth:`get`: the write-ahead window goes on from there) or
+        on cancellation. Returns how far it got."""
+        stop = False
+
+        def keep_going() -> bool:
+            return not stop and self.populating is mf
+
+        def cancel() -> None:
+            nonlocal stop
+            stop = True
+
+        def job() -> int:
+            dirty = min(self.dirty_ahead, mf.file_size)
+            if dirty and mf.populate_write_sync(0, dirty, keep_going) < dirty:
+                return 0
+            return mf.populate_read_sync(dirty, mf.file_size, keep_going)
+
+        return await self.idle.run_sync(job, on_cancel=cancel)
 
     async def run(self) -> None:
         """Prepare the next file whenever asked (after each roll and at start)."""

@@ -1,0 +1,122 @@
+"""The commit-log file allocator and its idle-priority thread (store/allocate.py): idle jobs return
+results and exceptions, run in SCHED_IDLE and can be asked to stop; a prepared file is populated
+there and then published, and a roll takes the file being populated without waiting."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+import trio
+
+from store.allocate import FileAllocator, IdleWorker
+from store.mapped_file import POPULATE_CHUNK, MappedFileQueue
+
+T = TypeVar("T")
+SIZE = 4 * POPULATE_CHUNK
+
+
+def _queue(tmp_path: Path) -> MappedFileQueue:
+    mfq = MappedFileQueue(str(tmp_path), SIZE, prefault=True)
+    mfq.install(mfq.create_file_sync(0))
+    return mfq
+
+
+async def test_idle_worker_runs_jobs_at_idle_priority() -> None:
+    worker = IdleWorker("test-idle")
+
+    def policy() -> int:
+        return os.sched_getscheduler(0)
+
+    assert await worker.run_sync(lambda: 6 * 7) == 42
+    if hasattr(os, "SCHED_IDLE"):
+        assert await worker.run_sync(policy) == os.SCHED_IDLE
+    assert os.sched_getscheduler(0) != getattr(os, "SCHED_IDLE", -1)  # this thread untouched
+
+    def boom() -> None:
+        raise ValueError("from the idle thread")
+
+    with pytest.raises(ValueError, match="from the idle thread"):
+        await worker.run_sync(boom)
+
+
+async def test_idle_job_is_asked_to_stop_on_cancel_and_finishes_first() -> None:
+    worker = IdleWorker("test-idle")
+    stop = threading.Event()
+    finished = []
+
+    def job() -> None:
+        assert stop.wait(10)
+        finished.append(True)
+
+    with trio.move_on_after(0.05) as scope:
+        await worker.run_sync(job, on_cancel=stop.set)
+        assert finished == [True]  # run_sync returned only after the job did
+        await trio.lowlevel.checkpoint()
+        pytest.fail("the cancellation is delivered at the next checkpoint")
+    assert scope.cancelled_caught
+
+
+class _StarvedIdle(IdleWorker):
+    """An idle thread that gets no CPU until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__("starved")
+        self.release = trio.Event()
+        self.results: list[object] = []
+
+    async def run_sync(self, fn: Callable[[], T], on_cancel: Callable[[], None] | None = None) -> T:
+        await self.release.wait()
+        result = fn()
+        self.results.append(result)
+        return result
+
+
+async def test_roll_takes_the_file_being_populated_without_waiting(tmp_path: Path) -> None:
+    mfq = _queue(tmp_path)
+    idle = _StarvedIdle()
+    alloc = FileAllocator(mfq, dirty_ahead=POPULATE_CHUNK, idle=idle)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(alloc.run)
+        alloc.request_prepare()
+        with trio.fail_after(10):
+            while alloc.populating is None:
+                await trio.sleep(0.001)
+        assert mfq.next_file is None  # not published while being populated
+        with trio.fail_after(5):  # the idle job gets no CPU: get() must not wait for it
+            mf = await alloc.get(SIZE)
+        assert mf.file_from_offset == SIZE
+        assert alloc.populating is None
+        mfq.install(mf)
+        idle.release.set()
+        with trio.fail_after(10):
+            while not idle.results:
+                await trio.sleep(0.001)
+        assert idle.results == [0]  # stopped at once: the file was taken
+        assert not mf.closed  # neither retired...
+        assert mfq.next_file is None  # ...nor published as well
+        nursery.cancel_scope.cancel()
+    mfq.close_all()
+
+
+async def test_prepared_file_is_populated_then_published(tmp_path: Path) -> None:
+    mfq = _queue(tmp_path)
+    alloc = FileAllocator(mfq, dirty_ahead=POPULATE_CHUNK, idle=IdleWorker("test-idle"))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(alloc.run)
+        alloc.request_prepare()
+        with trio.fail_after(20):
+            while mfq.next_file is None:
+                await trio.sleep(0.005)
+        nf = mfq.next_file
+        assert nf.file_from_offset == SIZE
+        assert nf.write_ahead_end == POPULATE_CHUNK  # the first window is mapped writable
+        assert alloc.populating is None
+        assert await alloc.get(SIZE) is nf
+        nursery.cancel_scope.cancel()
+    mfq.install(nf)
+    mfq.close_all()

@@ -1,0 +1,149 @@
+"""Populating and range-flushing mapped files (store/mapped_file.py): populate calls go in chunks and
+still cover their whole range (or stop where asked), pages the writer passed are skipped, and a
+range flush drops the written pages from the page tables but keeps (and persists) their data while
+the pages ahead of the writer stay mapped."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from store.mapped_file import PAGE_SIZE, POPULATE_CHUNK, MappedFile, _address_of
+
+MIB = 1024 * 1024
+
+
+def _present(mf: MappedFile, start: int, end: int) -> list[bool]:
+    """Whether each page of [start, end) is mapped in this process (``/proc/self/pagemap`` bit 63)."""
+    try:
+        fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+    except OSError:
+        pytest.skip("no /proc/self/pagemap here")
+    try:
+        first = (_address_of(mf.mm) + start) // PAGE_SIZE
+        count = (end - start) // PAGE_SIZE
+        raw = os.pread(fd, 8 * count, 8 * first)
+    finally:
+        os.close(fd)
+    return [bool(e >> 63) for e in struct.unpack(f"<{count}Q", raw)]
+
+
+def _cached(path: str, start: int, end: int) -> list[bool]:
+    """Whether each page of [start, end) of the file is in the page cache (``mincore`` of a fresh
+    read-only map, which tells whether or not any process maps the page)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        base = libc.mmap(None, end, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    finally:
+        os.close(fd)
+    if base in (None, ctypes.c_void_p(-1).value):
+        pytest.skip(f"mmap failed (errno {ctypes.get_errno()})")
+    try:
+        count = (end - start) // PAGE_SIZE
+        vec = (ctypes.c_ubyte * count)()
+        if libc.mincore(base + start, end - start, vec) != 0:
+            pytest.skip(f"mincore failed (errno {ctypes.get_errno()})")
+        return [bool(v & 1) for v in vec]
+    finally:
+        libc.munmap(base, end)
+
+
+def _new(tmp_path: Path, size: int) -> MappedFile:
+    return MappedFile.open_sync(str(tmp_path / "f"), 0, size, create=True, prefault=True)
+
+
+def test_prefault_reserves_blocks_but_maps_nothing(tmp_path: Path) -> None:
+    mf = _new(tmp_path, 4 * MIB)
+    try:
+        assert os.stat(mf.path).st_blocks * 512 >= 4 * MIB  # posix_fallocate
+        assert not any(_present(mf, 0, 4 * MIB))
+    finally:
+        assert mf.close()
+
+
+def test_populate_write_covers_a_range_of_many_chunks(tmp_path: Path) -> None:
+    size = 3 * POPULATE_CHUNK + 5 * PAGE_SIZE
+    mf = _new(tmp_path, size)
+    try:
+        start = PAGE_SIZE + 100  # rounded down to its page
+        assert mf.populate_write_sync(start, size) == size
+        assert mf.write_ahead_end == size
+        assert all(_present(mf, PAGE_SIZE, size))
+        assert not _present(mf, 0, PAGE_SIZE)[0]
+    finally:
+        assert mf.close()
+
+
+def test_populate_skips_what_the_writer_passed_and_stops_when_asked(tmp_path: Path) -> None:
+    size = 4 * POPULATE_CHUNK
+    mf = _new(tmp_path, size)
+    try:
+        mf.wrote_position = POPULATE_CHUNK + 100  # the writer is in the second chunk
+        assert mf.populate_write_sync(0, 2 * POPULATE_CHUNK) == 2 * POPULATE_CHUNK
+        present = _present(mf, 0, 2 * POPULATE_CHUNK)
+        assert not any(present[: POPULATE_CHUNK // PAGE_SIZE])  # passed: left alone
+        assert all(present[POPULATE_CHUNK // PAGE_SIZE :])  # from the writer's page on
+        calls = []
+
+        def once() -> bool:
+            calls.append(1)
+            return len(calls) == 1
+
+        assert mf.populate_read_sync(2 * POPULATE_CHUNK, size, once) == 3 * POPULATE_CHUNK
+        present = _present(mf, 2 * POPULATE_CHUNK, size)
+        assert all(present[: POPULATE_CHUNK // PAGE_SIZE])
+        assert not any(present[POPULATE_CHUNK // PAGE_SIZE :])
+        assert mf.write_ahead_end == 2 * POPULATE_CHUNK  # read-populating is not write-ahead
+    finally:
+        assert mf.close()
+
+
+def test_range_flush_unmaps_written_pages_keeps_their_data_and_the_window(tmp_path: Path) -> None:
+    size = 8 * MIB
+    mf = _new(tmp_path, size)
+    try:
+        end = 2 * MIB + 100
+        data = os.urandom(end)
+        mf.populate_write_sync(0, 4 * MIB)  # the writer's window, then the writer fills part of it
+        mf.mm[:end] = data
+        mf.wrote_position = end
+        mf.flush_range_sync(0, end)
+        present = _present(mf, 0, 4 * MIB)
+        whole = end // PAGE_SIZE
+        assert not any(present[:whole])  # written and synced: no longer mapped
+        assert all(present[whole:])  # the page holding ``end`` and the window ahead stay mapped
+        # the synced pages are clean (written back): the kernel can drop them from the page
+        # cache; the window's pages are dirty and stay
+        fd = os.open(mf.path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        cached = _cached(mf.path, 0, 4 * MIB)
+        assert sum(cached[: 2 * MIB // PAGE_SIZE]) < MIB // PAGE_SIZE // 10, (
+            "synced pages stayed in the cache"
+        )
+        assert all(cached[whole + 1 :])
+        # nothing lost: through the file (from disk) and through the map (which maps them again)
+        with open(mf.path, "rb") as f:
+            assert f.read(end) == data
+        assert mf.mm[:end] == data
+    finally:
+        assert mf.close()
