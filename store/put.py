@@ -385,18 +385,21 @@ class PutPaths:
         max_size = self._max_body_size
         units: list[int] = []
         offsets: list[int] = []
+        append = offsets.append
+        unpack_head, head_end = _RECORD_HEAD.unpack_from, n - _RECORD_HEAD.size
+        patch_qo_po, patch_ts = _QO_PO_PACK, _I64_PACK
         pos, qo = 0, qo0
         for tags_code, _keys, _uniq in hints:
-            if pos + _RECORD_HEAD.size > n:
+            if pos > head_end:
                 return None
-            size, magic, rec_flag = _RECORD_HEAD.unpack_from(encoded, pos)
+            size, magic, rec_flag = unpack_head(encoded, pos)
             if size <= 0 or pos + size > n or size > max_size or (magic != MAGIC_V1 and magic != MAGIC_V2):
                 return None
             phys = base + pos
-            _QO_PO_PACK(encoded, pos + 20, qo, phys)
-            _I64_PACK(encoded, pos + (68 if rec_flag & 0x10 else 56), now)
+            patch_qo_po(encoded, pos + 20, qo, phys)
+            patch_ts(encoded, pos + (68 if rec_flag & 0x10 else 56), now)
             units += (phys, size, tags_code)
-            offsets.append(phys)
+            append(phys)
             pos += size
             qo += 1
         if pos != n:
