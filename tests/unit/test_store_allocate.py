@@ -14,10 +14,11 @@ import pytest
 import trio
 
 from store.allocate import FileAllocator, IdleWorker
-from store.mapped_file import POPULATE_CHUNK, MappedFileQueue
+from store.mapped_file import MappedFileQueue
 
 T = TypeVar("T")
-SIZE = 4 * POPULATE_CHUNK
+SIZE = 8 * 1024 * 1024
+WINDOW = 2 * 1024 * 1024
 
 
 def _queue(tmp_path: Path) -> MappedFileQueue:
@@ -79,7 +80,7 @@ class _StarvedIdle(IdleWorker):
 async def test_roll_takes_the_file_being_populated_without_waiting(tmp_path: Path) -> None:
     mfq = _queue(tmp_path)
     idle = _StarvedIdle()
-    alloc = FileAllocator(mfq, dirty_ahead=POPULATE_CHUNK, idle=idle)
+    alloc = FileAllocator(mfq, dirty_ahead=WINDOW, idle=idle)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(alloc.run)
         alloc.request_prepare()
@@ -105,7 +106,7 @@ async def test_roll_takes_the_file_being_populated_without_waiting(tmp_path: Pat
 
 async def test_prepared_file_is_populated_then_published(tmp_path: Path) -> None:
     mfq = _queue(tmp_path)
-    alloc = FileAllocator(mfq, dirty_ahead=POPULATE_CHUNK, idle=IdleWorker("test-idle"))
+    alloc = FileAllocator(mfq, dirty_ahead=WINDOW, idle=IdleWorker("test-idle"))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(alloc.run)
         alloc.request_prepare()
@@ -114,7 +115,7 @@ async def test_prepared_file_is_populated_then_published(tmp_path: Path) -> None
                 await trio.sleep(0.005)
         nf = mfq.next_file
         assert nf.file_from_offset == SIZE
-        assert nf.write_ahead_end == POPULATE_CHUNK  # the first window is mapped writable
+        assert nf.write_ahead_end == WINDOW  # the first window is mapped writable
         assert alloc.populating is None
         assert await alloc.get(SIZE) is nf
         nursery.cancel_scope.cancel()

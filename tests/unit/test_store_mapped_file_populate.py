@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from store.mapped_file import PAGE_SIZE, POPULATE_CHUNK, MappedFile, _address_of
+from store import mapped_file
+from store.mapped_file import PAGE_SIZE, MappedFile, _address_of
 
 MIB = 1024 * 1024
+CHUNK = MIB  # populate chunk size in these tests (the real one is larger)
 
 
 def _present(mf: MappedFile, start: int, end: int) -> list[bool]:
@@ -78,12 +80,20 @@ def test_prefault_reserves_blocks_but_maps_nothing(tmp_path: Path) -> None:
         assert mf.close()
 
 
-def test_populate_write_covers_a_range_of_many_chunks(tmp_path: Path) -> None:
-    size = 3 * POPULATE_CHUNK + 5 * PAGE_SIZE
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setattr(mapped_file, "POPULATE_CHUNK", CHUNK)
+    return CHUNK
+
+
+@pytest.mark.parametrize("stoppable", [False, True])
+def test_populate_write_covers_its_whole_range(tmp_path: Path, small_chunks: int, stoppable: bool) -> None:
+    size = 3 * CHUNK + 5 * PAGE_SIZE  # several chunks and a partial one
     mf = _new(tmp_path, size)
     try:
         start = PAGE_SIZE + 100  # rounded down to its page
-        assert mf.populate_write_sync(start, size) == size
+        keep_going = (lambda: True) if stoppable else None
+        assert mf.populate_write_sync(start, size, keep_going) == size
         assert mf.write_ahead_end == size
         assert all(_present(mf, PAGE_SIZE, size))
         assert not _present(mf, 0, PAGE_SIZE)[0]
@@ -91,26 +101,28 @@ def test_populate_write_covers_a_range_of_many_chunks(tmp_path: Path) -> None:
         assert mf.close()
 
 
-def test_populate_skips_what_the_writer_passed_and_stops_when_asked(tmp_path: Path) -> None:
-    size = 4 * POPULATE_CHUNK
+def test_populate_skips_what_the_writer_passed_and_stops_when_asked(
+    tmp_path: Path, small_chunks: int
+) -> None:
+    size = 4 * CHUNK
     mf = _new(tmp_path, size)
     try:
-        mf.wrote_position = POPULATE_CHUNK + 100  # the writer is in the second chunk
-        assert mf.populate_write_sync(0, 2 * POPULATE_CHUNK) == 2 * POPULATE_CHUNK
-        present = _present(mf, 0, 2 * POPULATE_CHUNK)
-        assert not any(present[: POPULATE_CHUNK // PAGE_SIZE])  # passed: left alone
-        assert all(present[POPULATE_CHUNK // PAGE_SIZE :])  # from the writer's page on
+        mf.wrote_position = CHUNK + 100  # the writer is in the second chunk
+        assert mf.populate_write_sync(0, 2 * CHUNK) == 2 * CHUNK
+        present = _present(mf, 0, 2 * CHUNK)
+        assert not any(present[: CHUNK // PAGE_SIZE])  # passed: left alone
+        assert all(present[CHUNK // PAGE_SIZE :])  # from the writer's page on
         calls = []
 
         def once() -> bool:
             calls.append(1)
             return len(calls) == 1
 
-        assert mf.populate_read_sync(2 * POPULATE_CHUNK, size, once) == 3 * POPULATE_CHUNK
-        present = _present(mf, 2 * POPULATE_CHUNK, size)
-        assert all(present[: POPULATE_CHUNK // PAGE_SIZE])
-        assert not any(present[POPULATE_CHUNK // PAGE_SIZE :])
-        assert mf.write_ahead_end == 2 * POPULATE_CHUNK  # read-populating is not write-ahead
+        assert mf.populate_read_sync(2 * CHUNK, size, once) == 3 * CHUNK
+        present = _present(mf, 2 * CHUNK, size)
+        assert all(present[: CHUNK // PAGE_SIZE])
+        assert not any(present[CHUNK // PAGE_SIZE :])
+        assert mf.write_ahead_end == 2 * CHUNK  # read-populating is not write-ahead
     finally:
         assert mf.close()
 
