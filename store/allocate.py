@@ -112,6 +112,8 @@ class FileAllocator:
 
     Preparing a file: create it (blocks reserved, in a trio worker thread), bring its pages into
     memory in the idle thread (:meth:`populate`), then publish it as the queue's ``next_file``.
+    A file no bigger than ``dirty_ahead`` (small files roll every few milliseconds) is instead
+    mapped writable whole in the worker thread and published at once.
     While it is being populated it is only :attr:`populating`: :meth:`get` takes it from there at
     once (population stops), so a roll never waits for idle work."""
 
@@ -157,10 +159,29 @@ class FileAllocator:
             last = mfq.last
             if last is not None and last.file_from_offset >= offset:
                 return
+            urgent = mfq.file_size <= self.dirty_ahead
+
+            def create() -> MappedFile:
+                mf = mfq.create_file_sync(offset)
+                if urgent:
+                    mf.populate_write_sync(0, mf.file_size)
+                return mf
+
             try:
-                mf = await trio.to_thread.run_sync(mfq.create_file_sync, offset)
+                mf = await trio.to_thread.run_sync(create)
             except OSError as exc:
                 log.error("could not prepare commit-log file at %d: %s", offset, exc)
+                return
+            if urgent:
+                # a file no bigger than the write-ahead window is needed within milliseconds:
+                # populated here at normal priority, all writable, and published at once (at
+                # idle priority its population lost the race with the writer, and handing the
+                # GIL to an idle-priority thread stalled the writer: 4 MiB rolls went from
+                # 0.82-1.08 to 0.68-0.73 of the no-roll rate)
+                if mfq.next_offset() == offset and mfq.next_file is None and not mf.closed:
+                    mfq.next_file = mf
+                else:
+                    await trio.to_thread.run_sync(delete_paths_sync, mfq.retire([mf]))
                 return
             self.populating = mf
         try:

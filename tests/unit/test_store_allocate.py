@@ -1,6 +1,7 @@
 """The commit-log file allocator and its idle-priority thread (store/allocate.py): idle jobs return
 results and exceptions, run in SCHED_IDLE and can be asked to stop; a prepared file is populated
-there and then published, and a roll takes the file being populated without waiting."""
+there and then published, a roll takes the file being populated without waiting, and a file no
+bigger than the window is prepared whole at normal priority."""
 
 from __future__ import annotations
 
@@ -117,6 +118,30 @@ async def test_prepared_file_is_populated_then_published(tmp_path: Path) -> None
         assert nf.file_from_offset == SIZE
         assert nf.write_ahead_end == WINDOW  # the first window is mapped writable
         assert alloc.populating is None
+        assert await alloc.get(SIZE) is nf
+        nursery.cancel_scope.cancel()
+    mfq.install(nf)
+    mfq.close_all()
+
+
+async def test_small_file_is_mapped_writable_whole_and_published_without_the_idle_thread(
+    tmp_path: Path,
+) -> None:
+    # a file no bigger than the window rolls within milliseconds: prepared at normal priority
+    mfq = _queue(tmp_path)
+    idle = _StarvedIdle()  # never released: a small file must not need it
+    alloc = FileAllocator(mfq, dirty_ahead=SIZE, idle=idle)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(alloc.run)
+        alloc.request_prepare()
+        with trio.fail_after(20):
+            while mfq.next_file is None:
+                await trio.sleep(0.005)
+        nf = mfq.next_file
+        assert nf.file_from_offset == SIZE
+        assert nf.write_ahead_end == SIZE  # every page mapped writable
+        assert alloc.populating is None
+        assert idle.results == []
         assert await alloc.get(SIZE) is nf
         nursery.cancel_scope.cancel()
     mfq.install(nf)
