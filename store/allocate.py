@@ -174,10 +174,9 @@ class FileAllocator:
                 return
             if urgent:
                 # a file no bigger than the write-ahead window is needed within milliseconds:
-                # populated here at normal priority, all writable, and published at once (at
-                # idle priority its population lost the race with the writer, and handing the
-                # GIL to an idle-priority thread stalled the writer: 4 MiB rolls went from
-                # 0.82-1.08 to 0.68-0.73 of the no-roll rate)
+                # populated here at normal priority, all writable, and published at once (left
+                # to the idle thread, 4 MiB rolls ran at 0.68-0.73 of the no-roll rate instead
+                # of 0.82-1.08: the writer reached files that were not populated yet)
                 if mfq.next_offset() == offset and mfq.next_file is None and not mf.closed:
                     mfq.next_file = mf
                 else:
