@@ -43,6 +43,9 @@ from store.message_store import DefaultMessageStore
 if TYPE_CHECKING:
     from broker.replicas_manager import ReplicasManager
 
+#: first retry of a failed name-server registration (doubling up to registerNameServerPeriod)
+REGISTER_RETRY_MIN_S = 1.0
+
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -204,10 +207,12 @@ class BrokerController:
             table = {name: msgspec.structs.replace(tc, perm=tc.perm & perm) for name, tc in table.items()}
         return TopicConfigAndMappingSerializeWrapper(topicConfigTable=table, dataVersion=w.dataVersion)
 
-    async def register_to_namesrvs(self) -> None:
+    async def register_to_namesrvs(self) -> bool:
+        """Register with every name server; False when one of them did not accept it (the
+        register loop then retries within seconds, not at the next period)."""
         namesrvs = split_addrs(self.broker_config.namesrvAddr)
         if not namesrvs or self.isolated:
-            return
+            return True
         bc = self.broker_config
         results = await self.outer.register_all(
             namesrvs,
@@ -220,6 +225,7 @@ class BrokerController:
             if r.master_addr and self.is_slave:
                 self.master_addr = r.master_addr
         self.replication.on_register_results(results)
+        return len(results) == len(namesrvs)
 
     def attach(self, server: object, listener: object) -> None:
         """Use ``listener`` (already bound on ``server`` with this broker's processor table)."""
@@ -313,15 +319,20 @@ class BrokerController:
 
     async def _register_loop(self) -> None:
         period = min(max(self.broker_config.registerNameServerPeriod, 10_000), 60_000) / 1000
-        await self.register_to_namesrvs()
+        # a name server that refused or did not answer (not up yet, restarting, a timeout under
+        # load) is asked again after 1 s, 2 s, 4 s ... up to the period: a master that is not
+        # routed cannot take sends, so waiting a whole period (30 s) for the retry is too long
+        retry = REGISTER_RETRY_MIN_S
+        ok = await self.register_to_namesrvs()
         while True:
-            with trio.move_on_after(period):
+            with trio.move_on_after(period if ok else retry):
                 await self._register_wanted.wait()
             self._register_wanted = trio.Event()
             if self._topics_dirty:
                 self._topics_dirty = False
                 await write_async(self.topics.path, self.topics.encode())
-            await self.register_to_namesrvs()
+            ok = await self.register_to_namesrvs()
+            retry = REGISTER_RETRY_MIN_S if ok else min(2 * retry, period)
 
     async def _heartbeat_loop(self) -> None:
         bc = self.broker_config
