@@ -168,6 +168,8 @@ class DefaultMessageStore(PutPaths):
         self.running = True
         self._update_gate()
         await self.logics_flusher.flush()
+        if self.commit_log.current is not None:
+            self.allocator.populate_later(self.commit_log.current)  # the part not written yet
         self.allocator.request_prepare()
         return report
 

@@ -96,11 +96,12 @@ async def test_roll_takes_the_file_being_populated_without_waiting(tmp_path: Pat
         mfq.install(mf)
         idle.release.set()
         with trio.fail_after(10):
-            while not idle.results:
+            while len(idle.results) < 2:
                 await trio.sleep(0.001)
-        assert idle.results == [0]  # stopped at once: the file was taken
+        assert idle.results[0] == 0  # stopped at once: the file was taken
+        assert idle.results[1] == SIZE  # then populated as the file in use
         assert not mf.closed  # neither retired...
-        assert mfq.next_file is None  # ...nor published as well
+        assert mfq.next_file is None or mfq.next_file.file_from_offset == 2 * SIZE  # ...nor published
         nursery.cancel_scope.cancel()
     mfq.close_all()
 
@@ -145,4 +146,57 @@ async def test_small_file_is_mapped_writable_whole_and_published_without_the_idl
         assert await alloc.get(SIZE) is nf
         nursery.cancel_scope.cancel()
     mfq.install(nf)
+    mfq.close_all()
+
+
+class _InlineIdle(IdleWorker):
+    """Runs each job at once on the calling thread and records what it returned."""
+
+    def __init__(self) -> None:
+        super().__init__("inline")
+        self.results: list[object] = []
+
+    async def run_sync(self, fn: Callable[[], T], on_cancel: Callable[[], None] | None = None) -> T:
+        result = fn()
+        self.results.append(result)
+        return result
+
+
+async def test_a_file_handed_out_unpopulated_is_populated_in_idle_time(tmp_path: Path) -> None:
+    # nothing prepared: get() creates the file on the spot; run() then read-populates the part
+    # beyond the write position before it prepares the next file
+    mfq = _queue(tmp_path)
+    idle = _InlineIdle()
+    alloc = FileAllocator(mfq, dirty_ahead=WINDOW, idle=idle)
+    mf = await alloc.get(SIZE)
+    mfq.install(mf)
+    mf.wrote_position = 4096 * 3
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(alloc.run)
+        with trio.fail_after(20):
+            while mfq.next_file is None:
+                await trio.sleep(0.005)
+        nursery.cancel_scope.cancel()
+    assert idle.results[0] == SIZE  # the file in use, to its end
+    assert len(idle.results) == 2  # then the next file's own population
+    mfq.close_all()
+
+
+async def test_population_of_a_file_in_use_stops_once_the_log_rolled_past_it(tmp_path: Path) -> None:
+    mfq = _queue(tmp_path)
+    idle = _StarvedIdle()
+    alloc = FileAllocator(mfq, dirty_ahead=WINDOW, idle=idle)
+    mf = await alloc.get(SIZE)
+    mfq.install(mf)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(alloc.run)
+        await trio.sleep(0.05)  # run() is waiting for the (starved) idle thread
+        later = mfq.create_file_sync(2 * SIZE)
+        mfq.install(later)  # a roll: mf is no longer the last file
+        idle.release.set()
+        with trio.fail_after(10):
+            while not idle.results:
+                await trio.sleep(0.001)
+        nursery.cancel_scope.cancel()
+    assert idle.results[0] == 0  # stopped before its first chunk
     mfq.close_all()
