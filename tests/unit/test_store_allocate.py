@@ -149,24 +149,12 @@ async def test_small_file_is_mapped_writable_whole_and_published_without_the_idl
     mfq.close_all()
 
 
-class _InlineIdle(IdleWorker):
-    """Runs each job at once on the calling thread and records what it returned."""
-
-    def __init__(self) -> None:
-        super().__init__("inline")
-        self.results: list[object] = []
-
-    async def run_sync(self, fn: Callable[[], T], on_cancel: Callable[[], None] | None = None) -> T:
-        result = fn()
-        self.results.append(result)
-        return result
-
-
 async def test_a_file_handed_out_unpopulated_is_populated_in_idle_time(tmp_path: Path) -> None:
     # nothing prepared: get() creates the file on the spot; run() then read-populates the part
     # beyond the write position before it prepares the next file
     mfq = _queue(tmp_path)
-    idle = _InlineIdle()
+    idle = _StarvedIdle()
+    idle.release.set()  # jobs run at once, on the event loop's thread
     alloc = FileAllocator(mfq, dirty_ahead=WINDOW, idle=idle)
     mf = await alloc.get(SIZE)
     mfq.install(mf)
