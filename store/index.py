@@ -292,8 +292,16 @@ class IndexService:
         if topics.count(first) == n:
             prefix: int | np.ndarray = self._prefix_hash(first)
         else:
-            of_topic = {topic: self._prefix_hash(topic) for topic in set(topics)}
-            prefix = np.fromiter(map(of_topic.__getitem__, topics), np.uint64, n)
+            # many topics (a broker with thousands of queues): hash only the topics not cached
+            # yet, then look every entry up without a Python call per entry or per topic
+            cache = self._prefix_hashes
+            missing = set(topics).difference(cache)
+            if len(cache) + len(missing) > _PREFIX_CACHE_MAX:
+                cache.clear()
+                missing = set(topics)
+            for topic in missing:
+                cache[topic] = java_string_hash(topic + "#") & 0xFFFFFFFF
+            prefix = np.fromiter(map(cache.__getitem__, topics), np.uint64, n)
         hashes = key_hashes(prefix, keys_)
         phy_arr = np.array(phys, np.int64)
         ts_arr = np.array(stamps, np.int64)

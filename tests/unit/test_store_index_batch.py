@@ -343,3 +343,20 @@ async def test_store_shutdown_writes_queued_entries(tmp_path: Path) -> None:
         assert index.query("T", f"k{i}", 10, 0, 2**62).phy_offsets == [off]
         assert index.query("T", f"{i:032X}", 10, 0, 2**62).phy_offsets == [off]
     index.close()
+
+
+def test_many_topics_in_one_batch_overflowing_the_prefix_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a drain over more topics than the prefix-hash cache holds clears it and still hashes every
+    # topic right: the files equal the one-entry-at-a-time reference's
+    monkeypatch.setattr("store.index._PREFIX_CACHE_MAX", 4)
+    svc = make(tmp_path / "vec", IndexService, 50, 400, batch_size=64)
+    ref = make(tmp_path / "ref", ScalarIndex, 50, 400, batch_size=1)
+    for s in (svc, ref):
+        for i in range(60):
+            s.put_keys(f"topic-{i % 9}", 100 + i * 10, T0 + i, 0, f"k{i}", f"{i:032X}")
+        s.drain()
+    assert file_bytes(svc) == file_bytes(ref)
+    for i in range(0, 60, 7):
+        assert svc.query(f"topic-{i % 9}", f"k{i}", 10, 0, 2**62).phy_offsets == [100 + i * 10]
