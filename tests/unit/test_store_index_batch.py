@@ -353,10 +353,17 @@ def test_many_topics_in_one_batch_overflowing_the_prefix_cache(
     monkeypatch.setattr("store.index._PREFIX_CACHE_MAX", 4)
     svc = make(tmp_path / "vec", IndexService, 50, 400, batch_size=64)
     ref = make(tmp_path / "ref", ScalarIndex, 50, 400, batch_size=1)
+
+    def topic(i: int) -> str:
+        return f"topic-{i % 3}" if i < 30 else f"topic-{i % 9}"
+
     for s in (svc, ref):
-        for i in range(60):
-            s.put_keys(f"topic-{i % 9}", 100 + i * 10, T0 + i, 0, f"k{i}", f"{i:032X}")
+        for i in range(30):  # 3 topics: all cached
+            s.put_keys(topic(i), 100 + i * 10, T0 + i, 0, f"k{i}", f"{i:032X}")
+        s.drain()
+        for i in range(30, 90):  # 9 topics, 3 of them cached: the cache overflows and is cleared
+            s.put_keys(topic(i), 100 + i * 10, T0 + i, 0, f"k{i}", f"{i:032X}")
         s.drain()
     assert file_bytes(svc) == file_bytes(ref)
-    for i in range(0, 60, 7):
-        assert svc.query(f"topic-{i % 9}", f"k{i}", 10, 0, 2**62).phy_offsets == [100 + i * 10]
+    for i in range(0, 90, 7):
+        assert svc.query(topic(i), f"k{i}", 10, 0, 2**62).phy_offsets == [100 + i * 10]
