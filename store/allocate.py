@@ -191,10 +191,7 @@ class FileAllocator:
                 # populated here at normal priority, all writable, and published at once (left
                 # to the idle thread, 4 MiB rolls ran at 0.68-0.73 of the no-roll rate instead
                 # of 0.82-1.08: the writer reached files that were not populated yet)
-                if mfq.next_offset() == offset and mfq.next_file is None and not mf.closed:
-                    mfq.next_file = mf
-                else:
-                    await trio.to_thread.run_sync(delete_paths_sync, mfq.retire([mf]))
+                await self._publish_or_discard(mf, offset)
                 return
             self.populating = mf
         try:
@@ -203,11 +200,17 @@ class FileAllocator:
             # also when cancelled (the idle job has returned by then): publish or discard
             if self.populating is mf:
                 self.populating = None
-                if mfq.next_offset() == offset and mfq.next_file is None and not mf.closed:
-                    mfq.next_file = mf
-                else:  # the log moved on (or was truncated) meanwhile
-                    with trio.CancelScope(shield=True):
-                        await trio.to_thread.run_sync(delete_paths_sync, mfq.retire([mf]))
+                with trio.CancelScope(shield=True):
+                    await self._publish_or_discard(mf, offset)
+
+    async def _publish_or_discard(self, mf: MappedFile, offset: int) -> None:
+        """Make the prepared ``mf`` the queue's next file, or delete it when the log moved on
+        (or was truncated) while it was being prepared."""
+        mfq = self.mfq
+        if mfq.next_offset() == offset and mfq.next_file is None and not mf.closed:
+            mfq.next_file = mf
+        else:
+            await trio.to_thread.run_sync(delete_paths_sync, mfq.retire([mf]))
 
     async def populate(self, mf: MappedFile) -> int:
         """Bring ``mf`` into memory in the idle thread: its first ``dirty_ahead`` bytes mapped
@@ -216,22 +219,14 @@ class FileAllocator:
         write-ahead window reached it). Stops between chunks once ``mf`` is no longer
         :attr:`populating` (taken by :meth:`get`: the write-ahead window goes on from there) or
         on cancellation. Returns how far it got."""
-        stop = False
 
-        def keep_going() -> bool:
-            return not stop and self.populating is mf
-
-        def cancel() -> None:
-            nonlocal stop
-            stop = True
-
-        def job() -> int:
+        def job(keep_going: Callable[[], bool]) -> int:
             dirty = min(self.dirty_ahead, mf.file_size)
             if dirty and mf.populate_write_sync(0, dirty, keep_going) < dirty:
                 return 0
             return mf.populate_read_sync(dirty, mf.file_size, keep_going)
 
-        return await self.idle.run_sync(job, on_cancel=cancel)
+        return await self._in_idle(job, lambda: self.populating is mf)
 
     async def run(self) -> None:
         """Prepare the next file whenever asked (after each roll and at start)."""
@@ -248,19 +243,28 @@ class FileAllocator:
         """Read-populate ``mf`` from its write position to its end in the idle thread (the
         write-ahead window then only has to map the pages writable); stops between chunks once
         ``mf`` is no longer the last file (a roll) or on cancellation. Returns how far it got."""
+
+        def in_use() -> bool:
+            files = self.mfq.files
+            return not mf.closed and bool(files) and files[-1] is mf
+
+        return await self._in_idle(
+            lambda keep_going: mf.populate_read_sync(mf.wrote_position, mf.file_size, keep_going), in_use
+        )
+
+    async def _in_idle(self, job: Callable[[Callable[[], bool]], int], wanted: Callable[[], bool]) -> int:
+        """``job(keep_going)`` in the idle thread; ``keep_going()`` turns false once ``wanted()``
+        does or the call is cancelled."""
         stop = False
 
         def keep_going() -> bool:
-            files = self.mfq.files
-            return not stop and not mf.closed and bool(files) and files[-1] is mf
+            return not stop and wanted()
 
         def cancel() -> None:
             nonlocal stop
             stop = True
 
-        return await self.idle.run_sync(
-            lambda: mf.populate_read_sync(mf.wrote_position, mf.file_size, keep_going), on_cancel=cancel
-        )
+        return await self.idle.run_sync(lambda: job(keep_going), on_cancel=cancel)
 
 
 #: bytes of the current commit-log file kept dirty-mapped ahead of the write position. Dirtying a
