@@ -28,6 +28,13 @@ def _queue(tmp_path: Path) -> MappedFileQueue:
     return mfq
 
 
+async def _until(condition: Callable[[], bool], timeout: float) -> None:
+    """Poll ``condition`` every millisecond; fail after ``timeout`` seconds."""
+    with trio.fail_after(timeout):
+        while not condition():
+            await trio.sleep(0.001)
+
+
 async def test_idle_worker_runs_jobs_at_idle_priority() -> None:
     worker = IdleWorker("test-idle")
 
@@ -85,9 +92,7 @@ async def test_roll_takes_the_file_being_populated_without_waiting(tmp_path: Pat
     async with trio.open_nursery() as nursery:
         nursery.start_soon(alloc.run)
         alloc.request_prepare()
-        with trio.fail_after(10):
-            while alloc.populating is None:
-                await trio.sleep(0.001)
+        await _until(lambda: alloc.populating is not None, 10)
         assert mfq.next_file is None  # not published while being populated
         with trio.fail_after(5):  # the idle job gets no CPU: get() must not wait for it
             mf = await alloc.get(SIZE)
@@ -95,9 +100,7 @@ async def test_roll_takes_the_file_being_populated_without_waiting(tmp_path: Pat
         assert alloc.populating is None
         mfq.install(mf)
         idle.release.set()
-        with trio.fail_after(10):
-            while len(idle.results) < 2:
-                await trio.sleep(0.001)
+        await _until(lambda: len(idle.results) >= 2, 10)
         assert idle.results[0] == 0  # stopped at once: the file was taken
         assert idle.results[1] == SIZE  # then populated as the file in use
         assert not mf.closed  # neither retired...
@@ -112,9 +115,7 @@ async def test_prepared_file_is_populated_then_published(tmp_path: Path) -> None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(alloc.run)
         alloc.request_prepare()
-        with trio.fail_after(20):
-            while mfq.next_file is None:
-                await trio.sleep(0.005)
+        await _until(lambda: mfq.next_file is not None, 20)
         nf = mfq.next_file
         assert nf.file_from_offset == SIZE
         assert nf.write_ahead_end == WINDOW  # the first window is mapped writable
@@ -135,9 +136,7 @@ async def test_small_file_is_mapped_writable_whole_and_published_without_the_idl
     async with trio.open_nursery() as nursery:
         nursery.start_soon(alloc.run)
         alloc.request_prepare()
-        with trio.fail_after(20):
-            while mfq.next_file is None:
-                await trio.sleep(0.005)
+        await _until(lambda: mfq.next_file is not None, 20)
         nf = mfq.next_file
         assert nf.file_from_offset == SIZE
         assert nf.write_ahead_end == SIZE  # every page mapped writable
@@ -161,9 +160,7 @@ async def test_a_file_handed_out_unpopulated_is_populated_in_idle_time(tmp_path:
     mf.wrote_position = 4096 * 3
     async with trio.open_nursery() as nursery:
         nursery.start_soon(alloc.run)
-        with trio.fail_after(20):
-            while mfq.next_file is None:
-                await trio.sleep(0.005)
+        await _until(lambda: mfq.next_file is not None, 20)
         nursery.cancel_scope.cancel()
     assert idle.results[0] == SIZE  # the file in use, to its end
     assert len(idle.results) == 2  # then the next file's own population
@@ -182,9 +179,7 @@ async def test_population_of_a_file_in_use_stops_once_the_log_rolled_past_it(tmp
         later = mfq.create_file_sync(2 * SIZE)
         mfq.install(later)  # a roll: mf is no longer the last file
         idle.release.set()
-        with trio.fail_after(10):
-            while not idle.results:
-                await trio.sleep(0.001)
+        await _until(lambda: bool(idle.results), 10)
         nursery.cancel_scope.cancel()
     assert idle.results[0] == 0  # stopped before its first chunk
     mfq.close_all()
