@@ -83,6 +83,11 @@ DEFAULT_BATCH_SIZE = 1024
 VECTOR_MIN = 20
 
 
+def _topic_prefix_hash(topic: str) -> int:
+    """Unsigned Java hash of ``topic#``, the prefix of every key hashed into the index."""
+    return java_string_hash(topic + "#") & 0xFFFFFFFF
+
+
 class IndexService:
     """All index files of one store (upstream ``IndexService``).
 
@@ -265,7 +270,7 @@ class IndexService:
         if prefix_hash is None:
             if len(self._prefix_hashes) >= _PREFIX_CACHE_MAX:
                 self._prefix_hashes.clear()
-            prefix_hash = self._prefix_hashes[topic] = java_string_hash(topic + "#") & 0xFFFFFFFF
+            prefix_hash = self._prefix_hashes[topic] = _topic_prefix_hash(topic)
         return prefix_hash
 
     def _write_now(self, topic: str, phy: int, ts: int, uniq_key: str | None, keys: str | None) -> None:
@@ -300,7 +305,7 @@ class IndexService:
                 cache.clear()
                 missing = set(topics)
             for topic in missing:
-                cache[topic] = java_string_hash(topic + "#") & 0xFFFFFFFF
+                cache[topic] = _topic_prefix_hash(topic)
             prefix = np.fromiter(map(cache.__getitem__, topics), np.uint64, n)
         hashes = key_hashes(prefix, keys_)
         phy_arr = np.array(phys, np.int64)
