@@ -272,6 +272,8 @@ class BrokerController:
         await trio.to_thread.run_sync(self._load_metadata)
         await self.store.start()
         self.store.add_arrival_listener(self.hold.notify_message_arriving)
+        self.store.queues.on_new_queue = self._queue_created
+        self.replication.role_listeners.append(self._role_changed)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.store.run)
@@ -295,6 +297,20 @@ class BrokerController:
         finally:
             with trio.CancelScope(shield=True):
                 await self._shutdown()
+
+    # --- topics of stored messages ---
+
+    def _queue_created(self, topic: str, queue_id: int) -> None:
+        if not self.is_slave:
+            self.topics.cover_queues(topic, queue_id)
+
+    def _role_changed(self, is_master: bool) -> None:
+        """A new master routes every topic it holds messages of, including ones replicated to it
+        before their config was (see :meth:`TopicConfigManager.cover_queues`)."""
+        if is_master:
+            for topic, queues in list(self.store.queues.tables.items()):
+                if queues:
+                    self.topics.cover_queues(topic, max(queues))
 
     def _load_metadata(self) -> None:
         self.topics.load()

@@ -7,6 +7,8 @@ import os
 import re
 from collections.abc import Callable
 
+import msgspec
+
 from broker.persist import atomic_write, load_json
 from remoting.protocol.common import DataVersion, PermName, TopicConfig, TopicConfigSerializeWrapper
 
@@ -206,6 +208,35 @@ class TopicConfigManager:
             self.log.info("deleted topic config %s", old)
             self._changed()
         return old
+
+    def cover_queues(self, topic: str, max_queue_id: int) -> TopicConfig | None:
+        """Make the table route ``topic`` with at least ``max_queue_id + 1`` queues; the new config, or
+        None when it already did.
+
+        A replica that became master may hold replicated messages of a topic whose config never
+        reached it (slave metadata sync runs every few seconds; upstream loses such topics on
+        failover): without a config the name servers would not route those queues and their messages
+        could be neither read nor added to. A missing topic gets a read-write config.
+        """
+        old = self.table.get(topic)
+        queues = max_queue_id + 1
+        if old is None:
+            config = TopicConfig(topicName=topic, readQueueNums=queues, writeQueueNums=queues)
+        elif old.readQueueNums >= queues:
+            return None
+        else:
+            config = msgspec.structs.replace(
+                old, readQueueNums=queues, writeQueueNums=max(old.writeQueueNums, queues)
+            )
+        self.log.warning(
+            "topic %s has messages in queue %d of the store but %s: routed with %d queues now",
+            topic,
+            max_queue_id,
+            "no config here" if old is None else f"its config has {old.readQueueNums} read queues",
+            queues,
+        )
+        self.update(config)
+        return config
 
     def create_in_send(
         self, topic: str, default_topic: str, client_queue_nums: int, topic_sys_flag: int = 0

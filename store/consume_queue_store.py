@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from store.consume_queue import ConsumeQueue, list_queue_dirs
 from store.mapped_file import MappedFile, fsync_dir
@@ -32,6 +32,9 @@ class ConsumeQueueStore:
         # queues whose manifest line is not yet durable
         self._unrecorded: list[tuple[str, int]] = []
         self._recorded: set[tuple[str, int]] = set()
+        #: called with (topic, queue id) when a queue is created after loading (the broker makes
+        #: sure its topic table routes every queue that holds messages)
+        self.on_new_queue: Callable[[str, int], None] | None = None
 
     # --- lookup ----------------------------------------------------------------------------------
 
@@ -48,6 +51,8 @@ class ConsumeQueueStore:
             cq = t[queue_id] = ConsumeQueue(topic, queue_id, self.root_dir, self.file_size)
             if (topic, queue_id) not in self._recorded:
                 self._unrecorded.append((topic, queue_id))
+            if self.on_new_queue is not None:
+                self.on_new_queue(topic, queue_id)
         return cq
 
     def reset(self, topic: str, queue_id: int) -> ConsumeQueue:

@@ -57,12 +57,12 @@ async def _same(g: Group, a: Running, b: Running) -> None:
     )
 
 
-async def _pull_bodies(g: Group, addr: str, queue_id: int) -> list[bytes]:
+async def _pull_bodies(g: Group, addr: str, queue_id: int, topic: str = TOPIC) -> list[bytes]:
     """Every readable message of a queue, in order (pulling on until nothing is found)."""
     bodies: list[bytes] = []
     offset = 0
     while True:
-        response = await g.call(addr, pull_request("G", TOPIC, queue_id, offset, max_nums=32))
+        response = await g.call(addr, pull_request("G", topic, queue_id, offset, max_nums=32))
         if response.code != ResponseCode.SUCCESS:
             return bodies
         bodies += [m.body for m in messages(response)]
@@ -239,3 +239,39 @@ async def test_confirm_offset_recovery_never_hands_out_a_queue_offset_twice(tmp_
         assert bodies == [b"confirmed %d" % i for i in range(5)] + [
             b"unconfirmed %d" % i for i in range(4)
         ] + [b"after %d" % i for i in range(3)]
+
+
+async def test_new_master_routes_a_topic_whose_config_had_not_reached_it(tmp_path: Path) -> None:
+    """The slave replicated a topic's messages but not yet its config (metadata sync runs every
+    few seconds); promoted, it must still route the topic so the messages can be read and added to."""
+    new_topic = "CreatedJustBeforeFailover"
+    async with replication_group(tmp_path) as g:
+        m = await g.start("m", **auto(1))
+        s = await g.start("s", **auto(2))
+        await m.broker.replication.change_to_master(1)
+        sync = s.broker.replication.slave_sync
+        sync.interval = 3600.0  # after its first round the slave copies no more metadata
+        await s.broker.replication.change_to_slave(m.ha_addr, 1, master_addr=m.addr)
+        await wait_until(lambda: sync.rounds >= 1, 10, "the slave's first metadata sync")
+        await g.create_topic(m.addr, new_topic, queues=4)
+        for i in range(12):
+            await g.send_ok(m.addr, b"early %d" % i, queue_id=i % 4, topic=new_topic)
+        await wait_until(lambda: s.store.max_phy_offset == m.store.max_phy_offset, 10, "replicated")
+        assert s.broker.topics.get(new_topic) is None  # the config did not travel
+        await g.stop(m, crash=True)
+
+        await s.broker.replication.change_to_master(2)
+        config = s.broker.topics.get(new_topic)
+        assert config is not None
+        assert (config.readQueueNums, config.writeQueueNums) == (4, 4)
+        await wait_until(
+            lambda: (
+                (r := g.namesrv.routes.pickup_topic_route_data(new_topic)) is not None
+                and any(q.brokerName == s.broker.broker_config.brokerName for q in r.queueDatas)
+            ),
+            10,
+            "the name server routing the topic to the new master",
+        )
+        await g.send_ok(s.addr, b"late", queue_id=3, topic=new_topic)
+        bodies = [b for q in range(4) for b in await _pull_bodies(g, s.addr, q, new_topic)]
+        assert sorted(bodies) == sorted([b"early %d" % i for i in range(12)] + [b"late"])
