@@ -9,8 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import trio
+
 from client.instance import ClientInstance
-from client.message import ConsumeStatus, Message, MessageExt, PullStatus, SendStatus
+from client.message import (
+    ConsumeStatus,
+    Message,
+    MessageExt,
+    MessageQueue,
+    MQClientError,
+    PullStatus,
+    SendStatus,
+)
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from client.push_consumer import PushConsumer
@@ -18,6 +28,18 @@ from remoting.protocol.broker import ConsumeFromWhere, MessageModel
 from tests.integration.broker_env import broker_env, wait_until
 
 TOPIC = "ClientTopic"
+
+
+async def routed_queues(consumer: PullConsumer, topic: str, timeout: float = 10.0) -> list[MessageQueue]:
+    """The topic's queues once the name server routes it: the broker registers an auto-created
+    topic in the background, so right after the first send the route may not be there yet."""
+    with trio.move_on_after(timeout):
+        while True:
+            try:
+                return await consumer.fetch_subscribe_message_queues(topic)
+            except MQClientError:
+                await trio.sleep(0.05)
+    raise AssertionError(f"no route for {topic} after {timeout}s")
 
 
 def fast_instance(namesrv: str) -> ClientInstance:
@@ -36,7 +58,7 @@ async def test_produce_then_pull_and_push_on_the_real_broker(tmp_path: Path) -> 
         assert big.send_status is SendStatus.SEND_OK
 
         async with PullConsumer("PullG", env.namesrv_addr) as puller:
-            queues = await puller.fetch_subscribe_message_queues(TOPIC)
+            queues = await routed_queues(puller, TOPIC)
             pulled: list[MessageExt] = []
             for mq in queues:
                 result = await puller.pull(mq, "A", 0, 32)
