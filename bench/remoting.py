@@ -15,7 +15,10 @@ the server process, which a shared machine disturbs much less. Latency: open loo
 connections at half the best measured throughput, p50/p99 of the time from writing a request
 to reading its response (median of 3 alternating rounds).
 
-Child mode (used by the benchmark itself): ``python -m bench.remoting serve framework|baseline``.
+Child mode (used by the benchmarks themselves): ``python -m bench.remoting serve framework|baseline``;
+``serve baseline-echo [NAMESRV]`` is the same baseline with each response's opaque set to its
+request's, so that real clients can use it (``bench/broker.py`` loads it with the C++ and Python
+clients), registered with ``NAMESRV`` as broker ``broker-baseline`` serving ``BaselineTopic``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import math
 import select
 import socket
 import statistics
+import struct
 import sys
 import time
 from collections import deque
@@ -32,8 +36,9 @@ from typing import Any
 import trio
 
 from bench.common import percentile, process_cpu_seconds, row, server_process
+from remoting.client import RemotingClient
 from remoting.codec import FrameDecoder, encode
-from remoting.command import FLAG_RESPONSE, RemotingCommand
+from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from remoting.connection import RequestContext
 from remoting.server import ProcessorTable, RemotingServer
 
@@ -112,18 +117,81 @@ async def _baseline_connection(stream: trio.SocketStream) -> None:
         return
 
 
-async def _serve_baseline(task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+# The same fixed response, its opaque set to the request's: what a real client (which matches
+# responses to requests by opaque) needs of a server, and nothing more. The JSON header is the
+# template's with the digits of the opaque in place of its "0".
+_HEADER_HEAD, _HEADER_TAIL = FIXED_RESPONSE[8:].split(b'"opaque":0', 1)
+_HEADER_HEAD += b'"opaque":'
+
+
+def _echo_response(opaque: int) -> bytes:
+    header = b"%s%d%s" % (_HEADER_HEAD, opaque, _HEADER_TAIL)
+    return struct.pack(">II", 4 + len(header), len(header)) + header
+
+
+async def _echo_connection(stream: trio.SocketStream) -> None:
+    decoder = FrameDecoder()
+    try:
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            out = b"".join(_echo_response(c.opaque) for c in decoder.feed(data) if not c.flag & FLAG_ONEWAY)
+            if out:
+                await stream.send_all(out)
+    except trio.BrokenResourceError:
+        return
+
+
+#: what the echo baseline registers with a name server, so that clients that route through one
+#: (the C++ client) send to it
+ECHO_CLUSTER = "BaselineCluster"
+ECHO_BROKER = "broker-baseline"
+ECHO_TOPIC = "BaselineTopic"
+
+
+async def _register_echo(client: RemotingClient, namesrv: str, addr: str) -> None:
+    from broker.outer_api import BrokerIdentity, BrokerOuterAPI
+    from remoting.protocol.common import TopicConfig, TopicConfigAndMappingSerializeWrapper
+
+    me = BrokerIdentity(ECHO_CLUSTER, ECHO_BROKER, 0, addr, addr)
+    # with a broker's own-name topic as brokers have: a first registration of a single topic is
+    # refused (upstream's rule)
+    topics = TopicConfigAndMappingSerializeWrapper(
+        topicConfigTable={
+            name: TopicConfig(topicName=name, readQueueNums=4, writeQueueNums=4)
+            for name in (ECHO_TOPIC, ECHO_BROKER)
+        }
+    )
+    if not await BrokerOuterAPI(client, timeout_ms=5000).register_all([namesrv], me, topics):
+        raise RuntimeError(f"echo baseline: registration with {namesrv} failed")
+
+
+async def _serve_baseline(
+    echo: bool = False,
+    namesrv: str | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listeners[0].socket.getsockname()[1]
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(trio.serve_listeners, _baseline_connection, listeners)
-        task_status.started(f"127.0.0.1:{port}")
+    addr = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+    async with trio.open_nursery() as nursery, RemotingClient(name="bench.baseline") as client:
+        nursery.start_soon(
+            trio.serve_listeners, _echo_connection if echo else _baseline_connection, listeners
+        )
+        if namesrv:
+            # the name server forgets a broker whose registering connection closes: the client
+            # (and its connection) lives as long as the server
+            await _register_echo(client, namesrv, addr)
+        task_status.started(addr)
+        await trio.sleep_forever()
 
 
-async def _child(kind: str) -> None:
+async def _child(kind: str, namesrv: str | None = None) -> None:
     async with trio.open_nursery() as nursery:
-        serve = _serve_framework if kind == "framework" else _serve_baseline
-        addr = await nursery.start(serve)
+        if kind == "framework":
+            addr = await nursery.start(_serve_framework)
+        else:
+            addr = await nursery.start(_serve_baseline, kind == "baseline-echo", namesrv)
         print(addr, flush=True)
         await trio.to_thread.run_sync(sys.stdin.buffer.read)  # returns at EOF: parent is done
         nursery.cancel_scope.cancel()
@@ -319,8 +387,12 @@ def run() -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "serve" and sys.argv[2] in ("framework", "baseline"):
-        trio.run(_child, sys.argv[2])
+    if (
+        len(sys.argv) in (3, 4)
+        and sys.argv[1] == "serve"
+        and sys.argv[2] in ("framework", "baseline", "baseline-echo")
+    ):
+        trio.run(_child, *sys.argv[2:])
     else:
         print(__doc__)
         sys.exit(2)
