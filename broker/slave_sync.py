@@ -5,7 +5,9 @@ sync when ``interval`` seconds (upstream 10 s) have passed since the last one, o
 master changed. A full sync asks the master, over the remoting client, for:
 
 * GET_ALL_TOPIC_CONFIG (21): when the master's DataVersion differs, the topic table becomes the
-  master's (topics the master lacks are removed) with the master's DataVersion; the slave re-registers;
+  master's (topics the master lacks are removed) with the master's DataVersion; the slave re-registers.
+  Topics that the same master had at the previous sync and has no more were deleted there: their
+  consume queues are deleted here too (kept, they would come back with a failover);
 * GET_ALL_CONSUMER_OFFSET (43): the master's offsets are merged over the slave's (upstream
   ``putAll``) and its DataVersion adopted;
 * GET_ALL_DELAY_OFFSET (45): the body is written to ``config/delayOffset.json`` when it differs (the
@@ -130,6 +132,15 @@ class SlaveSynchronize:
         topics = self.broker.topics
         if topics.data_version == wrapper.dataVersion:
             return
+        # topics this master dropped since the last sync from it were deleted there, consume queues
+        # and all: drop ours too, or a failover would bring them back (the new master routes every
+        # topic it holds messages of). After a change of master nothing is dropped: the new one
+        # may not have taken over the topics of its stored messages yet.
+        deleted = (
+            [t for t in topics.table if t not in wrapper.topicConfigTable]
+            if master == self.synced_from
+            else []
+        )
         topics.table = dict(wrapper.topicConfigTable)
         topics.data_version = wrapper.dataVersion
         log.info(
@@ -139,6 +150,9 @@ class SlaveSynchronize:
             wrapper.dataVersion,
         )
         self.broker.request_register()  # persists the table and registers it
+        if deleted:
+            log.info("slave sync: topics %s deleted on the master, deleting their consume queues", deleted)
+            await self.broker.store.delete_topics(deleted)
 
     async def sync_consumer_offset(self, master: str) -> None:
         response = await self._call(master, RequestCode.GET_ALL_CONSUMER_OFFSET, "GET_ALL_CONSUMER_OFFSET")

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import trio
 
-from remoting.codes import ResponseCode
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import request
 from store.ha.packets import SlaveAck, SlaveHandshake
 from store.ha.role import RoleChangeError
 from tests.integration.broker_requests import describe, messages, pull_header, pull_request, send_header
@@ -275,3 +276,34 @@ async def test_new_master_routes_a_topic_whose_config_had_not_reached_it(tmp_pat
         await g.send_ok(s.addr, b"late", queue_id=3, topic=new_topic)
         bodies = [b for q in range(4) for b in await _pull_bodies(g, s.addr, q, new_topic)]
         assert sorted(bodies) == sorted([b"early %d" % i for i in range(12)] + [b"late"])
+
+
+async def test_topic_deleted_on_the_master_stays_deleted_after_a_failover(tmp_path: Path) -> None:
+    """The slave drops the consume queues of a topic its master deleted, so a promoted slave does
+    not bring the topic back (it routes every topic it holds messages of)."""
+    doomed = "DeletedBeforeFailover"
+    async with replication_group(tmp_path) as g:
+        m = await g.start("m", **auto(1))
+        s = await g.start("s", **auto(2))
+        await m.broker.replication.change_to_master(1)
+        sync = s.broker.replication.slave_sync
+        sync.interval = 3600.0  # rounds below are run by hand
+        await s.broker.replication.change_to_slave(m.ha_addr, 1, master_addr=m.addr)
+        await wait_until(lambda: sync.rounds >= 1, 10, "the slave's first metadata sync")
+        await g.create_topic(m.addr, doomed, queues=2)
+        for i in range(6):
+            await g.send_ok(m.addr, b"doomed %d" % i, queue_id=i % 2, topic=doomed)
+        await wait_until(lambda: s.store.max_phy_offset == m.store.max_phy_offset, 10, "replicated")
+        await wait_until(lambda: s.store.queue_ids(doomed) == [0, 1], 10, "the slave's consume queues")
+        await sync.sync_all(m.addr)
+        assert s.broker.topics.get(doomed) is not None
+
+        response = await g.call(m.addr, request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": doomed}))
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+        await sync.sync_all(m.addr)
+        assert s.broker.topics.get(doomed) is None
+        assert s.store.queue_ids(doomed) == []
+
+        await g.stop(m, crash=True)
+        await s.broker.replication.change_to_master(2)
+        assert s.broker.topics.get(doomed) is None
