@@ -302,15 +302,15 @@ class BrokerController:
 
     def _queue_created(self, topic: str, queue_id: int) -> None:
         if not self.is_slave:
-            self.topics.cover_queues(topic, queue_id)
+            self.topics.adopt_stored(topic, queue_id)
 
     def _role_changed(self, is_master: bool) -> None:
         """A new master routes every topic it holds messages of, including ones replicated to it
-        before their config was (see :meth:`TopicConfigManager.cover_queues`)."""
+        before their config was (see :meth:`TopicConfigManager.adopt_stored`)."""
         if is_master:
             for topic, queues in list(self.store.queues.tables.items()):
                 if queues:
-                    self.topics.cover_queues(topic, max(queues))
+                    self.topics.adopt_stored(topic, max(queues))
 
     def _load_metadata(self) -> None:
         self.topics.load()

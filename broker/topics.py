@@ -7,8 +7,6 @@ import os
 import re
 from collections.abc import Callable
 
-import msgspec
-
 from broker.persist import atomic_write, load_json
 from remoting.protocol.common import DataVersion, PermName, TopicConfig, TopicConfigSerializeWrapper
 
@@ -209,30 +207,24 @@ class TopicConfigManager:
             self._changed()
         return old
 
-    def cover_queues(self, topic: str, max_queue_id: int) -> TopicConfig | None:
-        """Make the table route ``topic`` with at least ``max_queue_id + 1`` queues; the new config, or
-        None when it already did.
+    def adopt_stored(self, topic: str, max_queue_id: int) -> TopicConfig | None:
+        """Give ``topic``, which has messages in queues up to ``max_queue_id`` of the store but no
+        config here, a read-write config with that many queues; None when it has a config.
 
         A replica that became master may hold replicated messages of a topic whose config never
         reached it (slave metadata sync runs every few seconds; upstream loses such topics on
-        failover): without a config the name servers would not route those queues and their messages
-        could be neither read nor added to. A missing topic gets a read-write config.
+        failover): without a config the name servers would not route those queues and their
+        messages could be neither read nor added to. An existing config is never changed (its queue
+        counts may have been lowered on purpose, e.g. to drain queues before removing them).
         """
-        old = self.table.get(topic)
-        queues = max_queue_id + 1
-        if old is None:
-            config = TopicConfig(topicName=topic, readQueueNums=queues, writeQueueNums=queues)
-        elif old.readQueueNums >= queues:
+        if topic in self.table:
             return None
-        else:
-            config = msgspec.structs.replace(
-                old, readQueueNums=queues, writeQueueNums=max(old.writeQueueNums, queues)
-            )
+        queues = max_queue_id + 1
+        config = TopicConfig(topicName=topic, readQueueNums=queues, writeQueueNums=queues)
         self.log.warning(
-            "topic %s has messages in queue %d of the store but %s: routed with %d queues now",
+            "topic %s has messages in the store (queues up to %d) but had no config here: routed with %d queues",
             topic,
             max_queue_id,
-            "no config here" if old is None else f"its config has {old.readQueueNums} read queues",
             queues,
         )
         self.update(config)

@@ -43,25 +43,20 @@ def test_auto_create_refused_without_template_or_when_disabled(tmp_path: object)
     assert _topics(tmp_path).create_in_send("X", "NoSuchTemplate", 4) is None
 
 
-def test_cover_queues_routes_stored_queues_and_never_shrinks_a_config(tmp_path: object) -> None:
+def test_adopt_stored_routes_a_topic_without_config_and_leaves_configs_alone(tmp_path: object) -> None:
     topics = _topics(tmp_path)
     version = topics.data_version
-    made = topics.cover_queues("OnlyInStore", 3)
+    made = topics.adopt_stored("OnlyInStore", 3)
     assert made is not None
-    assert (made.readQueueNums, made.writeQueueNums, made.perm) == (
-        4,
-        4,
-        PermName.PERM_READ | PermName.PERM_WRITE,
-    )
+    assert (made.readQueueNums, made.writeQueueNums) == (4, 4)
+    assert made.perm == PermName.PERM_READ | PermName.PERM_WRITE
+    assert topics.get("OnlyInStore") == made
     assert topics.data_version.counter == version.counter + 1
-    assert topics.cover_queues("OnlyInStore", 2) is None  # already routed
-    topics.update(
-        made.__class__(topicName="Narrow", readQueueNums=2, writeQueueNums=1, perm=PermName.PERM_READ)
-    )
-    widened = topics.cover_queues("Narrow", 5)
-    assert widened is not None
-    assert (widened.readQueueNums, widened.writeQueueNums, widened.perm) == (6, 6, PermName.PERM_READ)
-    assert topics.get("Narrow") == widened
+    # a config with fewer queues than the store holds (lowered on purpose) stays as it is
+    topics.update(made.__class__(topicName="Narrowed", readQueueNums=2, writeQueueNums=1))
+    before = topics.get("Narrowed")
+    assert topics.adopt_stored("Narrowed", 5) is None
+    assert topics.get("Narrowed") == before
 
 
 def test_topic_table_persists_with_data_version(tmp_path: object) -> None:
