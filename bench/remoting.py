@@ -31,6 +31,7 @@ import struct
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -103,18 +104,23 @@ FIXED_RESPONSE = b"".join(
 )
 
 
-async def _baseline_connection(stream: trio.SocketStream) -> None:
+async def _answer_frames(stream: trio.SocketStream, answer: Callable[[list[RemotingCommand]], bytes]) -> None:
+    """Decode the frames of each received chunk and send ``answer(frames)`` back in one write."""
     decoder = FrameDecoder()
     try:
         while True:
             data = await stream.receive_some(65536)
             if not data:
                 return
-            n = len(decoder.feed(data))
-            if n:
-                await stream.send_all(FIXED_RESPONSE * n if n > 1 else FIXED_RESPONSE)
+            out = answer(decoder.feed(data))
+            if out:
+                await stream.send_all(out)
     except trio.BrokenResourceError:
         return
+
+
+async def _baseline_connection(stream: trio.SocketStream) -> None:
+    await _answer_frames(stream, lambda frames: FIXED_RESPONSE * len(frames))
 
 
 # The same fixed response, its opaque set to the request's: what a real client (which matches
@@ -130,17 +136,9 @@ def _echo_response(opaque: int) -> bytes:
 
 
 async def _echo_connection(stream: trio.SocketStream) -> None:
-    decoder = FrameDecoder()
-    try:
-        while True:
-            data = await stream.receive_some(65536)
-            if not data:
-                return
-            out = b"".join(_echo_response(c.opaque) for c in decoder.feed(data) if not c.flag & FLAG_ONEWAY)
-            if out:
-                await stream.send_all(out)
-    except trio.BrokenResourceError:
-        return
+    await _answer_frames(
+        stream, lambda frames: b"".join(_echo_response(c.opaque) for c in frames if not c.flag & FLAG_ONEWAY)
+    )
 
 
 #: what the echo baseline registers with a name server, so that clients that route through one

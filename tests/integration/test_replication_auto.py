@@ -242,18 +242,25 @@ async def test_confirm_offset_recovery_never_hands_out_a_queue_offset_twice(tmp_
         ] + [b"after %d" % i for i in range(3)]
 
 
+async def _master_and_lazy_slave(g: Group) -> tuple[Running, Running]:
+    """A master and a slave that has synced the master's metadata once and does not again by
+    itself (rounds can still be run by hand)."""
+    m = await g.start("m", **auto(1))
+    s = await g.start("s", **auto(2))
+    await m.broker.replication.change_to_master(1)
+    sync = s.broker.replication.slave_sync
+    sync.interval = 3600.0
+    await s.broker.replication.change_to_slave(m.ha_addr, 1, master_addr=m.addr)
+    await wait_until(lambda: sync.rounds >= 1, 10, "the slave's first metadata sync")
+    return m, s
+
+
 async def test_new_master_routes_a_topic_whose_config_had_not_reached_it(tmp_path: Path) -> None:
     """The slave replicated a topic's messages but not yet its config (metadata sync runs every
     few seconds); promoted, it must still route the topic so the messages can be read and added to."""
     new_topic = "CreatedJustBeforeFailover"
     async with replication_group(tmp_path) as g:
-        m = await g.start("m", **auto(1))
-        s = await g.start("s", **auto(2))
-        await m.broker.replication.change_to_master(1)
-        sync = s.broker.replication.slave_sync
-        sync.interval = 3600.0  # after its first round the slave copies no more metadata
-        await s.broker.replication.change_to_slave(m.ha_addr, 1, master_addr=m.addr)
-        await wait_until(lambda: sync.rounds >= 1, 10, "the slave's first metadata sync")
+        m, s = await _master_and_lazy_slave(g)
         await g.create_topic(m.addr, new_topic, queues=4)
         for i in range(12):
             await g.send_ok(m.addr, b"early %d" % i, queue_id=i % 4, topic=new_topic)
@@ -283,13 +290,8 @@ async def test_topic_deleted_on_the_master_stays_deleted_after_a_failover(tmp_pa
     not bring the topic back (it routes every topic it holds messages of)."""
     doomed = "DeletedBeforeFailover"
     async with replication_group(tmp_path) as g:
-        m = await g.start("m", **auto(1))
-        s = await g.start("s", **auto(2))
-        await m.broker.replication.change_to_master(1)
+        m, s = await _master_and_lazy_slave(g)
         sync = s.broker.replication.slave_sync
-        sync.interval = 3600.0  # rounds below are run by hand
-        await s.broker.replication.change_to_slave(m.ha_addr, 1, master_addr=m.addr)
-        await wait_until(lambda: sync.rounds >= 1, 10, "the slave's first metadata sync")
         await g.create_topic(m.addr, doomed, queues=2)
         for i in range(6):
             await g.send_ok(m.addr, b"doomed %d" % i, queue_id=i % 2, topic=doomed)
