@@ -302,7 +302,7 @@ class BrokerController:
 
     def _queue_created(self, topic: str, queue_id: int) -> None:
         if not self.is_slave:
-            self.topics.adopt_stored(topic, queue_id)
+            self.topics.adopt_stored(topic, max(self.store.queues.tables[topic]))
 
     def _role_changed(self, is_master: bool) -> None:
         """A new master routes every topic it holds messages of, including ones replicated to it

@@ -120,6 +120,8 @@ class TopicConfigManager:
         self.auto_create_topic_enable = auto_create_topic_enable
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
+        #: configs made by :meth:`adopt_stored` (one that is still in the table may be widened)
+        self._adopted: dict[str, TopicConfig] = {}
         self._system_topics(
             cluster_name,
             broker_name,
@@ -208,26 +210,31 @@ class TopicConfigManager:
         return old
 
     def adopt_stored(self, topic: str, max_queue_id: int) -> TopicConfig | None:
-        """Give ``topic``, which has messages in queues up to ``max_queue_id`` of the store but no
-        config here, a read-write config with that many queues; None when it has a config.
+        """Route ``topic``, which has messages in queues up to ``max_queue_id`` of the store, when
+        it has no config here: a read-write config with that many queues (widened as more of its
+        queues turn up, until the config is changed otherwise). Returns the new config, or None
+        when nothing changed.
 
         A replica that became master may hold replicated messages of a topic whose config never
         reached it (slave metadata sync runs every few seconds; upstream loses such topics on
         failover): without a config the name servers would not route those queues and their
-        messages could be neither read nor added to. An existing config is never changed (its queue
+        messages could be neither read nor added to. Other configs are never changed (their queue
         counts may have been lowered on purpose, e.g. to drain queues before removing them).
         """
-        if topic in self.table:
-            return None
+        old = self.table.get(topic)
         queues = max_queue_id + 1
+        if old is not None and (old is not self._adopted.get(topic) or old.readQueueNums >= queues):
+            return None
         config = TopicConfig(topicName=topic, readQueueNums=queues, writeQueueNums=queues)
         self.log.warning(
-            "topic %s has messages in the store (queues up to %d) but had no config here: routed with %d queues",
+            "topic %s has messages in the store (queues up to %d) but %s: routed with %d queues",
             topic,
             max_queue_id,
+            "had no config here" if old is None else "only the config adopted for it before",
             queues,
         )
         self.update(config)
+        self._adopted[topic] = config
         return config
 
     def create_in_send(

@@ -52,6 +52,14 @@ def test_adopt_stored_routes_a_topic_without_config_and_leaves_configs_alone(tmp
     assert made.perm == PermName.PERM_READ | PermName.PERM_WRITE
     assert topics.get("OnlyInStore") == made
     assert topics.data_version.counter == version.counter + 1
+    # more of its queues turned up (dispatch catching up on a new master): widened
+    wider = topics.adopt_stored("OnlyInStore", 5)
+    assert wider is not None
+    assert (wider.readQueueNums, wider.writeQueueNums) == (6, 6)
+    assert topics.adopt_stored("OnlyInStore", 4) is None
+    # once configured otherwise, it is left alone like any other topic
+    topics.update(made.__class__(topicName="OnlyInStore", readQueueNums=2, writeQueueNums=2))
+    assert topics.adopt_stored("OnlyInStore", 7) is None
     # a config with fewer queues than the store holds (lowered on purpose) stays as it is
     topics.update(made.__class__(topicName="Narrowed", readQueueNums=2, writeQueueNums=1))
     before = topics.get("Narrowed")
