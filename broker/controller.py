@@ -302,15 +302,19 @@ class BrokerController:
 
     def _queue_created(self, topic: str, queue_id: int) -> None:
         if not self.is_slave:
-            self.topics.adopt_stored(topic, max(self.store.queues.tables[topic]))
+            self._adopt_stored(topic)
 
     def _role_changed(self, is_master: bool) -> None:
         """A new master routes every topic it holds messages of, including ones replicated to it
         before their config was (see :meth:`TopicConfigManager.adopt_stored`)."""
         if is_master:
-            for topic, queues in list(self.store.queues.tables.items()):
-                if queues:
-                    self.topics.adopt_stored(topic, max(queues))
+            for topic in self.store.topics():
+                self._adopt_stored(topic)
+
+    def _adopt_stored(self, topic: str) -> None:
+        queue_ids = self.store.queue_ids(topic)
+        if queue_ids:
+            self.topics.adopt_stored(topic, queue_ids[-1])
 
     def _load_metadata(self) -> None:
         self.topics.load()
