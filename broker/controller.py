@@ -303,6 +303,11 @@ class BrokerController:
     def _queue_created(self, topic: str, queue_id: int) -> None:
         if not self.is_slave:
             self._adopt_stored(topic)
+            return
+        config = self.topics.get(topic)
+        if config is None or queue_id >= max(config.readQueueNums, config.writeQueueNums):
+            # the master created or widened the topic after our last metadata sync
+            self.replication.slave_sync.topics_behind()
 
     def _role_changed(self, is_master: bool) -> None:
         """A new master routes every topic it holds messages of, including ones replicated to it

@@ -14,6 +14,11 @@ master changed. A full sync asks the master, over the remoting client, for:
   schedule service, once it exists as ``broker.delay_offsets``, reloads it);
 * GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): like topics.
 
+Between full syncs the topic table alone is copied as soon as replicated messages reach a consume
+queue that the slave's table does not cover (:meth:`SlaveSynchronize.topics_behind`: a topic created
+or widened on the master), at most every ``catch_up_gap`` seconds. Upstream waits for the period;
+a failover inside it left such a topic unrouted, or its new queues unreadable, on the new master.
+
 A failed request leaves that table as it was and is logged; the next round tries again.
 """
 
@@ -42,6 +47,8 @@ log = logging.getLogger("broker.slave_sync")
 TICK = 3.0
 INTERVAL = 10.0
 TIMEOUT = 3.0
+#: least time between two topic-table catch-ups (a slave replaying a backlog creates many queues)
+CATCH_UP_GAP = 0.2
 
 
 class SlaveSyncError(Exception):
@@ -58,11 +65,19 @@ class SlaveSynchronize:
         tick: float = TICK,
         interval: float = INTERVAL,
         timeout: float = TIMEOUT,
+        catch_up_gap: float = CATCH_UP_GAP,
     ) -> None:
         self.broker = broker
         self.tick = tick
         self.interval = interval
         self.timeout = timeout
+        self.catch_up_gap = catch_up_gap
+        #: copy the topic table when replicated messages outrun it (off: full syncs only)
+        self.catch_up = True
+        self._topics_due = False
+        self._last_topics = -float("inf")
+        #: topic-table catch-ups run between full syncs (status and tests)
+        self.catch_ups = 0
         #: master broker address of the last full sync, and when it ran (trio clock)
         self.synced_from: str | None = None
         self.last_sync = -float("inf")
@@ -74,6 +89,13 @@ class SlaveSynchronize:
         """Sync at the next opportunity (a new master, or the broker just became a slave)."""
         self.last_sync = -float("inf")
         self._wake.set()
+
+    def topics_behind(self) -> None:
+        """Replicated messages reached a consume queue that the topic table does not cover:
+        copy the master's table soon rather than at the next full sync."""
+        if self.catch_up and not self._topics_due:
+            self._topics_due = True
+            self._wake.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -87,10 +109,23 @@ class SlaveSynchronize:
                 continue
             now = trio.current_time()
             if master != self.synced_from or now - self.last_sync >= self.interval:
+                self._topics_due = False
                 try:
                     await self.sync_all(master)
                 except SlaveSyncError as exc:
                     log.warning("slave sync from %s: %s", master, exc)
+            elif self._topics_due:
+                await trio.sleep(max(0.0, self._last_topics + self.catch_up_gap - now))
+                if not b.is_slave or b.master_addr != master:
+                    continue  # the next round handles the new master (a full sync)
+                self._topics_due = False
+                self._last_topics = trio.current_time()
+                try:
+                    await self.sync_topic_config(master)
+                except SlaveSyncError as exc:
+                    log.warning("slave topic catch-up from %s: %s", master, exc)
+                else:
+                    self.catch_ups += 1
 
     async def sync_all(self, master: str | None = None) -> None:
         """One full sync from ``master`` (default: the broker's master address)."""

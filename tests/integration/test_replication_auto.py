@@ -242,14 +242,15 @@ async def test_confirm_offset_recovery_never_hands_out_a_queue_offset_twice(tmp_
         ] + [b"after %d" % i for i in range(3)]
 
 
-async def _master_and_lazy_slave(g: Group) -> tuple[Running, Running]:
+async def _master_and_lazy_slave(g: Group, catch_up: bool = False) -> tuple[Running, Running]:
     """A master and a slave that has synced the master's metadata once and does not again by
-    itself (rounds can still be run by hand)."""
+    itself (rounds can still be run by hand) -- but for topic-table catch-ups when ``catch_up``."""
     m = await g.start("m", **auto(1))
     s = await g.start("s", **auto(2))
     await m.broker.replication.change_to_master(1)
     sync = s.broker.replication.slave_sync
     sync.interval = 3600.0
+    sync.catch_up = catch_up
     await s.broker.replication.change_to_slave(m.ha_addr, 1, master_addr=m.addr)
     await wait_until(lambda: sync.rounds >= 1, 10, "the slave's first metadata sync")
     return m, s
@@ -283,6 +284,59 @@ async def test_new_master_routes_a_topic_whose_config_had_not_reached_it(tmp_pat
         await g.send_ok(s.addr, b"late", queue_id=3, topic=new_topic)
         bodies = [b for q in range(4) for b in await _pull_bodies(g, s.addr, q, new_topic)]
         assert sorted(bodies) == sorted([b"early %d" % i for i in range(12)] + [b"late"])
+
+
+async def test_slave_copies_topic_table_when_replicated_messages_outrun_it(tmp_path: Path) -> None:
+    """A topic created, and one widened, on the master after the slave's last metadata sync: the
+    first replicated message in a queue the slave's table lacks makes it copy the master's table at
+    once (not at the next full sync, minutes away here), so a failover right after routes every
+    queue with its configured count."""
+    fresh, widened = "CreatedAfterSync", "WidenedAfterSync"
+    async with replication_group(tmp_path) as g:
+        m, s = await _master_and_lazy_slave(g, catch_up=True)
+        sync = s.broker.replication.slave_sync
+        await g.create_topic(m.addr, widened, queues=2)
+        await sync.sync_all(m.addr)
+        assert s.broker.topics.get(widened).readQueueNums == 2  # type: ignore[union-attr]
+        rounds = sync.rounds
+
+        await g.create_topic(m.addr, fresh, queues=3)
+        await g.create_topic(m.addr, widened, queues=4)
+        for q in range(3):
+            await g.send_ok(m.addr, b"fresh %d" % q, queue_id=q, topic=fresh)
+        for q in range(4):
+            await g.send_ok(m.addr, b"widened %d" % q, queue_id=q, topic=widened)
+        await wait_until(
+            lambda: (
+                (f := s.broker.topics.get(fresh)) is not None
+                and (f.readQueueNums, f.writeQueueNums) == (3, 3)
+                and (w := s.broker.topics.get(widened)) is not None
+                and (w.readQueueNums, w.writeQueueNums) == (4, 4)
+            ),
+            10,
+            "the slave's topic table catching up",
+        )
+        assert sync.rounds == rounds  # no full sync ran: the catch-up did it
+        assert sync.catch_ups >= 1
+        await wait_until(lambda: s.store.max_phy_offset == m.store.max_phy_offset, 10, "replicated")
+
+        await g.stop(m, crash=True)
+        await s.broker.replication.change_to_master(2)
+        name = s.broker.broker_config.brokerName
+        await wait_until(
+            lambda: (
+                (r := g.namesrv.routes.pickup_topic_route_data(widened)) is not None
+                and any(q.brokerName == name and q.readQueueNums == 4 for q in r.queueDatas)
+            ),
+            10,
+            "the name server routing all four queues of the widened topic to the new master",
+        )
+        assert [b for q in range(3) for b in await _pull_bodies(g, s.addr, q, fresh)] == [
+            b"fresh %d" % q for q in range(3)
+        ]
+        assert [b for q in range(4) for b in await _pull_bodies(g, s.addr, q, widened)] == [
+            b"widened %d" % q for q in range(4)
+        ]
 
 
 async def test_topic_deleted_on_the_master_stays_deleted_after_a_failover(tmp_path: Path) -> None:
