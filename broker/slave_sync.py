@@ -47,8 +47,9 @@ log = logging.getLogger("broker.slave_sync")
 TICK = 3.0
 INTERVAL = 10.0
 TIMEOUT = 3.0
-#: least time between two topic-table catch-ups (a slave replaying a backlog creates many queues)
-CATCH_UP_GAP = 0.2
+#: least time between two topic-table catch-ups: a slave replaying a backlog, or following a burst
+#: of topic creations, meets many new queues, and each catch-up copies the whole table
+CATCH_UP_GAP = 1.0
 
 
 class SlaveSyncError(Exception):
