@@ -7,13 +7,17 @@ Every fsync runs in a worker thread (``trio.to_thread.run_sync``).
 Group commit: a send that must be durable calls :meth:`CommitLogFlusher.wait_flushed` with the
 end of its record. If no flush is running it runs one itself, covering everything appended so
 far; otherwise it waits for the running round and checks again. Sends that arrive while a round
-runs are covered together by the next round.
+runs are covered together by the next round. A send whose bytes a truncation cut away while it
+waited (a master turned slave cuts its divergent tail, then takes the new master's bytes at the
+same offsets) is told so (:meth:`CommitLogFlusher.cut_since`): the flush that later covers its
+offset covers other bytes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 from collections.abc import Callable
 
 import trio
@@ -48,6 +52,8 @@ class CommitLogFlusher:
         self.flushed_store_timestamp = 0
         #: bumped by truncation; a round that started before a truncation does not advance
         self.generation = 0
+        #: (generation, offset) of the latest truncations, for :meth:`cut_since`
+        self._cuts: deque[tuple[int, int]] = deque(maxlen=64)
         self._flushing = False
         self._round_done = trio.Event()
 
@@ -102,23 +108,38 @@ class CommitLogFlusher:
                     self.flushed_store_timestamp = ts
         return self.flushed_offset
 
-    async def wait_flushed(self, offset: int, timeout_s: float) -> bool:
+    async def wait_flushed(self, offset: int, timeout_s: float, generation: int | None = None) -> bool:
         """Group commit: return True once every byte below ``offset`` is durable, False after
-        ``timeout_s`` (the bytes stay in the log; upstream FLUSH_DISK_TIMEOUT)."""
-        if self.flushed_offset >= offset:
+        ``timeout_s`` (the bytes stay in the log; upstream FLUSH_DISK_TIMEOUT) or as soon as a
+        truncation after ``generation`` (default: the current one, i.e. the caller appended
+        without awaiting since) cut the log below ``offset`` -- see :meth:`cut_since`."""
+        if generation is None:
+            generation = self.generation
+        if self.flushed_offset >= offset and generation == self.generation:
             return True
         with trio.move_on_after(timeout_s):
-            while self.flushed_offset < offset:
+            while self.flushed_offset < offset and not self.cut_since(generation, offset):
                 if self._flushing:
                     await self._round_done.wait()
                 else:
                     await self.flush()
+        return self.flushed_offset >= offset and not self.cut_since(generation, offset)
+
+    def cut_since(self, generation: int, offset: int) -> bool:
+        """Whether a truncation after ``generation`` cut the log below ``offset`` (bytes that
+        were below ``offset`` then may be gone or replaced). Truncations too old to be remembered
+        count as cuts."""
+        if generation == self.generation:
+            return False
+        cuts = self._cuts
+        if not cuts or cuts[0][0] > generation + 1:
             return True
-        return self.flushed_offset >= offset
+        return any(g > generation and cut < offset for g, cut in cuts)
 
     def truncated(self, offset: int) -> None:
         """The log was cut at ``offset``."""
         self.generation += 1
+        self._cuts.append((self.generation, offset))
         self.flushed_offset = min(self.flushed_offset, offset)
 
     async def run_periodic(self, interval_ms: int, least_pages: int, thorough_interval_ms: int) -> None:

@@ -228,6 +228,7 @@ class PutPaths:
                 return got
             phys, qo, now = got
         end = phys + n
+        generation = self.cl_flusher.generation  # truncations after this may cut the record away
         if not self._controller_mode:
             d = self.dispatcher
             if d.reput_offset == phys:
@@ -239,15 +240,10 @@ class PutPaths:
                     await self._catch_up()
             else:
                 await self._catch_up()
-        status = _PUT_OK
-        if (
-            wait_store_msg_ok
-            and self._sync_flush
-            and not await self.cl_flusher.wait_flushed(end, self._sync_flush_timeout)
-        ):
-            log.warning("sync flush of offset %d timed out after %ss", end, self._sync_flush_timeout)
-            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        return PutMessageResult(status, phys, n, qo, now, 1, "", self._host_bytes)
+        status, remark = _PUT_OK, ""
+        if wait_store_msg_ok and self._sync_flush:
+            status, remark = await self._await_flush(end, generation)
+        return PutMessageResult(status, phys, n, qo, now, 1, remark, self._host_bytes)
 
     async def put_messages(
         self,
@@ -321,6 +317,7 @@ class PutPaths:
                 return got
             phys, qo, now = got
         end = phys + n
+        generation = self.cl_flusher.generation
         if not self._controller_mode:
             d = self.dispatcher
             if (
@@ -331,16 +328,27 @@ class PutPaths:
                 or not d.dispatch_batch_direct(cq, phys, offsets, n, hints, qo, now, sys_flag)
             ):
                 await self._catch_up()
-        status = PutMessageStatus.PUT_OK
-        if (
-            wait_store_msg_ok
-            and self._sync_flush
-            and not await self.cl_flusher.wait_flushed(end, self._sync_flush_timeout)
-        ):
-            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        status, remark = PutMessageStatus.PUT_OK, ""
+        if wait_store_msg_ok and self._sync_flush:
+            status, remark = await self._await_flush(end, generation)
         return PutMessageResult(
-            status, phys, n, qo, now, len(offsets), "", self._host_bytes, [phys + o for o in offsets]
+            status, phys, n, qo, now, len(offsets), remark, self._host_bytes, [phys + o for o in offsets]
         )
+
+    async def _await_flush(self, end: int, generation: int) -> tuple[PutMessageStatus, str]:
+        """SYNC_FLUSH: wait until the bytes below ``end`` (appended at flusher ``generation``) are
+        durable; the status and remark of the send."""
+        flusher = self.cl_flusher
+        if await flusher.wait_flushed(end, self._sync_flush_timeout, generation):
+            return _PUT_OK, ""
+        if flusher.cut_since(generation, end):
+            log.warning("a truncation cut the log below offset %d while its send waited for the flush", end)
+            return (
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                "the message was truncated away before it was flushed (the broker stopped being master)",
+            )
+        log.warning("sync flush of offset %d timed out after %ss", end, self._sync_flush_timeout)
+        return PutMessageStatus.FLUSH_DISK_TIMEOUT, f"flush not done within {self._sync_flush_timeout}s"
 
     def _put_batch_plain(
         self,

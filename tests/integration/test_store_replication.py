@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from remoting.protocol.message import decode_message
-from store.config import BrokerRole
+from store.config import BrokerRole, FlushDiskType
 from store.message_store import DefaultMessageStore, StoreOffsetError
-from tests.integration.storekit import STORE_HOST, put, read_queue, running_store, small_config
+from store.results import PutMessageStatus
+from tests.integration.storekit import STORE_HOST, encode, put, read_queue, running_store, small_config
 
 
 async def _fill_master(master: DefaultMessageStore, n: int, seed: int = 1) -> list[int]:
@@ -172,3 +173,45 @@ async def test_truncate_everything_keeps_the_log_position(tmp_path: Path) -> Non
         res = await put(store, "TopicA", 0, b"fresh")
         assert res.wrote_offset == 0
         assert res.logics_offset == 0
+
+
+async def test_sync_flush_wait_fails_when_a_truncation_cut_the_record_away(tmp_path: Path) -> None:
+    """A demoted master cuts its divergent tail and takes the new master's bytes at the same
+    offsets: a SYNC_FLUSH send that waited across that must not be told its message is durable,
+    although the flushed offset passes its record end again."""
+    sync = {"flushDiskType": FlushDiskType.SYNC_FLUSH, "syncFlushTimeout": 2000}
+    async with (
+        running_store(small_config(tmp_path / "a", **sync)) as a,
+        running_store(small_config(tmp_path / "b")) as b,
+    ):
+        for store in (a, b):
+            for i in range(3):
+                assert (await put(store, "TopicA", 0, b"kept %d" % i)).is_ok
+        cut = a.max_phy_offset
+        assert b.max_phy_offset == cut  # same records, same sizes: the stores agree up to here
+        for i in range(5):
+            await put(b, "TopicA", 1, b"new master's %d" % i)
+
+        flusher = a.cl_flusher
+        generation = flusher.generation
+        doomed = await a.put_message(
+            encode("TopicA", 2, b"doomed"), "TopicA", 2, sys_flag=0, wait_store_msg_ok=False
+        )
+        end = doomed.end_offset
+        await a.truncate_to(cut)
+        data = b.read_raw(cut, b.max_phy_offset - cut)
+        assert data is not None
+        await a.append_raw(cut, data)
+        data.release()
+        await a.flush()
+        assert a.flushed_offset >= end  # other bytes cover the doomed record's range now
+        assert flusher.cut_since(generation, end)
+        assert not flusher.cut_since(flusher.generation, end)
+        assert not await flusher.wait_flushed(end, 1.0, generation)
+        assert await flusher.wait_flushed(end, 1.0)  # a send appended after the cut is durable
+
+        status, remark = await a._await_flush(end, generation)
+        assert status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert "truncated away" in remark
+        assert read_queue(a, "TopicA", 2) == []
+        assert read_queue(a, "TopicA", 1) == read_queue(b, "TopicA", 1)
