@@ -7,7 +7,8 @@ master changed. A full sync asks the master, over the remoting client, for:
 * GET_ALL_TOPIC_CONFIG (21): when the master's DataVersion differs, the topic table becomes the
   master's (topics the master lacks are removed) with the master's DataVersion; the slave re-registers.
   Topics that the same master had at the previous sync and has no more were deleted there: their
-  consume queues are deleted here too (kept, they would come back with a failover);
+  consume queues and consumer offsets are deleted here too (kept, they would come back with a
+  failover);
 * GET_ALL_CONSUMER_OFFSET (43): the master's offsets are merged over the slave's (upstream
   ``putAll``) and its DataVersion adopted;
 * GET_ALL_DELAY_OFFSET (45): the body is written to ``config/delayOffset.json`` when it differs (the
@@ -187,7 +188,12 @@ class SlaveSynchronize:
         )
         self.broker.request_register()  # persists the table and registers it
         if deleted:
-            log.info("slave sync: topics %s deleted on the master, deleting their consume queues", deleted)
+            log.info(
+                "slave sync: topics %s deleted on the master, deleting their consume queues and offsets",
+                deleted,
+            )
+            for topic in deleted:
+                self.broker.offsets.remove_topic(topic)  # as the master did (merges keep ours otherwise)
             await self.broker.store.delete_topics(deleted)
 
     async def sync_consumer_offset(self, master: str) -> None:

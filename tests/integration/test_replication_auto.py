@@ -340,8 +340,8 @@ async def test_slave_copies_topic_table_when_replicated_messages_outrun_it(tmp_p
 
 
 async def test_topic_deleted_on_the_master_stays_deleted_after_a_failover(tmp_path: Path) -> None:
-    """The slave drops the consume queues of a topic its master deleted, so a promoted slave does
-    not bring the topic back (it routes every topic it holds messages of)."""
+    """The slave drops the consume queues and consumer offsets of a topic its master deleted, so a
+    promoted slave does not bring the topic back (it routes every topic it holds messages of)."""
     doomed = "DeletedBeforeFailover"
     async with replication_group(tmp_path) as g:
         m, s = await _master_and_lazy_slave(g)
@@ -351,14 +351,21 @@ async def test_topic_deleted_on_the_master_stays_deleted_after_a_failover(tmp_pa
             await g.send_ok(m.addr, b"doomed %d" % i, queue_id=i % 2, topic=doomed)
         await wait_until(lambda: s.store.max_phy_offset == m.store.max_phy_offset, 10, "replicated")
         await wait_until(lambda: s.store.queue_ids(doomed) == [0, 1], 10, "the slave's consume queues")
+        commit = {"consumerGroup": "G", "topic": doomed, "queueId": 1, "commitOffset": 3}
+        response = await g.call(m.addr, request(RequestCode.UPDATE_CONSUMER_OFFSET, commit))
+        assert response.code == ResponseCode.SUCCESS, describe(response)
         await sync.sync_all(m.addr)
         assert s.broker.topics.get(doomed) is not None
+        assert s.broker.offsets.queues_of("G", doomed) == {1: 3}
 
         response = await g.call(m.addr, request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": doomed}))
         assert response.code == ResponseCode.SUCCESS, describe(response)
         await sync.sync_all(m.addr)
         assert s.broker.topics.get(doomed) is None
         assert s.store.queue_ids(doomed) == []
+        # its offsets go too (the master dropped them): a topic created again under the same
+        # name after a failover must not start its consumers at the old offsets
+        assert s.broker.offsets.queues_of("G", doomed) == {}
 
         await g.stop(m, crash=True)
         await s.broker.replication.change_to_master(2)
