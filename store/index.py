@@ -297,16 +297,19 @@ class IndexService:
         if topics.count(first) == n:
             prefix: int | np.ndarray = self._prefix_hash(first)
         else:
-            # many topics (a broker with thousands of queues): hash only the topics not cached
-            # yet, then look every entry up without a Python call per entry or per topic
+            # many topics (a broker with thousands of queues): look every entry up without a
+            # Python call per entry; only when a topic is not cached yet, hash the missing ones
             cache = self._prefix_hashes
-            missing = set(topics).difference(cache)
-            if len(cache) + len(missing) > _PREFIX_CACHE_MAX:
-                cache.clear()
-                missing = set(topics)
-            for topic in missing:
-                cache[topic] = _topic_prefix_hash(topic)
-            prefix = np.fromiter(map(cache.__getitem__, topics), np.uint64, n)
+            try:
+                prefix = np.fromiter(map(cache.__getitem__, topics), np.uint64, n)
+            except KeyError:
+                missing = set(topics).difference(cache)
+                if len(cache) + len(missing) > _PREFIX_CACHE_MAX:
+                    cache.clear()
+                    missing = set(topics)
+                for topic in missing:
+                    cache[topic] = _topic_prefix_hash(topic)
+                prefix = np.fromiter(map(cache.__getitem__, topics), np.uint64, n)
         hashes = key_hashes(prefix, keys_)
         phy_arr = np.array(phys, np.int64)
         ts_arr = np.array(stamps, np.int64)
