@@ -612,12 +612,24 @@ class TrioSim:
         self.nursery.start_soon(target.handle_connection, FaultyStream(b, self.rng))
         return FaultyStream(a, self.rng)
 
-    async def alter(self, proposal: set[int]) -> tuple[set[int], int] | None:
-        await trio.sleep(self.rng.choice([0.0, 0.05, 0.5]))
-        if self.rng.random() < 0.2 or not all(m in self.services for m in proposal):
-            return None
-        self.sync_state_set = set(proposal)
-        return set(proposal), self.epoch
+    def _alter(self, node_id: int) -> Callable[[set[int]], Awaitable[tuple[set[int], int] | None]]:
+        """The controller's ALTER_SYNC_STATE_SET as ``node_id`` sends it: like the real controller
+        (controller/replicas.py) it refuses a broker that is not the master of the current epoch
+        when the request arrives -- a demoted master shrinking the set to itself would otherwise
+        confirm bytes that the new master lacks."""
+
+        async def alter(proposal: set[int]) -> tuple[set[int], int] | None:
+            service = self.services.get(node_id)
+            epoch = service.epoch if service is not None else -1  # the request's masterEpoch
+            await trio.sleep(self.rng.choice([0.0, 0.05, 0.5]))
+            if self.rng.random() < 0.2 or not all(m in self.services for m in proposal):
+                return None
+            if node_id != self.master_id or epoch != self.epoch:
+                return None  # CONTROLLER_INVALID_MASTER / CONTROLLER_FENCED_MASTER_EPOCH
+            self.sync_state_set = set(proposal)
+            return set(proposal), self.epoch
+
+        return alter
 
     async def start(self, node_id: int) -> None:
         service = HAService(
@@ -626,7 +638,7 @@ class TrioSim:
             broker_id=node_id,
             connect=self.connect,
             persist=self._persist(node_id),
-            alter_sync_state_set=self.alter,
+            alter_sync_state_set=self._alter(node_id),
             check_period=1.0,
         )
         scope = trio.CancelScope()
