@@ -178,8 +178,7 @@ class SlaveSynchronize:
             if master == self.synced_from
             else []
         )
-        topics.table = dict(wrapper.topicConfigTable)
-        topics.data_version = wrapper.dataVersion
+        topics.replace_all(wrapper.topicConfigTable, wrapper.dataVersion)
         log.info(
             "slave sync: %d topic configs from %s (version %s)",
             len(topics.table),

@@ -204,10 +204,18 @@ class TopicConfigManager:
 
     def delete(self, topic: str) -> TopicConfig | None:
         old = self.table.pop(topic, None)
+        self._adopted.pop(topic, None)
         if old is not None:
             self.log.info("deleted topic config %s", old)
             self._changed()
         return old
+
+    def replace_all(self, table: dict[str, TopicConfig], data_version: DataVersion) -> None:
+        """Take a master's whole table and DataVersion (slave metadata sync); nothing adopted
+        survives it."""
+        self.table = dict(table)
+        self.data_version = data_version
+        self._adopted.clear()
 
     def adopt_stored(self, topic: str, max_queue_id: int) -> TopicConfig | None:
         """Route ``topic``, which has messages in queues up to ``max_queue_id`` of the store, when
