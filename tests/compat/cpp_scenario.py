@@ -8,9 +8,10 @@ if the scenario overruns its ``deadline`` (a hung native call), so the caller st
 Actions (``spec["action"]``):
 
 - ``produce``: send ``messages`` (each: ``topic``, ``body`` text or ``body_random`` byte count,
-  optional ``keys``, ``tags``, ``props``, ``mode`` = ``sync`` | ``oneway`` | ``orderly`` with ``arg``)
-  with one producer; report one result per message (``ok``, ``status``, ``msg_id``, ``offset`` or
-  ``error`` / ``error_type``).
+  optional ``keys``, ``tags``, ``props``, ``mode`` = ``sync`` | ``oneway`` | ``orderly`` with ``arg``,
+  or ``batch`` with the batch's messages in ``items``) with one producer (``max_message_size``: the
+  client's own body limit, 128 KiB unless given); report one result per message or batch (``ok``,
+  ``status``, ``msg_id``, ``offset`` or ``error`` / ``error_type``).
 - ``push``: a push consumer (``orderly`` or concurrent, clustering) subscribed to ``topic`` with
   ``expression``; records every delivery (body, keys, tags, the ``props`` asked for, queue id and
   offset, reconsume count, message id, arrival time and thread), then sleeps up to ``sleep_ms``
@@ -91,8 +92,31 @@ def _error(e: BaseException) -> dict[str, Any]:
 # --- produce --------------------------------------------------------------------------------------
 
 
+def _message(m: dict[str, Any]) -> Message:
+    """A C++ client message from a scenario entry (``topic``, ``body`` or ``body_random``, ``keys``,
+    ``tags``, ``props``)."""
+    msg = Message(m["topic"])
+    if "body_random" in m:
+        data = os.urandom(m["body_random"])
+        if dll.SetByteMessageBody(msg._handle, data, len(data)) != 0:
+            raise RuntimeError("SetByteMessageBody failed")
+    else:
+        msg.set_body(m["body"].encode())
+    if m.get("keys"):
+        msg.set_keys(m["keys"])
+    if m.get("tags"):
+        msg.set_tags(m["tags"])
+    for k, v in m.get("props", {}).items():
+        msg.set_property(k, v)
+    return msg
+
+
 def produce(spec: dict[str, Any], result: dict[str, Any]) -> None:
-    producer = Producer(spec.get("group", "PG_COMPAT"), timeout=spec.get("timeout_ms", 5000))
+    producer = Producer(
+        spec.get("group", "PG_COMPAT"),
+        timeout=spec.get("timeout_ms", 5000),
+        max_message_size=spec.get("max_message_size"),
+    )
     producer.set_namesrv_addr(spec["namesrv"])
     producer.start()
     results: list[dict[str, Any]] = result.setdefault("results", [])
@@ -101,21 +125,18 @@ def produce(spec: dict[str, Any], result: dict[str, Any]) -> None:
         if spec.get("quiet_start", True):
             result["quiet_after"] = wait_first_heartbeat_pass(passes_logged=2)
         for m in spec["messages"]:
-            msg = Message(m["topic"])
-            keep.append(msg)
-            if "body_random" in m:
-                data = os.urandom(m["body_random"])
-                if dll.SetByteMessageBody(msg._handle, data, len(data)) != 0:
-                    raise RuntimeError("SetByteMessageBody failed")
-            else:
-                msg.set_body(m["body"].encode())
-            if m.get("keys"):
-                msg.set_keys(m["keys"])
-            if m.get("tags"):
-                msg.set_tags(m["tags"])
-            for k, v in m.get("props", {}).items():
-                msg.set_property(k, v)
             mode = m.get("mode", "sync")
+            if mode == "batch":
+                items = [_message(item) for item in m["items"]]
+                keep.extend(items)
+                try:
+                    r = producer.send_batch(items)
+                    results.append({"ok": True, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset})
+                except Exception as e:
+                    results.append(_error(e))
+                continue
+            msg = _message(m)
+            keep.append(msg)
             try:
                 if mode == "sync":
                     r = producer.send_sync(msg)
