@@ -1,0 +1,368 @@
+"""Random requests to a live broker (hypothesis): every request code the broker serves, plus unknown
+ones, with header fields drawn from every request header's field names and values chosen to hit
+edges (negative and overflowing numbers, booleans, empty strings, invalid and system topic names,
+control characters) and bodies that are random bytes, JSON or a well-formed batch.
+
+What must hold after any such sequence (the "Bad input" standard): each request is answered with a
+response code (a held pull may instead stay unanswered until its timeout), the broker keeps serving,
+a message stored before the sequence is still there, and the broker starts again from the files the
+sequence left behind with that message intact -- no request can corrupt the store or write a config
+file that a restart cannot read.
+
+Requests are mostly plausible (the header the handler reads, every field of the right type except
+up to two; shaped JSON bodies for heartbeats, locks and subscription groups), so that they get
+past the header checks into the handlers. ``BROKER_FUZZ_EXAMPLES=3000`` runs a longer search
+(40 examples by default); ``FUZZ_REMARKS=1`` with ``--hypothesis-show-statistics`` lists which
+responses the requests got."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import shutil
+import tempfile
+
+import msgspec
+import trio
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.errors import RemotingError, RemotingTimeoutError
+from remoting.headers import CommandHeader
+from remoting.protocol import broker as broker_headers
+from remoting.protocol import controller as controller_headers
+from remoting.protocol.message import BatchItem, encode_batch_body
+from tests.integration.broker_env import BrokerEnv, broker_env
+from tests.integration.broker_requests import describe, pull_all, send_text
+
+MARKER_TOPIC = "FuzzMarkerTopic"
+MARKER_GROUP = "FuzzMarkerGroup"
+MARKER_TEXT = "stored before the fuzzing"
+
+#: a valid value here legitimately changes what the broker serves (brokerPermission=0,
+#: maxMessageSize=1, ...), so the "still serving" check could not tell a bug from a setting
+EXCLUDED = {RequestCode.UPDATE_BROKER_CONFIG}
+#: every request code upstream defines (the ones the broker does not serve must be refused as such)
+CODES = sorted({int(c) for c in RequestCode} | {0, 9999, -7})
+CODE_NAMES = {int(c) for c in RequestCode}
+#: codes whose request may be held (long polling) rather than answered within the timeout
+MAY_HOLD = {RequestCode.PULL_MESSAGE}
+ANSWER_TIMEOUT = 3.0
+
+
+def _header_classes() -> list[type[CommandHeader]]:
+    return [
+        cls
+        for module in (broker_headers, controller_headers)
+        for _, cls in inspect.getmembers(module, inspect.isclass)
+        if issubclass(cls, CommandHeader) and cls is not CommandHeader and cls.__module__ == module.__name__
+    ]
+
+
+HEADERS = _header_classes()
+FIELDS = sorted({f.encode_name for cls in HEADERS for f in msgspec.structs.fields(cls)})
+#: the header each handler reads, so that most requests get past the header check into the handler
+HEADER_OF: dict[int, type[CommandHeader]] = {
+    RequestCode.SEND_MESSAGE: broker_headers.SendMessageRequestHeader,
+    RequestCode.SEND_MESSAGE_V2: broker_headers.SendMessageRequestHeaderV2,
+    RequestCode.SEND_BATCH_MESSAGE: broker_headers.SendMessageRequestHeaderV2,
+    RequestCode.PULL_MESSAGE: broker_headers.PullMessageRequestHeader,
+    RequestCode.QUERY_CONSUMER_OFFSET: broker_headers.QueryConsumerOffsetRequestHeader,
+    RequestCode.UPDATE_CONSUMER_OFFSET: broker_headers.UpdateConsumerOffsetRequestHeader,
+    RequestCode.GET_MAX_OFFSET: broker_headers.TopicQueueRequestHeader,
+    RequestCode.GET_MIN_OFFSET: broker_headers.TopicQueueRequestHeader,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: broker_headers.TopicQueueRequestHeader,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: broker_headers.SearchOffsetRequestHeader,
+    RequestCode.VIEW_MESSAGE_BY_ID: broker_headers.ViewMessageRequestHeader,
+    RequestCode.QUERY_MESSAGE: broker_headers.QueryMessageRequestHeader,
+    RequestCode.CONSUMER_SEND_MSG_BACK: broker_headers.ConsumerSendMsgBackRequestHeader,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: broker_headers.CreateTopicRequestHeader,
+    RequestCode.DELETE_TOPIC_IN_BROKER: broker_headers.DeleteTopicRequestHeader,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: broker_headers.DeleteSubscriptionGroupRequestHeader,
+    RequestCode.GET_CONSUME_STATS: broker_headers.GetConsumeStatsRequestHeader,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: broker_headers.GetConsumerConnectionListRequestHeader,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: broker_headers.GetConsumerListByGroupRequestHeader,
+    RequestCode.GET_PRODUCER_CONNECTION_LIST: broker_headers.GetProducerConnectionListRequestHeader,
+    RequestCode.GET_TOPIC_STATS_INFO: broker_headers.GetTopicStatsInfoRequestHeader,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: broker_headers.QueryTopicConsumeByWhoRequestHeader,
+    RequestCode.UNREGISTER_CLIENT: broker_headers.UnregisterClientRequestHeader,
+    RequestCode.NOTIFY_BROKER_ROLE_CHANGED: controller_headers.NotifyBrokerRoleChangedRequestHeader,
+}
+NAMES = [
+    "FuzzTopic",
+    "FuzzGroup",
+    "%RETRY%FuzzGroup",
+    "%DLQ%FuzzGroup",
+    "TBW102",
+    "SCHEDULE_TOPIC_XXXX",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "TestCluster",
+    "broker-a",
+    "127.0.0.1:1",
+]
+EDGE_VALUES = [
+    *NAMES,
+    "",
+    "0",
+    "1",
+    "-1",
+    "2147483647",
+    "2147483648",
+    "-2147483649",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775809",
+    "99999999999999999999999",
+    "1.5",
+    "1e400",
+    "NaN",
+    "true",
+    "false",
+    "null",
+    "*",
+    "TagA || TagB",
+    "TagA ||",
+    "../../escape",
+    "a/b",
+    "x" * 300,
+    "\x01\x02",
+    "KEY\x01value\x02",
+    "UNIQ_KEY\x01\x02",
+    "héllo",
+    "{}",
+    "[]",
+    '{"a":1}',
+]
+ANY_VALUE = st.one_of(
+    st.sampled_from(EDGE_VALUES),
+    st.integers(min_value=-(2**64), max_value=2**64).map(str),
+    st.text(max_size=24),
+)
+
+
+INT_VALUE = st.integers(-1, 20).map(str)
+BOOL_VALUE = st.sampled_from(["true", "false"])
+STR_VALUE = st.sampled_from(NAMES)
+#: fields whose valid values are not names
+SPECIAL_VALUES: dict[str, st.SearchStrategy[str]] = {
+    name: strategy
+    for names, strategy in (
+        (
+            ("properties", "i"),
+            st.sampled_from(
+                [
+                    "TAGS\x01TagA\x02",
+                    "TAGS\x01TagB\x02KEYS\x01k1 k2\x02UNIQ_KEY\x010A0B0C\x02",
+                    "DELAY\x013\x02",
+                    "TRAN_MSG\x01true\x02",
+                    "",
+                ]
+            ),
+        ),
+        (("subscription",), st.sampled_from(["*", "TagA", "TagA || TagB", "a = 1"])),
+        (("expressionType",), st.sampled_from(["TAG", "SQL92"])),
+        (
+            ("msgId", "offsetMsgId", "originMsgId"),
+            st.sampled_from(["7F0000010000271100000000000000AA", "00"]),
+        ),
+        (("perm",), st.sampled_from(["2", "4", "6", "7"])),
+        (("bornTimestamp", "g", "timestamp", "beginTimestamp", "endTimestamp"), st.just("1700000000000")),
+    )
+    for name in names
+}
+JSON_KEYS = [
+    *FIELDS,
+    "groupName",
+    "clientID",
+    "mqSet",
+    "brokerName",
+    "consumerDataSet",
+    "producerDataSet",
+    "subscriptionDataSet",
+    "retryQueueNums",
+    "retryMaxTimes",
+    "consumeEnable",
+    "brokerId",
+    "offsetTable",
+    "topicConfigTable",
+]
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.sampled_from(EDGE_VALUES),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(JSON_KEYS), inner, max_size=5)
+    ),
+    max_leaves=14,
+)
+BATCH = st.lists(
+    st.builds(
+        BatchItem,
+        st.integers(-(2**31), 2**31 - 1),
+        st.binary(max_size=64),
+        st.sampled_from(
+            ["", "TAGS\x01TagA\x02", "KEYS\x01k1 k2\x02UNIQ_KEY\x01ABC\x02", "bad", "\x01\x02\x01"]
+        ),
+    ),
+    min_size=1,
+    max_size=4,
+).map(encode_batch_body)
+SMALL = st.integers(-1, 20)
+NAME = st.sampled_from(NAMES)
+SUBSCRIPTION = st.fixed_dictionaries(
+    {
+        "topic": NAME,
+        "subString": st.sampled_from(["*", "TagA", "TagA || TagB"]),
+        "tagsSet": st.lists(st.sampled_from(["TagA", "TagB"]), max_size=2),
+        "codeSet": st.lists(st.integers(-(2**31), 2**31 - 1), max_size=2),
+        "subVersion": st.integers(0, 2**62),
+        "expressionType": st.sampled_from(["TAG", "SQL92"]),
+    }
+)
+QUEUE = st.fixed_dictionaries(
+    {"topic": NAME, "brokerName": st.sampled_from(["broker-a", "broker-x"]), "queueId": SMALL}
+)
+#: bodies of the requests that carry one, shaped as the clients send them (field values still vary)
+BODY_OF: dict[int, st.SearchStrategy[object]] = {
+    RequestCode.HEART_BEAT: st.fixed_dictionaries(
+        {
+            "clientID": st.sampled_from(["127.0.0.1@1", "127.0.0.1@2", ""]),
+            "producerDataSet": st.lists(st.fixed_dictionaries({"groupName": NAME}), max_size=2),
+            "consumerDataSet": st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "groupName": NAME,
+                        "consumeType": st.sampled_from(["CONSUME_PASSIVELY", "CONSUME_ACTIVELY", "X"]),
+                        "messageModel": st.sampled_from(["CLUSTERING", "BROADCASTING"]),
+                        "consumeFromWhere": st.sampled_from(
+                            ["CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_TIMESTAMP"]
+                        ),
+                        "subscriptionDataSet": st.lists(SUBSCRIPTION, max_size=2),
+                        "unitMode": st.booleans(),
+                    }
+                ),
+                max_size=2,
+            ),
+        }
+    ),
+    RequestCode.LOCK_BATCH_MQ: st.fixed_dictionaries(
+        {
+            "consumerGroup": NAME,
+            "clientId": st.sampled_from(["c1", "c2"]),
+            "mqSet": st.lists(QUEUE, max_size=3),
+        }
+    ),
+    RequestCode.UNLOCK_BATCH_MQ: st.fixed_dictionaries(
+        {
+            "consumerGroup": NAME,
+            "clientId": st.sampled_from(["c1", "c2"]),
+            "mqSet": st.lists(QUEUE, max_size=3),
+        }
+    ),
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: st.fixed_dictionaries(
+        {
+            "groupName": NAME,
+            "consumeEnable": st.booleans(),
+            "consumeBroadcastEnable": st.booleans(),
+            "retryQueueNums": SMALL,
+            "retryMaxTimes": SMALL,
+            "brokerId": SMALL,
+            "whichBrokerWhenConsumeSlowly": SMALL,
+        }
+    ),
+}
+BODIES = st.one_of(st.none(), st.binary(max_size=256), JSON.map(msgspec.json.encode), BATCH)
+
+
+def _valid(cls: type[CommandHeader], name: str, wire_name: str) -> st.SearchStrategy[str]:
+    """A plausible value for the field (the right type, a known name)."""
+    special = SPECIAL_VALUES.get(wire_name, SPECIAL_VALUES.get(name))
+    if special is not None:
+        return special
+    hint = str(cls.__annotations__.get(name, ""))
+    if "int" in hint:
+        return INT_VALUE
+    if "bool" in hint:
+        return BOOL_VALUE
+    return STR_VALUE
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> RemotingCommand:
+    """A request of any code, mostly with the header its handler reads: every field plausible
+    except up to two, which get an edge value or go missing; sometimes another header's fields
+    instead, and now and then a stray field."""
+    code = draw(st.sampled_from(sorted(HEADER_OF.keys() | BODY_OF.keys())) | st.sampled_from(CODES))
+    cls = HEADER_OF.get(code) if draw(st.integers(0, 5)) else None
+    if cls is None:
+        cls = draw(st.sampled_from(HEADERS))
+    fields = msgspec.structs.fields(cls)
+    bad = draw(st.sets(st.sampled_from([f.encode_name for f in fields]), max_size=2)) if fields else set()
+    ext: dict[str, str] = {}
+    for f in fields:
+        if f.encode_name in bad:
+            if draw(st.booleans()):
+                ext[f.encode_name] = draw(ANY_VALUE)
+        elif f.required or draw(st.booleans()):
+            ext[f.encode_name] = draw(_valid(cls, f.name, f.encode_name))
+    if not draw(st.integers(0, 4)):
+        ext.setdefault(draw(st.sampled_from(FIELDS) | st.text(max_size=8)), draw(ANY_VALUE))
+    shaped = BODY_OF.get(code)
+    if shaped is not None and draw(st.integers(0, 4)):
+        body: bytes | None = msgspec.json.encode(draw(shaped))
+    else:
+        body = draw(BODIES)
+    return RemotingCommand(code=code, ext_fields=ext or None, body=body)
+
+
+async def _marker(env: BrokerEnv) -> list[str]:
+    return [m.body.decode() for m in await pull_all(env, MARKER_GROUP, MARKER_TOPIC, 0)]
+
+
+async def _run(root: str, sequence: list[RemotingCommand]) -> None:
+    async with broker_env(root) as env:
+        await send_text(env, MARKER_TOPIC, MARKER_TEXT)
+        for cmd in sequence:
+            if cmd.code in EXCLUDED:
+                continue
+            try:
+                response = await env.client.invoke(env.addr, cmd, ANSWER_TIMEOUT)
+            except RemotingTimeoutError:
+                assert cmd.code in MAY_HOLD, f"no answer to {cmd}"
+                continue
+            except RemotingError as e:
+                raise AssertionError(f"{cmd} -> {type(e).__name__}: {e}") from None
+            assert isinstance(response.code, int), describe(response)
+            name = RequestCode(cmd.code).name if cmd.code in CODE_NAMES else str(cmd.code)
+            remark = f" {(response.remark or '')[:70]}" if os.environ.get("FUZZ_REMARKS") else ""
+            event(f"{name} -> {response.code}{remark}")
+            if cmd.code not in env.broker.processor_table.handlers:
+                assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, describe(response)
+        # still serving: the stored message reads back, a new one is stored and read back
+        assert await _marker(env) == [MARKER_TEXT]
+        await send_text(env, MARKER_TOPIC, "stored after the fuzzing")
+    async with broker_env(root) as env:
+        assert await _marker(env) == [MARKER_TEXT, "stored after the fuzzing"]
+
+
+@settings(
+    max_examples=int(os.environ.get("BROKER_FUZZ_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(sequence=st.lists(requests(), min_size=1, max_size=25))
+def test_random_requests_never_stop_the_broker_or_damage_what_it_stored(
+    sequence: list[RemotingCommand],
+) -> None:
+    root = tempfile.mkdtemp(prefix="broker-fuzz-")
+    try:
+        trio.run(_run, root, sequence)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_fuzz_header_fields_cover_the_send_and_pull_headers() -> None:
+    """The field pool really holds the header names the handlers read (guards the introspection)."""
+    for name in ("topic", "queueId", "consumerGroup", "queueOffset", "maxMsgNums", "sysFlag", "a", "b", "e"):
+        assert name in FIELDS, name
+    assert os.sep not in "".join(FIELDS)
