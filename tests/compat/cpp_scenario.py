@@ -131,7 +131,9 @@ def produce(spec: dict[str, Any], result: dict[str, Any]) -> None:
                 keep.extend(items)
                 try:
                     r = producer.send_batch(items)
-                    results.append({"ok": True, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset})
+                    results.append(
+                        {"ok": True, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset}
+                    )
                 except Exception as e:
                     results.append(_error(e))
                 continue

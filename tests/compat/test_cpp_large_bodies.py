@@ -1,8 +1,8 @@
 """Large bodies through a real ``rmq-container`` with the real C++ client: the client zlib-compresses
 every body over 4 KiB (``compressMsgBodyOverHowmuch``) and flags it COMPRESSED; the broker stores
 the compressed bytes untouched and hands the flag back, so push and pull consumers inflate exactly
-what was sent -- text that compresses well, random bytes that do not, and a body just under the
-4 MiB ``maxMessageSize`` that is only accepted because the client sends it compressed."""
+what was sent. Sizes from either side of the 4 KiB threshold up to just under the 4 MiB
+``maxMessageSize`` (the client's own limit, 128 KiB by default, raised to match)."""
 
 from __future__ import annotations
 
