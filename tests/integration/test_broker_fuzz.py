@@ -50,6 +50,19 @@ CODE_NAMES = {int(c) for c in RequestCode}
 #: codes whose request may be held (long polling) rather than answered within the timeout
 MAY_HOLD = {RequestCode.PULL_MESSAGE}
 ANSWER_TIMEOUT = 3.0
+#: refusals that must say why (a remark naming the field, topic or group at fault)
+MUST_EXPLAIN = {
+    ResponseCode.SYSTEM_ERROR,
+    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+    ResponseCode.MESSAGE_ILLEGAL,
+    ResponseCode.NO_PERMISSION,
+    ResponseCode.TOPIC_NOT_EXIST,
+    ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+    ResponseCode.SUBSCRIPTION_NOT_LATEST,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+    ResponseCode.INVALID_PARAMETER,
+}
 
 
 def _header_classes() -> list[type[CommandHeader]]:
@@ -332,7 +345,8 @@ async def _run(root: str, sequence: list[RemotingCommand]) -> None:
                 continue
             except RemotingError as e:
                 raise AssertionError(f"{cmd} -> {type(e).__name__}: {e}") from None
-            assert isinstance(response.code, int), describe(response)
+            if response.code in MUST_EXPLAIN:
+                assert response.remark, f"{cmd} -> {describe(response)}: an error without a remark"
             name = RequestCode(cmd.code).name if cmd.code in CODE_NAMES else str(cmd.code)
             remark = f" {(response.remark or '')[:70]}" if os.environ.get("FUZZ_REMARKS") else ""
             event(f"{name} -> {response.code}{remark}")
