@@ -235,6 +235,10 @@ SUBSCRIPTION = st.fixed_dictionaries(
 QUEUE = st.fixed_dictionaries(
     {"topic": NAME, "brokerName": st.sampled_from(["broker-a", "broker-x"]), "queueId": SMALL}
 )
+#: LOCK_BATCH_MQ and UNLOCK_BATCH_MQ bodies have the same shape
+LOCK_BODY = st.fixed_dictionaries(
+    {"consumerGroup": NAME, "clientId": st.sampled_from(["c1", "c2"]), "mqSet": st.lists(QUEUE, max_size=3)}
+)
 #: bodies of the requests that carry one, shaped as the clients send them (field values still vary)
 BODY_OF: dict[int, st.SearchStrategy[object]] = {
     RequestCode.HEART_BEAT: st.fixed_dictionaries(
@@ -258,20 +262,8 @@ BODY_OF: dict[int, st.SearchStrategy[object]] = {
             ),
         }
     ),
-    RequestCode.LOCK_BATCH_MQ: st.fixed_dictionaries(
-        {
-            "consumerGroup": NAME,
-            "clientId": st.sampled_from(["c1", "c2"]),
-            "mqSet": st.lists(QUEUE, max_size=3),
-        }
-    ),
-    RequestCode.UNLOCK_BATCH_MQ: st.fixed_dictionaries(
-        {
-            "consumerGroup": NAME,
-            "clientId": st.sampled_from(["c1", "c2"]),
-            "mqSet": st.lists(QUEUE, max_size=3),
-        }
-    ),
+    RequestCode.LOCK_BATCH_MQ: LOCK_BODY,
+    RequestCode.UNLOCK_BATCH_MQ: LOCK_BODY,
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: st.fixed_dictionaries(
         {
             "groupName": NAME,
@@ -379,4 +371,3 @@ def test_fuzz_header_fields_cover_the_send_and_pull_headers() -> None:
     """The field pool really holds the header names the handlers read (guards the introspection)."""
     for name in ("topic", "queueId", "consumerGroup", "queueOffset", "maxMsgNums", "sysFlag", "a", "b", "e"):
         assert name in FIELDS, name
-    assert os.sep not in "".join(FIELDS)
