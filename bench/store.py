@@ -32,13 +32,13 @@ import struct
 import sys
 import tempfile
 import time
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
 from bench.common import markdown_table, row
+from remoting.crc import crc32
 from remoting.protocol.message import UniqIdGenerator, encode_message, tags_hash_code
 from store.config import MessageStoreConfig
 from store.message_store import DefaultMessageStore
@@ -100,7 +100,7 @@ class Baseline:
         rec[tail + 1 : tail + 1 + len(topic)] = topic
         struct.pack_into(">h", rec, tail + 1 + len(topic), len(props))
         rec[total - len(props) :] = props
-        pack, crc, view, limit = self._HEADER.pack_into, zlib.crc32, self.view, self.size - total
+        pack, crc, view, limit = self._HEADER.pack_into, crc32, self.view, self.size - total
         ip = bytes([127, 0, 0, 1])
         pos = 0
         t0 = time.perf_counter()

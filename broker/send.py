@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from broker.send_records import (
+    NO_SLOT,
     BatchHint,
     BatchRecordEncoder,
     ClientProperties,
+    PlacedBatch,
     encode_single,
     host_port,
 )
@@ -475,6 +477,9 @@ class SendProcessor:
         except (MessageFormatError, ValueError):
             encoded = None  # the general path answers, at the point it always did
         else:
+            # Encoded for the place the store appends next, the records need no second pass
+            # there; nothing can append in between (no checkpoint until the store has them).
+            slot = self.broker.store.plain_batch_slot(topic, queue_id)
             encoded = self._batch_encoder.encode(
                 body,
                 topic_b,
@@ -486,15 +491,18 @@ class SendProcessor:
                 store,
                 self.store_cfg.maxMessageSize,
                 self.cfg.brokerClusterName,
+                slot or NO_SLOT,
             )
+        placed: PlacedBatch | None = None
         if encoded is None:
             built = self._encode_batch(cmd, h, body, queue_id, remote)
             if isinstance(built, RemotingCommand):
                 return built
-            encoded = built
-        records, hints, uniqs = encoded
+            records, hints, uniqs = built
+        else:
+            records, hints, uniqs, placed = encoded
         result = await self.broker.replication.put_messages(
-            records, topic, queue_id, sys_flag=h.sysFlag, hints=hints
+            records, topic, queue_id, sys_flag=h.sysFlag, hints=hints, placed=placed
         )
         if result.status is _PUT_OK:
             self.broker.stats.on_put(topic, len(uniqs))

@@ -24,9 +24,10 @@ module gives the same bytes with less work:
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Callable
+from typing import NamedTuple
 
+from remoting.crc import crc32
 from remoting.protocol.message import (
     BORNHOST_V6_FLAG,
     MAX_PROPERTIES_LENGTH,
@@ -42,10 +43,45 @@ from remoting.protocol.message import (
     tags_hash_code,
 )
 
-__all__ = ["BatchHint", "BatchRecordEncoder", "ClientProperties", "Completer", "PropsInfo", "encode_single"]
+__all__ = [
+    "NO_SLOT",
+    "BatchHint",
+    "BatchRecordEncoder",
+    "ClientProperties",
+    "Completer",
+    "EncodedBatch",
+    "PlacedBatch",
+    "PropsInfo",
+    "Slot",
+    "encode_single",
+]
 
 #: (tags hash code, KEYS, UNIQ_KEY) of one record, as ``put_messages`` takes them.
 BatchHint = tuple[int, str | None, str | None]
+#: (first physical offset, first queue offset, store timestamp) a batch is encoded for
+Slot = tuple[int, int, int]
+#: the slot of a batch whose place is not known: the store patches every record when it appends
+NO_SLOT: Slot = (0, 0, 0)
+
+
+class PlacedBatch(NamedTuple):
+    """Where :meth:`BatchRecordEncoder.encode` placed the records: ``slot`` as given, ``units`` the
+    consume-queue units (PHYSICALOFFSET, size, tags code of every record, flat) and ``offsets``
+    the physical offsets. When the slot is where the store appends next (``plain_batch_slot``),
+    the store copies the records as they are; otherwise it patches them like any batch."""
+
+    slot: Slot
+    units: list[int]
+    offsets: list[int]
+
+
+class EncodedBatch(NamedTuple):
+    records: bytearray
+    hints: list[BatchHint]
+    uniqs: list[str]
+    placed: PlacedBatch
+
+
 #: (TAGS hash code, KEYS, WAIT is not "false", has DELAY) of a properties string in client form.
 PropsInfo = tuple[int, str | None, bool, bool]
 #: ``SendProcessor._complete_properties``: (map, pairs to append or None, unique key).
@@ -54,8 +90,7 @@ Completer = Callable[[str], tuple[dict[str, str], str | None, str]]
 _ITEM_HEAD = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLen of a batch item
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_TIMES = struct.Struct(">qqiq")  # QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP
-_ZERO8 = bytes(8)  # STORETIMESTAMP (set at append)
+_I64 = struct.Struct(">q")
 _ZERO12 = bytes(12)  # RECONSUMETIMES (0 for batches), PREPARED_TRANSACTION_OFFSET
 _UNIQ_AT = PROPERTY_UNIQ_KEY + "\x01"
 _UNIQ_AT_B = _UNIQ_AT.encode()
@@ -170,7 +205,7 @@ def encode_single(
             prefix.pack(
                 prefix.size + body_len + len(topic_field) + 2 + props_len,
                 magic,
-                zlib.crc32(body) & 0x7FFFFFFF,
+                crc32(body) & 0x7FFFFFFF,
                 queue_id,
                 flag,
                 sys_flag,
@@ -197,7 +232,7 @@ class BatchRecordEncoder:
         self._complete = complete
         self._props = client_properties
         self._cluster_pair = client_properties.cluster_pair
-        self._prefix_structs: dict[int, struct.Struct] = {}
+        self._prefix_structs: dict[tuple[int, int], struct.Struct] = {}
 
     def encode(
         self,
@@ -211,9 +246,12 @@ class BatchRecordEncoder:
         store: tuple[bytes, int],
         max_body_size: int,
         cluster: str,
-    ) -> tuple[bytearray, list[BatchHint], list[str]] | None:
+        slot: Slot = NO_SLOT,
+    ) -> EncodedBatch | None:
         """The records of every item of ``body`` laid end to end, their dispatch hints and unique
-        keys; None when the general path must decide (see the module docstring)."""
+        keys, and where they were placed; None when the general path must decide (see the module
+        docstring). The records carry the queue offsets, physical offsets and store timestamp of
+        ``slot`` (see :class:`PlacedBatch`)."""
         n = len(body)
         if not n:
             return None
@@ -226,24 +264,20 @@ class BatchRecordEncoder:
             sys_flag |= BORNHOST_V6_FLAG
         if len(store_ip) == 16:
             sys_flag |= STOREHOSTADDRESS_V6_FLAG
-        # QUEUEOFFSET .. PREPARED_TRANSACTION_OFFSET: the same for every record of the batch
-        middle = (
-            _TIMES.pack(0, 0, sys_flag, born_timestamp)
-            + born_ip
-            + _I32.pack(born_port)
-            + _ZERO8
-            + store_ip
-            + _I32.pack(store_port)
-            + _ZERO12
-        )
-        prefix = self._prefix_structs.get(len(middle))
+        # SYSFLAG .. BORNHOST and STOREHOST .. PREPARED_TRANSACTION_OFFSET: the same for every
+        # record of the batch; QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP come from the slot
+        born_part = _I32.pack(sys_flag) + _I64.pack(born_timestamp) + born_ip + _I32.pack(born_port)
+        store_part = store_ip + _I32.pack(store_port) + _ZERO12
+        shape = (len(born_part), len(store_part))
+        prefix = self._prefix_structs.get(shape)
         if prefix is None:
-            prefix = self._prefix_structs[len(middle)] = struct.Struct(f">iiiii{len(middle)}si")
+            prefix = self._prefix_structs[shape] = struct.Struct(f">iiiiiqq{shape[0]}sq{shape[1]}si")
         pack_prefix = prefix.pack
         fixed = prefix.size + len(topic_field) + 2
+        phys, qo, now = slot  # phys: the PHYSICALOFFSET of the record being encoded
+        units: list[int] = []  # (PHYSICALOFFSET, size, tags code) of every record, flat
         unpack_head = _ITEM_HEAD.unpack_from
         unpack_i16 = _I16.unpack_from
-        crc32 = zlib.crc32
         shapes_get = self._props.raw_shapes.get
         learn = self._props.learn_raw
         find = body.find
@@ -324,15 +358,20 @@ class BatchRecordEncoder:
             tail = tails.get(stored_len)
             if tail is None:
                 tail = tails[stored_len] = topic_field + _I16.pack(stored_len)
+            size = fixed + body_len + stored_len
             extend(
                 (
                     pack_prefix(
-                        fixed + body_len + stored_len,
+                        size,
                         magic,
                         crc32(data) & 0x7FFFFFFF,
                         queue_id,
                         flag,
-                        middle,
+                        qo,
+                        phys,
+                        born_part,
+                        now,
+                        store_part,
                         body_len,
                     ),
                     data,
@@ -340,7 +379,10 @@ class BatchRecordEncoder:
                     *stored_parts,
                 )
             )
+            units += (phys, size, tags_code)
             hints.append((tags_code, keys, uniq))
             uniqs.append(uniq)
+            phys += size
+            qo += 1
             pos = pe
-        return bytearray().join(parts), hints, uniqs
+        return EncodedBatch(bytearray().join(parts), hints, uniqs, PlacedBatch(slot, units, units[::3]))

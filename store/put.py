@@ -58,6 +58,9 @@ def _cq_run(count: int) -> Callable[..., None]:
 
 
 _I32 = struct.Struct(">i")
+#: ((physical offset, queue offset, store timestamp), consume-queue units flat, physical offsets)
+#: of records encoded for a slot of :meth:`PutPaths.plain_batch_slot`
+PlacedRecords = tuple[tuple[int, int, int], list[int], list[int]]
 _BODY_LEN_POS = 84  # BODY length field for IPv4 born and store hosts; +12 per IPv6 host
 
 
@@ -254,6 +257,7 @@ class PutPaths:
         sys_flag: int,
         wait_store_msg_ok: bool = True,
         hints: list[tuple[int, str | None, str | None]] | None = None,
+        placed: PlacedRecords | None = None,
     ) -> PutMessageResult:
         """Append several records laid end to end in ``encoded`` (all for ``topic`` / ``queue_id``)
         as one block with consecutive queue offsets; the block never spans files. Transaction
@@ -261,6 +265,10 @@ class PutPaths:
 
         ``hints`` -- (tags code, KEYS, UNIQ_KEY) of every record, in order -- let dispatch skip
         decoding the records again (as ``tags_code`` / ``keys`` / ``uniq_key`` of :meth:`put_message`).
+        ``placed`` -- (slot, units, offsets) of records encoded for a slot from
+        :meth:`plain_batch_slot` -- lets the plain path copy them without a pass over them: when the
+        slot is still where the log appends next, their queue offsets, physical offsets, store
+        timestamp and consume-queue units are already right. Otherwise it is ignored.
         """
         if self._refuse is not None or self._queue_table_stale:
             refused = self._check_gate()
@@ -275,7 +283,7 @@ class PutPaths:
                 PutMessageStatus.MESSAGE_ILLEGAL, remark="batch messages cannot be transactional"
             )
         if self._plain and not self._rolling and hints is not None:
-            done = self._put_batch_plain(encoded, topic, queue_id, sys_flag, hints)
+            done = self._put_batch_plain(encoded, topic, queue_id, sys_flag, hints, placed)
             if done is not None:
                 return done
         offsets: list[int] = []
@@ -350,6 +358,23 @@ class PutPaths:
         log.warning("sync flush of offset %d timed out after %ss", end, self._sync_flush_timeout)
         return PutMessageStatus.FLUSH_DISK_TIMEOUT, f"flush not done within {self._sync_flush_timeout}s"
 
+    def plain_batch_slot(self, topic: str, queue_id: int) -> tuple[int, int, int] | None:
+        """(physical offset, queue offset, store timestamp) the next batch for ``topic`` /
+        ``queue_id`` gets if it is appended in the plain case before anything else is appended;
+        None when it cannot be (the batch then goes the general way). For a sender that encodes
+        the records itself (see ``put_messages(placed=...)``)."""
+        if not self._plain or self._rolling or self.config.brokerRole is _SLAVE:
+            return None
+        table = self._queue_tables.get(topic)
+        cq = table.get(queue_id) if table is not None else None
+        mf = self.commit_log.current
+        if cq is None or mf is None or cq.cur is None or cq.next_offset != cq.max_offset:
+            return None
+        base = mf.file_from_offset + mf.wrote_position
+        if self.dispatcher.reput_offset != base:
+            return None
+        return base, cq.next_offset, self.now_ms()
+
     def _put_batch_plain(
         self,
         encoded: bytearray,
@@ -357,6 +382,7 @@ class PutPaths:
         queue_id: int,
         sys_flag: int,
         hints: list[tuple[int, str | None, str | None]],
+        placed: PlacedRecords | None = None,
     ) -> PutMessageResult | None:
         """:meth:`put_messages` in the plain case (see :meth:`put_message`): one pass checks and
         patches the records, one copy appends them, one pack writes their consume-queue units.
@@ -389,29 +415,46 @@ class PutPaths:
             or cmf.wrote_position + count * CQ_UNIT_SIZE > cq.file_size
         ):
             return None
-        now = self.now_ms()
         max_size = self._max_body_size
-        units: list[int] = []
-        offsets: list[int] = []
-        append = offsets.append
-        unpack_head, head_end = _RECORD_HEAD.unpack_from, n - _RECORD_HEAD.size
-        patch_qo_po, patch_ts = _QO_PO_PACK, _I64_PACK
-        pos, qo = 0, qo0
-        for tags_code, _keys, _uniq in hints:
-            if pos > head_end:
+        if (
+            placed is not None
+            and placed[0][0] == base
+            and placed[0][1] == qo0
+            and len(placed[1]) == 3 * count
+            and placed[2][-1] + placed[1][-2] == base + n
+            and max(placed[1][1::3]) <= max_size
+        ):
+            # encoded for this very slot: offsets, timestamp and units are right already
+            (_, _, now), units, offsets = placed
+            qo = qo0 + count
+        else:
+            now = self.now_ms()
+            units = []
+            offsets = []
+            append = offsets.append
+            unpack_head, head_end = _RECORD_HEAD.unpack_from, n - _RECORD_HEAD.size
+            patch_qo_po, patch_ts = _QO_PO_PACK, _I64_PACK
+            pos, qo = 0, qo0
+            for tags_code, _keys, _uniq in hints:
+                if pos > head_end:
+                    return None
+                size, magic, rec_flag = unpack_head(encoded, pos)
+                if (
+                    size <= 0
+                    or pos + size > n
+                    or size > max_size
+                    or (magic != MAGIC_V1 and magic != MAGIC_V2)
+                ):
+                    return None
+                phys = base + pos
+                patch_qo_po(encoded, pos + 20, qo, phys)
+                patch_ts(encoded, pos + (68 if rec_flag & 0x10 else 56), now)
+                units += (phys, size, tags_code)
+                append(phys)
+                pos += size
+                qo += 1
+            if pos != n:
                 return None
-            size, magic, rec_flag = unpack_head(encoded, pos)
-            if size <= 0 or pos + size > n or size > max_size or (magic != MAGIC_V1 and magic != MAGIC_V2):
-                return None
-            phys = base + pos
-            patch_qo_po(encoded, pos + 20, qo, phys)
-            patch_ts(encoded, pos + (68 if rec_flag & 0x10 else 56), now)
-            units += (phys, size, tags_code)
-            append(phys)
-            pos += size
-            qo += 1
-        if pos != n:
-            return None
         mm = mf.mm
         mm[wpos + 4 : wpos + n] = memoryview(encoded)[4:]
         mm[wpos : wpos + 4] = encoded[:4]  # the first TOTALSIZE last, as in put_message

@@ -22,11 +22,12 @@ import socket
 import struct
 import sys
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import lru_cache
 
 import msgspec
+
+from remoting.crc import crc32
 
 # --- magic codes -----------------------------------------------------------------------------------
 
@@ -188,8 +189,8 @@ def _prefix_for(sys_flag: int) -> struct.Struct:
 
 
 def crc32_masked(data: bytes | bytearray | memoryview) -> int:
-    """RocketMQ's ``UtilAll.crc32``: zlib CRC-32 masked with 0x7FFFFFFF."""
-    return zlib.crc32(data) & 0x7FFFFFFF
+    """RocketMQ's ``UtilAll.crc32``: CRC-32 (zlib's) masked with 0x7FFFFFFF."""
+    return crc32(data) & 0x7FFFFFFF
 
 
 # --- hosts ----------------------------------------------------------------------------------------
@@ -480,7 +481,7 @@ def append_record(
     out += prefix.pack(
         total,
         magic,
-        zlib.crc32(body) & 0x7FFFFFFF,
+        crc32(body) & 0x7FFFFFFF,
         queue_id,
         flag,
         queue_offset,
@@ -619,7 +620,7 @@ def _parse(
     body: bytes | None = None
     if want_body or check_crc:
         body = bytes(buf[p:body_end])
-        if check_crc and (zlib.crc32(body) & 0x7FFFFFFF) != fields[2]:
+        if check_crc and (crc32(body) & 0x7FFFFFFF) != fields[2]:
             raise MessageFormatError(f"record at {pos}: body CRC mismatch")
     p = body_end
     try:

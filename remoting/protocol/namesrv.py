@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from remoting import fastjson
+from remoting.crc import crc32 as _crc32
 from remoting.headers import CommandHeader
 from remoting.protocol.common import (
     Body,
@@ -74,7 +75,7 @@ V5_0_0 = 413
 
 def crc32(data: bytes | bytearray | memoryview) -> int:
     """RocketMQ's crc32: zlib CRC-32 masked to 31 bits (upstream ``UtilAll.crc32``)."""
-    return zlib.crc32(data) & 0x7FFFFFFF
+    return _crc32(data) & 0x7FFFFFFF
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,11 +8,12 @@ is what upstream would store; the single-record encoder equals append_record."""
 from __future__ import annotations
 
 import itertools
+import struct
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.send_records import BatchRecordEncoder, ClientProperties, encode_single, host_port
+from broker.send_records import NO_SLOT, BatchRecordEncoder, ClientProperties, Slot, encode_single, host_port
 from broker.send_response import offset_msg_ids
 from remoting.protocol.message import (
     PROPERTY_CLUSTER,
@@ -56,10 +57,15 @@ class UpstreamCompleter:
         return props, None, uniq
 
 
+Encoded = tuple[bytes, list[tuple[int, str | None, str | None]], list[str], list[int], list[int]]
+
+
 def general(
-    body: bytes, born: tuple[bytes, int], store: tuple[bytes, int], sys_flag: int
-) -> tuple[bytes, list[tuple[int, str | None, str | None]], list[str]] | None:
-    """The general path of broker/send.py, with upstream's property rule; None where it errs."""
+    body: bytes, born: tuple[bytes, int], store: tuple[bytes, int], sys_flag: int, slot: Slot = NO_SLOT
+) -> Encoded | None:
+    """The general path of broker/send.py, with upstream's property rule, then the store's patch
+    of every record for ``slot`` (queue offsets, physical offsets, store timestamp); records,
+    hints, unique keys, consume-queue units and physical offsets. None where it errs."""
     complete = UpstreamCompleter()
     try:
         items = split_batch_body(body)
@@ -95,17 +101,31 @@ def general(
             )
     except MessageFormatError:
         return None
-    return bytes(out), hints, uniqs
+    base, qo, now = slot
+    units: list[int] = []
+    offsets: list[int] = []
+    pos = 0
+    for i, (tags_code, _, _) in enumerate(hints):
+        msg = decode_message(out, pos)
+        struct.pack_into(">qq", out, pos + 20, qo + i, base + pos)  # QUEUEOFFSET, PHYSICALOFFSET
+        struct.pack_into(">q", out, pos + (68 if msg.sys_flag & 0x10 else 56), now)  # STORETIMESTAMP
+        units += (base + pos, msg.total_size, tags_code)
+        offsets.append(base + pos)
+        pos += msg.total_size
+    return bytes(out), hints, uniqs, units, offsets
 
 
 def fast(
-    body: bytes, born: tuple[bytes, int], store: tuple[bytes, int], sys_flag: int
-) -> tuple[bytes, list[tuple[int, str | None, str | None]], list[str]] | None:
+    body: bytes, born: tuple[bytes, int], store: tuple[bytes, int], sys_flag: int, slot: Slot = NO_SLOT
+) -> Encoded | None:
     topic_b, magic = topic_field("BatchTopic")
     got = BatchRecordEncoder(UpstreamCompleter(), ClientProperties()).encode(
-        body, topic_b, magic, 3, sys_flag, 1_700_000_000_000, born, store, MAX_BODY, CLUSTER
+        body, topic_b, magic, 3, sys_flag, 1_700_000_000_000, born, store, MAX_BODY, CLUSTER, slot
     )
-    return None if got is None else (bytes(got[0]), got[1], got[2])
+    if got is None:
+        return None
+    assert got.placed.slot == slot
+    return bytes(got.records), got.hints, got.uniqs, got.placed.units, got.placed.offsets
 
 
 # Properties strings from pieces that hit every rule: the keys that matter, separators in odd
@@ -133,13 +153,25 @@ _ITEMS = st.lists(
 _HOST = st.sampled_from([(V4, 4000), (V6, 5000)])
 
 
+_SLOT = st.one_of(
+    st.just(NO_SLOT),
+    st.tuples(st.integers(0, 2**62), st.integers(0, 2**62), st.integers(0, 2**62)),
+)
+
+
 @settings(max_examples=400, deadline=None)
-@given(items=_ITEMS, born=_HOST, store=_HOST, sys_flag=st.sampled_from([0, 0x1, 0x30, 0x2]))
-def test_fast_batch_equals_general_path(
-    items: list[BatchItem], born: tuple[bytes, int], store: tuple[bytes, int], sys_flag: int
+@given(
+    items=_ITEMS,
+    born=_HOST,
+    store=_HOST,
+    sys_flag=st.sampled_from([0, 0x1, 0x30, 0x2]),
+    slot=_SLOT,
+)
+def test_fast_batch_equals_general_path_patched_for_its_slot(
+    items: list[BatchItem], born: tuple[bytes, int], store: tuple[bytes, int], sys_flag: int, slot: Slot
 ) -> None:
     body = encode_batch_body(items)
-    assert fast(body, born, store, sys_flag) == general(body, born, store, sys_flag)
+    assert fast(body, born, store, sys_flag, slot) == general(body, born, store, sys_flag, slot)
 
 
 @settings(max_examples=300, deadline=None)
@@ -202,7 +234,7 @@ def test_client_style_batch_takes_the_shortcut_and_decodes() -> None:
         body, topic_b, magic, 1, 0, 5, (V4, 1), (V4, 2), MAX_BODY, CLUSTER
     )
     assert got is not None
-    records, hints, uniqs = got
+    records, hints, uniqs, _ = got
     assert uniqs == [f"ABCDEF{i:04d}" for i in range(8)]
     assert hints == [(tags_hash_code(f"t{i % 2}"), None, uniqs[i]) for i in range(8)]
     pos = 0
