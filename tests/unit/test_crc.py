@@ -23,6 +23,8 @@ def test_crc32_equals_zlib(data: bytes, seed: int) -> None:
     assert crc32_masked(view) == zlib.crc32(view) & 0x7FFFFFFF
 
 
-@pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="no ISA-L wheel is installed here")
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "aarch64"), reason="no ISA-L wheel is installed here"
+)
 def test_isal_is_used_where_it_has_wheels() -> None:
     assert crc32.__module__.startswith("isal"), crc32.__module__
