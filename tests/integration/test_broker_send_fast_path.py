@@ -17,11 +17,13 @@ from remoting.protocol.broker import SendMessageRequestHeader, SendMessageReques
 from remoting.protocol.broker import SendMessageRequestHeaderV2AsV1 as _SendHeaderV2
 from remoting.protocol.message import (
     PROPERTY_CLUSTER,
+    PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     decode_message,
     decode_offset_msg_id,
     parse_properties,
     properties_to_string,
+    tags_hash_code,
 )
 from tests.integration.broker_env import CLUSTER, broker_env
 from tests.integration.broker_requests import batch_body, describe, send_header, send_request
@@ -122,3 +124,52 @@ async def test_batch_stored_properties_equal_parse_and_rebuild(tmp_path: os.Path
                 expected[PROPERTY_UNIQ_KEY] = stored.properties[PROPERTY_UNIQ_KEY]
             assert stored.properties_raw == properties_to_string(expected), props_s
             assert uniq == expected[PROPERTY_UNIQ_KEY]
+
+
+async def test_batches_encoded_for_the_store_slot_carry_their_own_offsets(tmp_path: os.PathLike[str]) -> None:
+    """Client-form batches are encoded for the place the store appends next (queue offsets,
+    physical offsets, store timestamp and consume-queue units written by the encoder): interleaved
+    with single sends and batches to other queues, every stored record still carries its own
+    offsets, a valid body CRC, and the consume queue points at it."""
+    async with broker_env(tmp_path) as env:
+        store = env.broker.store
+        sent: dict[int, list[str]] = {0: [], 1: []}
+        for round_no in range(6):
+            for queue_id in (0, 1):
+                uniqs = [f"C0A80001{round_no:04X}{queue_id:04X}{i:012X}" for i in range(5)]
+                props = [
+                    f"UNIQ_KEY\x01{u}\x02TAGS\x01t{i % 2}\x02WAIT\x01true\x02" for i, u in enumerate(uniqs)
+                ]
+                bodies = [f"r{round_no}q{queue_id}m{i}".encode() * (i + 1) for i in range(5)]
+                cmd = send_request(
+                    TOPIC, batch_body(bodies, props), code=RequestCode.SEND_BATCH_MESSAGE, queue_id=queue_id
+                )
+                response = await env.call(cmd)
+                assert response.code == ResponseCode.SUCCESS, describe(response)
+                assert (send_header(response).transactionId or "").split(",") == uniqs
+                sent[queue_id] += uniqs
+                # a single send in between moves the log on
+                single = send_request(TOPIC, b"single", code=RequestCode.SEND_MESSAGE_V2, queue_id=queue_id)
+                assert (await env.call(single)).code == ResponseCode.SUCCESS
+                sent[queue_id].append("")
+        for queue_id, expected in sent.items():
+            cq = store.queues.get(TOPIC, queue_id)
+            assert cq is not None
+            assert cq.max_offset == len(expected)
+            for qo, uniq in enumerate(expected):
+                unit = cq.unit(qo)
+                assert unit is not None
+                phys, size, tags = unit
+                view = store.look_message_by_offset(phys)
+                assert view is not None
+                msg = decode_message(view, check_crc=True)
+                assert (msg.queue_id, msg.queue_offset, msg.physical_offset, msg.total_size) == (
+                    queue_id,
+                    qo,
+                    phys,
+                    size,
+                )
+                assert msg.store_timestamp > 0
+                assert tags == tags_hash_code(msg.properties.get(PROPERTY_TAGS))
+                if uniq:
+                    assert msg.properties[PROPERTY_UNIQ_KEY] == uniq
