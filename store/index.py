@@ -135,7 +135,8 @@ class IndexService:
         Files whose size or header cannot be trusted are deleted with a warning. After an abnormal
         exit, files whose end timestamp is newer than ``checkpoint_index_ts`` (the index timestamp
         of the store checkpoint, i.e. what :meth:`flush` last returned) are deleted too, as
-        upstream does; the store must then re-dispatch from :attr:`max_indexed_phy_offset`.
+        upstream does; the store must then re-dispatch from :attr:`max_indexed_phy_offset`
+        (that message included: it is indexed again, see below).
         """
         self.drain()
         os.makedirs(self.index_dir, exist_ok=True)
@@ -161,7 +162,10 @@ class IndexService:
                 _unlink(path)
                 continue
             self._files.append(f)
-        self.last_phy = self._max_indexed()
+        # The newest indexed message may have only some of its entries: a crash between two of
+        # its keys (they may even straddle a file roll). One less makes its re-dispatch write
+        # them all again; a key it already had gets a second entry, which queries skip.
+        self.last_phy = self._max_indexed() - 1
         log.info("loaded %d index files from %s", len(self._files), self.index_dir)
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from remoting.protocol import message as m
-from store.index import IndexService, index_file_name, index_key_hash
+from store.index import IndexService, build_key, index_file_name, index_key_hash
 
 T0 = 1_700_000_000_000
 
@@ -177,6 +177,31 @@ def test_reload_after_close(tmp_path: Path) -> None:
     again.put(req(1200, keys="k0"))
     assert q(again, "k0") == [1200, *before[0]]
     assert q(again, "k1") == before[1]
+
+
+@pytest.mark.parametrize("entries", [3, 4000])  # the keys straddle a roll / sit in one file
+def test_a_message_cut_short_between_its_keys_is_indexed_again_after_a_crash(
+    tmp_path: Path, entries: int
+) -> None:
+    svc = service(tmp_path, slots=5, entries=entries)
+    svc.put(req(0, keys="k0", uniq="U0"))
+    # message 100's UNIQ_KEY entry is written, the process dies before its KEYS entries
+    svc.drain()
+    f = svc._files[-1] if svc._files[-1].index_count < entries else svc._new_file()
+    assert f.put_key(index_key_hash(build_key("T", "U1")), 100, T0 + 1000)
+    svc.close()  # a crash: nothing else is written
+    again = service(tmp_path, slots=5, entries=entries)
+    assert q(again, "U1") == [100]
+    assert q(again, "a") == []
+    again.put(req(0, keys="k0", uniq="U0"))  # recovery re-dispatches from before the newest ...
+    again.put(req(100, keys="a b", uniq="U1"))  # ... including the newest, which is completed
+    assert (q(again, "k0"), q(again, "U0"), q(again, "U1"), q(again, "a"), q(again, "b")) == (
+        [0],
+        [0],
+        [100],
+        [100],
+        [100],
+    )
 
 
 def test_truncate_after_inside_and_across_files(tmp_path: Path) -> None:
