@@ -8,6 +8,17 @@ sit at the start of a file has the units before it pre-filled with (0, 2^31-1, 0
 Like :mod:`store.commitlog`, this module never blocks: :meth:`ConsumeQueue.put` returns False when
 a file is missing and the async layer creates it in a worker thread (:meth:`ConsumeQueue.file_needed`,
 :meth:`ConsumeQueue.install_file`).
+
+Staged units: the store's plain send path does not write a single message's unit into the map at
+once but into the queue's small staging buffer (``stage``/``staged``, up to :data:`STAGE_UNITS`
+units that follow ``cur.wrote_position``), and :meth:`ConsumeQueue.materialize` copies them into
+the map -- when the buffer is full, before anything reads or changes the queue's files (every
+method here does it first), and for all queues before the logics flusher looks for dirty files.
+With thousands of queues each message's unit sits on a page of its own file; writing it there at
+once costs a TLB miss and a page walk per message (about 0.7 us here with 10,000 queues), the
+staging buffer costs one cache line. Units staged when the process dies are rebuilt from the
+commit log by recovery, which re-dispatches from the checkpoint's ``logicsFlushedOffset`` (taken
+only after the flusher materialized them).
 """
 
 from __future__ import annotations
@@ -25,6 +36,9 @@ CQ_UNIT_SIZE = 20
 FILLER_SIZE = 2**31 - 1
 CQ_UNIT = struct.Struct(">qiq")
 FILLER_UNIT = CQ_UNIT.pack(0, FILLER_SIZE, 0)
+#: units a queue's staging buffer holds before they are copied into the map
+STAGE_UNITS = 16
+STAGE_BYTES = STAGE_UNITS * CQ_UNIT_SIZE
 
 
 def cq_file_size(configured: int) -> int:
@@ -45,12 +59,15 @@ class ConsumeQueue:
         "cur",
         "dir",
         "file_size",
+        "listed",
         "max_offset",
         "max_physic_offset",
         "mfq",
         "min_logic_offset",
         "next_offset",
         "queue_id",
+        "stage",
+        "staged",
         "topic",
     )
 
@@ -68,6 +85,13 @@ class ConsumeQueue:
         #: end (offset + size) of the last unit's message, -1 when empty
         self.max_physic_offset = -1
         self.cur: MappedFile | None = None
+        #: units counted in max_offset but not yet in the map: ``staged`` bytes of ``stage``,
+        #: belonging at ``cur.wrote_position`` (see the module docstring; the buffer is made on
+        #: first use)
+        self.stage: bytearray | None = None
+        self.staged = 0
+        #: whether the queue is on its store's staging list (ConsumeQueueStore.staging)
+        self.listed = False
 
     def __repr__(self) -> str:
         return f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset}, max={self.max_offset})"
@@ -110,6 +134,17 @@ class ConsumeQueue:
             self.max_offset = (last.file_from_offset + last.wrote_position) // CQ_UNIT_SIZE
         self.next_offset = max(self.next_offset, self.max_offset)
 
+    def materialize(self) -> None:
+        """Copy the staged units into the map (see the module docstring)."""
+        n = self.staged
+        if n:
+            self.staged = 0
+            mf = self.cur
+            if mf is not None and self.stage is not None:
+                w = mf.wrote_position
+                mf.mm[w : w + n] = self.stage[:n]
+                mf.wrote_position = w + n
+
     def _last_unit_end(self) -> int:
         n = self.max_offset
         while n > self.min_offset:
@@ -127,6 +162,8 @@ class ConsumeQueue:
     def put(self, phys: int, size: int, tags_code: int, queue_offset: int) -> bool:
         """Store the unit for ``queue_offset``. Returns False when a file must be created first
         (see :meth:`file_needed`); True when written, or when the unit exists already (re-dispatch)."""
+        if self.staged:
+            self.materialize()
         mf = self.cur
         if mf is not None and queue_offset == self.max_offset:
             w = mf.wrote_position
@@ -183,6 +220,8 @@ class ConsumeQueue:
     def install_file(self, mf: MappedFile, first_queue_offset: int) -> None:
         """Adopt a created file. For an empty queue the file may start below ``first_queue_offset``
         (the queue's first message): :meth:`put` pre-fills the units before it."""
+        if self.staged:
+            self.materialize()
         if self.cur is None:
             self.mfq.install(mf)
             self.max_offset = mf.file_from_offset // CQ_UNIT_SIZE
@@ -212,6 +251,8 @@ class ConsumeQueue:
         """(commit-log offset, size, tags code) of one unit, or None if not written."""
         if queue_offset >= self.max_offset or queue_offset < 0:
             return None
+        if self.staged:
+            self.materialize()
         byte = queue_offset * CQ_UNIT_SIZE
         mf = self.mfq.find(byte)
         if mf is None:
@@ -221,6 +262,8 @@ class ConsumeQueue:
     def read_units(self, queue_offset: int, max_units: int) -> bytes | None:
         """Copy of up to ``max_units`` units from ``queue_offset``, never past the end of the file
         holding it (the caller reads on from the next file). None when no file holds it."""
+        if self.staged:
+            self.materialize()
         byte = queue_offset * CQ_UNIT_SIZE
         mf = self.mfq.find(byte)
         if mf is None:
@@ -295,6 +338,8 @@ class ConsumeQueue:
         """
         if queue_offset >= self.max_offset:
             return [], None
+        if self.staged:
+            self.materialize()
         byte = queue_offset * CQ_UNIT_SIZE
         old_max = self.max_offset
         gone = self.mfq.detach_after(byte)
@@ -332,6 +377,8 @@ class ConsumeQueue:
     def detach_expired(self, min_phys: int) -> list[MappedFile]:
         """Detach files (never the last) whose every unit points below ``min_phys`` (upstream
         ``deleteExpiredFile``); the caller deletes them."""
+        if self.staged:
+            self.materialize()
         count = 0
         for mf in self.mfq.files[:-1]:
             if mf.wrote_position < CQ_UNIT_SIZE:
@@ -347,9 +394,13 @@ class ConsumeQueue:
         return gone
 
     def dirty_files(self) -> list[tuple[MappedFile, int]]:
+        if self.staged:
+            self.materialize()
         return self.mfq.dirty_files()
 
     def close(self) -> None:
+        if self.staged:
+            self.materialize()
         self.cur = None
         self.mfq.close_all()
 

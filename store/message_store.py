@@ -210,6 +210,7 @@ class DefaultMessageStore(PutPaths):
                 await trio.to_thread.run_sync(self.epoch_file.persist)
             await trio.to_thread.run_sync(remove_abort_file_sync, self.config.abort_path)
         self.commit_log.mfq.close_all()
+        self.queues.drop_staged()  # units only staged in memory die with the process
         self.queues.close()
         if self.index is not None:
             self.index.close()
@@ -223,6 +224,7 @@ class DefaultMessageStore(PutPaths):
         self._refuse = "the message store was abandoned"
         self._refresh_plain()
         self.commit_log.mfq.close_all()
+        self.queues.drop_staged()  # units only staged in memory die with the process
         self.queues.close()
         if self.index is not None:
             self.index.close()

@@ -25,7 +25,7 @@ import trio
 from remoting.protocol.message import MAGIC_V1, MAGIC_V2, dispatch_info
 from store.commitlog import NEED_FILE
 from store.config import BrokerRole
-from store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, ConsumeQueue
+from store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, STAGE_BYTES, ConsumeQueue
 from store.dispatch import SCHEDULE_TOPIC
 from store.results import PutMessageResult, PutMessageStatus
 
@@ -126,12 +126,13 @@ class PutPaths:
             phys = mf.file_from_offset + pos
             qo = cq.next_offset
             cmf = cq.cur
+            staged = cq.staged
             if (
                 end <= cl.fit_limit
                 and d.reput_offset == phys
                 and cmf is not None
                 and qo == cq.max_offset
-                and cmf.wrote_position < cq.file_size
+                and cmf.wrote_position + staged < cq.file_size
             ):
                 now = self.now_ms()
                 _QO_PO_PACK(encoded, 20, qo, phys)
@@ -147,9 +148,18 @@ class PutPaths:
                 if phys >= cl.next_mark:
                     cl.mark_appended(phys)
                 cq.next_offset = qo + 1
-                w = cmf.wrote_position
-                _CQ_UNIT_PACK(cmf.mm, w, phys, n, tags_code)
-                cmf.wrote_position = w + 20
+                # the unit goes to the queue's staging buffer, not its map (store.consume_queue)
+                stage = cq.stage
+                if stage is None:
+                    stage = cq.stage = bytearray(STAGE_BYTES)
+                _CQ_UNIT_PACK(stage, staged, phys, n, tags_code)
+                staged += 20
+                cq.staged = staged
+                if staged == STAGE_BYTES:
+                    cq.materialize()
+                elif not cq.listed:
+                    cq.listed = True
+                    self.queues.staging.append(cq)
                 cq.max_offset = qo + 1
                 cq.max_physic_offset = phys + n
                 index = d.index
@@ -412,7 +422,7 @@ class PutPaths:
             or d.reput_offset != base
             or cmf is None
             or qo0 != cq.max_offset
-            or cmf.wrote_position + count * CQ_UNIT_SIZE > cq.file_size
+            or cmf.wrote_position + cq.staged + count * CQ_UNIT_SIZE > cq.file_size
         ):
             return None
         max_size = self._max_body_size
@@ -465,6 +475,8 @@ class PutPaths:
         if base >= cl.next_mark:
             cl.mark_appended(base)
         cq.next_offset = qo
+        if cq.staged:
+            cq.materialize()
         w = cmf.wrote_position
         _cq_run(count)(cmf.mm, w, *units)
         cmf.wrote_position = w + count * CQ_UNIT_SIZE
