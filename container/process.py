@@ -15,7 +15,8 @@ Lifecycle (:class:`ContainerProcess`):
    components, whose ``finally`` blocks flush and close their files.
 
 :func:`run_process` adds signal handling: the first SIGINT/SIGTERM stops gracefully, a second one
-cancels at once.
+cancels at once; and the loop watchdog (:mod:`container.watchdog`), which logs a warning with the
+loop thread's stack whenever the event loop is blocked for more than half a second.
 
 Seam for later components: append a :data:`ComponentFactory` to :data:`DEFAULT_FACTORIES` (or pass
 ``factories=``). A factory returns ``[]`` when the config does not describe its component.
@@ -34,6 +35,7 @@ import trio
 
 from container.config import ProcessConfig
 from container.logs import PROCESS_LOGGER, REMOTING_LOGGER
+from container.watchdog import LoopWatchdog
 from namesrv.controller import NamesrvController
 from remoting.client import RemotingClient
 from remoting.connection import ProcessorTable
@@ -283,6 +285,7 @@ async def run_process(
                     nursery.cancel_scope.cancel()
 
             nursery.start_soon(watch_signals)
+            await nursery.start(LoopWatchdog().run)
             lines = await nursery.start(run_then_stop_watching)
             if on_started is not None:
                 on_started(lines)

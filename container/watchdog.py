@@ -1,0 +1,79 @@
+"""A watch on the process's event loop: a warning when it did not run for a while, naming where.
+
+Everything a ``rmq-container`` process serves runs on one trio loop, so a call that blocks it -- a
+slow system call, a page fault that waits for the disk, a long computation -- stalls every broker,
+the name server and the controller at once, and from outside it only shows as latency. A task on
+the loop stamps the time every :data:`TICK` seconds; a daemon thread looks at the stamp and, once
+it is older than the threshold, logs the stack the loop's thread is in at that moment (and, when
+the loop runs again, how long the stall lasted). The thread needs the GIL to look: a stall inside
+C code that holds it is reported when the code returns, with its length but a later stack.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+import traceback
+
+import trio
+
+from container.logs import PROCESS_LOGGER
+
+log = logging.getLogger(f"{PROCESS_LOGGER}.watchdog")
+
+#: how often the loop stamps the time, and the watching thread looks (seconds)
+TICK = 0.05
+#: stamps older than this are a stall (seconds)
+DEFAULT_THRESHOLD = 0.5
+
+
+class LoopWatchdog:
+    """``await nursery.start(LoopWatchdog().run)`` on the loop to watch; stops with the task."""
+
+    def __init__(self, threshold: float = DEFAULT_THRESHOLD) -> None:
+        self.threshold = threshold
+        #: stalls reported so far (tests and the admin side may read it)
+        self.stalls = 0
+        self._stamp = time.monotonic()
+        self._loop_thread = threading.get_ident()
+        self._stop = threading.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._loop_thread = threading.get_ident()
+        self._stamp = time.monotonic()
+        self._stop.clear()
+        watcher = threading.Thread(target=self._watch, name="loop-watchdog", daemon=True)
+        watcher.start()
+        task_status.started()
+        try:
+            while True:
+                self._stamp = time.monotonic()
+                await trio.sleep(TICK)
+        finally:
+            self._stop.set()
+
+    def _watch(self) -> None:
+        reported_at = 0.0  # the stamp of the stall already reported, 0.0 when none
+        while not self._stop.wait(TICK):
+            stamp = self._stamp
+            lag = time.monotonic() - stamp
+            if reported_at and stamp != reported_at:
+                # the loop ran again: the stall lasted from the old stamp to the new one
+                log.warning("event loop ran again after a stall of %.0f ms", (stamp - reported_at) * 1000)
+                reported_at = 0.0
+            if not reported_at and lag > self.threshold + TICK:
+                reported_at = stamp
+                self.stalls += 1
+                log.warning(
+                    "event loop blocked for %.0f ms so far; its thread is in:\n%s",
+                    lag * 1000,
+                    self._loop_stack(),
+                )
+
+    def _loop_stack(self) -> str:
+        frame = sys._current_frames().get(self._loop_thread)
+        if frame is None:
+            return "  (the loop's thread is gone)"
+        return "".join(traceback.format_stack(frame)[-12:]).rstrip()

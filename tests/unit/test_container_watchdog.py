@@ -1,0 +1,50 @@
+"""The loop watchdog names a blocking call while the loop is stuck in it, says how long the stall
+lasted once the loop runs again, and stays quiet while the loop runs."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+import trio
+
+from container.watchdog import LoopWatchdog
+
+
+def _block_the_loop_for(seconds: float) -> None:
+    time.sleep(seconds)  # a blocking call on the event loop: what the watchdog is for
+
+
+async def test_a_blocked_loop_is_reported_with_its_stack(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="container.watchdog")
+    dog = LoopWatchdog(threshold=0.2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dog.run)
+        await trio.sleep(0.3)
+        assert dog.stalls == 0
+        _block_the_loop_for(0.6)
+        await trio.sleep(0.2)  # the watcher notices the loop ran again
+        nursery.cancel_scope.cancel()
+    assert dog.stalls == 1
+    blocked = [r.getMessage() for r in caplog.records if "blocked for" in r.getMessage()]
+    assert len(blocked) == 1
+    assert "_block_the_loop_for" in blocked[0]
+    assert "time.sleep(seconds)" in blocked[0]
+    resumed = [r.getMessage() for r in caplog.records if "ran again after a stall of" in r.getMessage()]
+    assert len(resumed) == 1
+    stall_ms = float(resumed[0].rsplit("of ", 1)[1].split(" ms")[0])
+    assert 500 <= stall_ms < 2000
+
+
+async def test_a_running_loop_is_not_reported(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="container.watchdog")
+    dog = LoopWatchdog(threshold=0.2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dog.run)
+        for _ in range(10):
+            _block_the_loop_for(0.05)  # short blocking calls, each well under the threshold
+            await trio.sleep(0.02)
+        nursery.cancel_scope.cancel()
+    assert dog.stalls == 0
+    assert not [r for r in caplog.records if r.name == "container.watchdog"]
