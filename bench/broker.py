@@ -394,7 +394,19 @@ def _run_cases(bench: BrokerBench, container: ContainerProcess) -> list[dict[str
     except BaseException:
         print(container.output()[-3000:], file=sys.stderr)
         raise
+    _report_stalls(container)
     return bench.rows
+
+
+def _report_stalls(container: ContainerProcess) -> None:
+    """Print what the broker's loop watchdog (container.watchdog) logged: a stalled event loop
+    shows in the latency rows, and this says where it was."""
+    text = container.err_path.read_text(errors="replace") if container.err_path.exists() else ""
+    stalls = [part for part in text.split("\n20") if "event loop blocked for" in part]
+    lengths = [line for line in text.splitlines() if "ran again after a stall of" in line]
+    if stalls:
+        print(f"  broker event loop stalls: {len(stalls)}; {lengths[:5]}", file=sys.stderr)
+        print("  the first one:\n" + stalls[0][-2500:], file=sys.stderr, flush=True)
 
 
 def run() -> list[dict[str, Any]]:
