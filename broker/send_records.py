@@ -13,7 +13,9 @@ module gives the same bytes with less work:
   from message to message, so it is worked out once per shape and cached.
 - :func:`encode_single` encodes one record from parts already in wire form.
 - :class:`BatchRecordEncoder` splits a batch body and encodes every record in one loop, packing
-  what all records of a batch share (topic, queue, sysflag, born/store hosts, born timestamp) once;
+  what all records of a batch share (topic, queue, sysflag, born/store hosts, born timestamp) once,
+  and the queue offsets, physical offsets and store timestamp of the slot the store will append
+  them at (``DefaultMessageStore.plain_batch_slot``), with their consume-queue units;
   items not in the client form get the general per-item treatment (the ``complete`` callback).
   Anything the general path answers with an error (lengths that do not add up, a body over the
   limit, properties that are not UTF-8 or over 32767 bytes, an empty body) makes

@@ -395,7 +395,8 @@ class PutPaths:
         placed: PlacedRecords | None = None,
     ) -> PutMessageResult | None:
         """:meth:`put_messages` in the plain case (see :meth:`put_message`): one pass checks and
-        patches the records, one copy appends them, one pack writes their consume-queue units.
+        patches the records (none when they were encoded for this very slot, ``placed``), one copy
+        appends them, one pack writes their consume-queue units.
         None -- with nothing appended -- when the case is not plain or a record looks wrong (the
         general path then decides and reports)."""
         table = self._queue_tables.get(topic)
