@@ -291,7 +291,9 @@ class BatchRecordEncoder:
         hints: list[BatchHint] = []
         uniqs: list[str] = []
         shape_head = shape_tail = b""  # the last shape looked up, split at its UNIQ_KEY value
+        head_len = tail_len = 0
         last_info: PropsInfo | None = None
+        tags_code, keys = 0, None  # of last_info
         pos = 0
         while pos < n:
             if pos + 22 > n:
@@ -312,8 +314,8 @@ class BatchRecordEncoder:
             # the items of a batch mostly share one shape: the previous item's head (up to its
             # UNIQ_KEY value) and tail (from the 0x02 after it) around a value without 0x02 is
             # that shape again -- its first UNIQ_KEY sits where the previous one's did
-            vs = ps + len(shape_head)
-            j = pe - len(shape_tail)
+            vs = ps + head_len
+            j = pe - tail_len
             if (
                 last_info is not None
                 and j > vs
@@ -330,20 +332,24 @@ class BatchRecordEncoder:
                     if j > vs:
                         shape_head = body[ps:vs]
                         shape_tail = body[j:pe]
+                        head_len, tail_len = vs - ps, pe - j
                         shape = shape_head + shape_tail
                         info = shapes_get(shape, _MISSING)  # type: ignore[arg-type]
                         if info is _MISSING:
                             info = learn(shape)
                         last_info = info
+                        if info is not None:
+                            tags_code, keys = info[0], info[1]
             data = mv[body_end - body_len : body_end]
             if info is not None:
                 try:
                     uniq = body[vs:j].decode()
                 except UnicodeDecodeError:
                     return None
-                tags_code, keys, _wait, _delay = info
+                # tags_code, keys: those of info (== last_info), set when it was looked up
                 stored_len = props_len + pair_len
-                stored_parts: tuple[bytes | memoryview, ...] = (mv[ps:pe], pair)
+                stored: bytes | memoryview = mv[ps:pe]
+                more_stored = pair
             else:
                 try:
                     props_s = str(mv[ps:pe], "utf-8")
@@ -351,10 +357,10 @@ class BatchRecordEncoder:
                     return None
                 props, more, uniq = complete(props_s)
                 stored = (props_s + more if more is not None else properties_to_string(props)).encode()
+                more_stored = b""
                 stored_len = len(stored)
-                tags_code = tags_hash_code(props.get(PROPERTY_TAGS))
-                keys = props.get(PROPERTY_KEYS)
-                stored_parts = (stored,)
+                item_tags = tags_hash_code(props.get(PROPERTY_TAGS))
+                item_keys = props.get(PROPERTY_KEYS)
             if stored_len > MAX_PROPERTIES_LENGTH:
                 return None
             tail = tails.get(stored_len)
@@ -378,11 +384,16 @@ class BatchRecordEncoder:
                     ),
                     data,
                     tail,
-                    *stored_parts,
+                    stored,
+                    more_stored,
                 )
             )
-            units += (phys, size, tags_code)
-            hints.append((tags_code, keys, uniq))
+            if info is None:
+                units += (phys, size, item_tags)
+                hints.append((item_tags, item_keys, uniq))
+            else:
+                units += (phys, size, tags_code)
+                hints.append((tags_code, keys, uniq))
             uniqs.append(uniq)
             phys += size
             qo += 1
