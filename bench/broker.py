@@ -362,8 +362,13 @@ class BrokerBench:
         raise BenchError(f"no route for {topic} after {timeout}s")
 
 
+#: the broker's loop watchdog reports stalls from this long on (container.watchdog)
+STALL_REPORT_MS = 100
+
+
 def measure(work: Path) -> list[dict[str, Any]]:
     config, namesrv, broker_addr = single_broker_toml(work, CLUSTER, BROKER)
+    os.environ.setdefault("RMQ_LOOP_STALL_MS", str(STALL_REPORT_MS))  # inherited by the container
     with (
         server_process("bench.remoting", "serve", "baseline") as (bl_proc, bl_addr),
         ContainerProcess(work, config, data_dir=work / "data") as container,

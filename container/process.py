@@ -15,8 +15,9 @@ Lifecycle (:class:`ContainerProcess`):
    components, whose ``finally`` blocks flush and close their files.
 
 :func:`run_process` adds signal handling: the first SIGINT/SIGTERM stops gracefully, a second one
-cancels at once; and the loop watchdog (:mod:`container.watchdog`), which logs a warning with the
-loop thread's stack whenever the event loop is blocked for more than half a second.
+cancels at once; and, once everything serves, the loop watchdog (:mod:`container.watchdog`), which
+logs a warning with the loop thread's stack whenever the event loop is blocked for more than half a
+second.
 
 Seam for later components: append a :data:`ComponentFactory` to :data:`DEFAULT_FACTORIES` (or pass
 ``factories=``). A factory returns ``[]`` when the config does not describe its component.
@@ -285,8 +286,9 @@ async def run_process(
                     nursery.cancel_scope.cancel()
 
             nursery.start_soon(watch_signals)
-            await nursery.start(LoopWatchdog().run)
             lines = await nursery.start(run_then_stop_watching)
+            # from here on every stall delays requests (startup imports and loads are expected)
+            await nursery.start(LoopWatchdog().run)
             if on_started is not None:
                 on_started(lines)
     return 0

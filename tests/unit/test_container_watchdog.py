@@ -48,3 +48,13 @@ async def test_a_running_loop_is_not_reported(caplog: pytest.LogCaptureFixture) 
         nursery.cancel_scope.cancel()
     assert dog.stalls == 0
     assert not [r for r in caplog.records if r.name == "container.watchdog"]
+
+
+def test_the_threshold_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RMQ_LOOP_STALL_MS", "120")
+    assert LoopWatchdog().threshold == pytest.approx(0.12)
+    monkeypatch.setenv("RMQ_LOOP_STALL_MS", "soon")
+    assert LoopWatchdog().threshold == pytest.approx(0.5)
+    monkeypatch.delenv("RMQ_LOOP_STALL_MS")
+    assert LoopWatchdog().threshold == pytest.approx(0.5)
+    assert LoopWatchdog(threshold=0.3).threshold == pytest.approx(0.3)
