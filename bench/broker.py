@@ -32,13 +32,14 @@ Cases (target = ratio asked by the issue):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -366,10 +367,23 @@ class BrokerBench:
 STALL_REPORT_MS = 100
 
 
+@contextlib.contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """``name=value`` in this process's environment meanwhile (unless already set)."""
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
 def measure(work: Path) -> list[dict[str, Any]]:
     config, namesrv, broker_addr = single_broker_toml(work, CLUSTER, BROKER)
-    os.environ.setdefault("RMQ_LOOP_STALL_MS", str(STALL_REPORT_MS))  # inherited by the container
     with (
+        _environ("RMQ_LOOP_STALL_MS", str(STALL_REPORT_MS)),  # inherited by the container
         server_process("bench.remoting", "serve", "baseline") as (bl_proc, bl_addr),
         ContainerProcess(work, config, data_dir=work / "data") as container,
     ):
