@@ -51,7 +51,7 @@ class LoopWatchdog:
 
     def __init__(self, threshold: float | None = None) -> None:
         self.threshold = threshold_from_env() if threshold is None else threshold
-        #: stalls reported so far (tests and the admin side may read it)
+        #: stalls reported so far
         self.stalls = 0
         self._stamp = time.monotonic()
         self._loop_thread = threading.get_ident()
