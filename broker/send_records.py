@@ -67,14 +67,13 @@ NO_SLOT: Slot = (0, 0, 0)
 
 
 class PlacedBatch(NamedTuple):
-    """Where :meth:`BatchRecordEncoder.encode` placed the records: ``slot`` as given, ``units`` the
-    consume-queue units (PHYSICALOFFSET, size, tags code of every record, flat) and ``offsets``
-    the physical offsets. When the slot is where the store appends next (``plain_batch_slot``),
-    the store copies the records as they are; otherwise it patches them like any batch."""
+    """Where :meth:`BatchRecordEncoder.encode` placed the records: ``slot`` as given and ``units``
+    the consume-queue units (PHYSICALOFFSET, size, tags code of every record, flat). When the slot
+    is where the store appends next (``plain_batch_slot``), the store copies the records as they
+    are; otherwise it patches them like any batch."""
 
     slot: Slot
     units: list[int]
-    offsets: list[int]
 
 
 class EncodedBatch(NamedTuple):
@@ -346,7 +345,7 @@ class BatchRecordEncoder:
                     uniq = body[vs:j].decode()
                 except UnicodeDecodeError:
                     return None
-                # tags_code, keys: those of info (== last_info), set when it was looked up
+                item_tags, item_keys = tags_code, keys  # of info (== last_info), set at its lookup
                 stored_len = props_len + pair_len
                 stored: bytes | memoryview = mv[ps:pe]
                 more_stored = pair
@@ -388,14 +387,10 @@ class BatchRecordEncoder:
                     more_stored,
                 )
             )
-            if info is None:
-                units += (phys, size, item_tags)
-                hints.append((item_tags, item_keys, uniq))
-            else:
-                units += (phys, size, tags_code)
-                hints.append((tags_code, keys, uniq))
+            units += (phys, size, item_tags)
+            hints.append((item_tags, item_keys, uniq))
             uniqs.append(uniq)
             phys += size
             qo += 1
             pos = pe
-        return EncodedBatch(bytearray().join(parts), hints, uniqs, PlacedBatch(slot, units, units[::3]))
+        return EncodedBatch(bytearray().join(parts), hints, uniqs, PlacedBatch(slot, units))

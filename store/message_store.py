@@ -210,7 +210,6 @@ class DefaultMessageStore(PutPaths):
                 await trio.to_thread.run_sync(self.epoch_file.persist)
             await trio.to_thread.run_sync(remove_abort_file_sync, self.config.abort_path)
         self.commit_log.mfq.close_all()
-        self.queues.drop_staged()  # units only staged in memory die with the process
         self.queues.close()
         if self.index is not None:
             self.index.close()

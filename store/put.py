@@ -58,9 +58,9 @@ def _cq_run(count: int) -> Callable[..., None]:
 
 
 _I32 = struct.Struct(">i")
-#: ((physical offset, queue offset, store timestamp), consume-queue units flat, physical offsets)
-#: of records encoded for a slot of :meth:`PutPaths.plain_batch_slot`
-PlacedRecords = tuple[tuple[int, int, int], list[int], list[int]]
+#: ((physical offset, queue offset, store timestamp), consume-queue units flat) of records encoded
+#: for a slot of :meth:`PutPaths.plain_batch_slot`
+PlacedRecords = tuple[tuple[int, int, int], list[int]]
 _BODY_LEN_POS = 84  # BODY length field for IPv4 born and store hosts; +12 per IPv6 host
 
 
@@ -275,7 +275,7 @@ class PutPaths:
 
         ``hints`` -- (tags code, KEYS, UNIQ_KEY) of every record, in order -- let dispatch skip
         decoding the records again (as ``tags_code`` / ``keys`` / ``uniq_key`` of :meth:`put_message`).
-        ``placed`` -- (slot, units, offsets) of records encoded for a slot from
+        ``placed`` -- (slot, units) of records encoded for a slot from
         :meth:`plain_batch_slot` -- lets the plain path copy them without a pass over them: when the
         slot is still where the log appends next, their queue offsets, physical offsets, store
         timestamp and consume-queue units are already right. Otherwise it is ignored.
@@ -432,11 +432,12 @@ class PutPaths:
             and placed[0][0] == base
             and placed[0][1] == qo0
             and len(placed[1]) == 3 * count
-            and placed[2][-1] + placed[1][-2] == base + n
+            and placed[1][-3] + placed[1][-2] == base + n
             and max(placed[1][1::3]) <= max_size
         ):
             # encoded for this very slot: offsets, timestamp and units are right already
-            (_, _, now), units, offsets = placed
+            (_, _, now), units = placed
+            offsets = units[::3]
             qo = qo0 + count
         else:
             now = self.now_ms()

@@ -41,21 +41,19 @@ def _units(store: DefaultMessageStore, queue_id: int) -> list[tuple[int, int, in
 
 def _place(
     block: bytearray, hints: list[tuple[int, str | None, str | None]], slot: tuple[int, int, int]
-) -> tuple[tuple[int, int, int], list[int], list[int]]:
+) -> tuple[tuple[int, int, int], list[int]]:
     """What the broker's batch encoder does for a slot: every record carries its queue offset,
-    physical offset and the store timestamp; (slot, consume-queue units, physical offsets)."""
+    physical offset and the store timestamp; (slot, consume-queue units)."""
     base, qo, now = slot
     units: list[int] = []
-    offsets: list[int] = []
     pos = 0
     for i, (tags_code, _, _) in enumerate(hints):
         size = decode_message(block, pos).total_size
         struct.pack_into(">qq", block, pos + 20, qo + i, base + pos)
         struct.pack_into(">q", block, pos + 56, now)
         units += (base + pos, size, tags_code)
-        offsets.append(base + pos)
         pos += size
-    return slot, units, offsets
+    return slot, units
 
 
 async def _fill(root: Path, mode: str) -> tuple[list[list[tuple[int, int, int]]], list[list[int]], int]:
