@@ -1,4 +1,5 @@
-"""Property test: random sequences of append / batch append / read / truncate / restart / crash /
+"""Property test: random sequences of append / batch append (decoded, hinted, or encoded for the
+store's next slot: ``placed``, sometimes with a slot gone stale) / read / truncate / restart / crash /
 key query against a plain in-memory model of the log; every read must equal the model.
 
 Small files (4 KiB commit-log files, 8-unit consume-queue files) so that sequences roll often.
@@ -13,9 +14,10 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remoting.protocol.message import decode_message
+from remoting.protocol.message import decode_message, tags_hash_code
 from store.message_store import DefaultMessageStore
 from tests.integration.storekit import STORE_HOST, encode, put, small_config
+from tests.integration.test_store_batch_dispatch import _place
 
 QUEUES = 3
 
@@ -41,6 +43,13 @@ ops = st.lists(
     st.one_of(
         st.tuples(st.just("put"), st.integers(0, QUEUES - 1), st.integers(1, 1500)),
         st.tuples(st.just("batch"), st.integers(0, QUEUES - 1), st.integers(1, 4), st.integers(1, 600)),
+        st.tuples(
+            st.just("placed"),
+            st.integers(0, QUEUES - 1),
+            st.integers(1, 4),
+            st.integers(1, 600),
+            st.booleans(),
+        ),
         st.tuples(st.just("read"), st.integers(0, QUEUES - 1), st.floats(0, 1.2), st.integers(1, 40)),
         st.tuples(st.just("truncate"), st.floats(0, 1)),
         st.tuples(st.just("query"), st.floats(0, 1)),
@@ -74,6 +83,7 @@ def _check_read(store: DefaultMessageStore, model: Model, q: int, offset: int, c
         want = expected[offset : offset + len(got)]
         assert [m.body for m in got] == [m.body for m in want]
         assert [m.physical_offset for m in got] == [m.phys for m in want]
+        assert [m.queue_offset for m in got] == [m.qo for m in want]
         assert res.message_queue_offsets == [m.qo for m in want]
     res.release()
 
@@ -115,6 +125,37 @@ async def _run(root: str, sequence: list[tuple]) -> None:  # type: ignore[type-a
                 assert res.is_ok
                 assert res.offsets is not None
                 base_qo = len(model.queue(q))
+                for j, ((body, key), phys) in enumerate(zip(batch, res.offsets, strict=True)):
+                    model.msgs.append(Msg(phys, q, base_qo + j, body, key))
+            elif kind == "placed":
+                # the broker's batch encoder: records encoded for the slot the store announced; a
+                # stale slot (a message put in between) must be ignored, the records patched anew
+                _, q, n, size, stale = op
+                slot = store.plain_batch_slot("T", q)
+                if stale:
+                    body = bytes([uid % 251]) * 10
+                    res = await put(store, "T", (q + 1) % QUEUES, body, keys=f"K{uid}")
+                    assert res.is_ok
+                    model.msgs.append(
+                        Msg(res.wrote_offset, (q + 1) % QUEUES, res.logics_offset, body, f"K{uid}")
+                    )
+                    uid += 1
+                block = bytearray()
+                batch = []
+                hints = []
+                for _j in range(n):
+                    body = bytes([uid % 251]) * size
+                    tags = f"t{uid % 3}"
+                    block += encode("T", q, body, tags=tags, keys=f"K{uid}", uniq=f"U{uid}")
+                    hints.append((tags_hash_code(tags), f"K{uid}", f"U{uid}"))
+                    batch.append((body, f"K{uid}"))
+                    uid += 1
+                placed = _place(block, hints, slot) if slot is not None else None
+                res = await store.put_messages(block, "T", q, sys_flag=0, hints=hints, placed=placed)
+                assert res.is_ok
+                assert res.offsets is not None
+                base_qo = len(model.queue(q))
+                assert res.logics_offset == base_qo
                 for j, ((body, key), phys) in enumerate(zip(batch, res.offsets, strict=True)):
                     model.msgs.append(Msg(phys, q, base_qo + j, body, key))
             elif kind == "read":
