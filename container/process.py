@@ -11,8 +11,10 @@ Lifecycle (:class:`ContainerProcess`):
    a bind failure is a :class:`StartupError` naming the component and address.
 3. Start every component (``await nursery.start(component.run)``), then start serving.
 4. Report the banner (``task_status.started(lines)``; each line is also logged).
-5. On :meth:`ContainerProcess.stop`: stop the transport first (no new requests), then cancel the
-   components, whose ``finally`` blocks flush and close their files.
+5. On :meth:`ContainerProcess.stop`: tell the components that asked (``HostedComponent.on_stop``;
+   a controller peer stops electing, so the process's own brokers going away are not taken for
+   failures), stop the transport (no new requests), then cancel the components, whose ``finally``
+   blocks flush and close their files.
 
 :func:`run_process` adds signal handling: the first SIGINT/SIGTERM stops gracefully, a second one
 cancels at once; and, once everything serves, the loop watchdog (:mod:`container.watchdog`), which
@@ -55,11 +57,14 @@ class Runnable(Protocol):
 
 @dataclass
 class HostedComponent:
-    """A component the process runs: canonical name, the object with ``run``, banner lines."""
+    """A component the process runs: canonical name, the object with ``run``, banner lines, and
+    what to tell it when a graceful stop begins (before the transport closes; see
+    :meth:`ContainerProcess.stop`)."""
 
     name: str
     component: Runnable
     banner: list[str] = field(default_factory=list)
+    on_stop: Callable[[], None] | None = None
 
 
 @dataclass
@@ -115,7 +120,7 @@ async def start_controller(ctx: ProcessContext) -> list[HostedComponent]:
     await ctx.listen(_port_of(address), peer.processor_table(), name=f"controller.{self_id}")
     log.info("controller %s: raft log under %s", self_id, cfg.store_path)
     banner = f"controller {self_id} {address} group {cfg.controllerDLegerGroup} peers {len(cfg.peers)}"
-    return [HostedComponent(f"controller.{self_id}", peer, [banner])]
+    return [HostedComponent(f"controller.{self_id}", peer, [banner], on_stop=peer.close)]
 
 
 def _port_of(address: str) -> int:
@@ -230,6 +235,9 @@ class ContainerProcess:
                     log.info("%s", line)
                 task_status.started(lines)
                 await self._stop.wait()
+                for hosted in self.components:
+                    if hosted.on_stop is not None:
+                        hosted.on_stop()
                 log.info("stopping: transport first")
                 transport.cancel_scope.cancel()
             log.info("stopping: %d component(s)", len(self.components))

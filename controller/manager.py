@@ -16,6 +16,9 @@ the requests before them, their events are committed as one Raft entry, and a re
 only once the entry it depends on is applied. :meth:`ControllerManager.run` drives the queue.
 Elections start the new master epoch above every epoch a live replica reports (an rmq-container
 safety rule for a controller that lost its data; see ``ReplicasInfoManager.handle_elect_master``).
+A broker-triggered election waits a little for a recorded master that has not reported yet to a
+newly leading peer (another rmq-container rule, :meth:`ControllerManager.election_wait_ms`): a
+whole container restarting must not hand its masters to whichever replica registers first.
 
 The Raft side is any object with the :class:`RaftHandle` shape (the trio driver in
 ``controller/raft``). Time comes from an injectable ``clock_ms``. Outgoing notifications go to an
@@ -148,6 +151,10 @@ class ControllerManager:
         self.heartbeats = heartbeats if heartbeats is not None else BrokerHeartbeatManager()
         self.clock_ms: Callable[[], float] = clock_ms or (lambda: trio.current_time() * 1000.0)
         self.notify = notify
+        #: per broker set: when a replica of it first reported (heartbeat or registration) to this
+        #: peer in its current leadership; cleared when the leadership changes (see
+        #: :meth:`election_wait_ms`)
+        self._heard_since: dict[str, float] = {}
         self._handlers: dict[int, Callable[[Any, RemotingCommand], Any]] = {
             RequestCode.BROKER_HEARTBEAT: self._heartbeat,
             RequestCode.CONTROLLER_GET_METADATA_INFO: self._metadata,
@@ -181,6 +188,47 @@ class ControllerManager:
     def is_alive(self, cluster: str, broker_name: str, broker_id: int) -> bool:
         """Upstream ``BrokerValidPredicate``: alive per this peer's heartbeat table, now."""
         return self.heartbeats.is_alive(cluster, broker_name, broker_id, self.clock_ms())
+
+    def on_role_change(self) -> None:
+        """This peer's Raft role or term changed: what it heard as leader starts over."""
+        self._heard_since.clear()
+
+    def _heard_from(self, broker_name: str) -> None:
+        if self.raft.is_leader:
+            self._heard_since.setdefault(broker_name, self.clock_ms())
+        elif self._heard_since:
+            self._heard_since.clear()
+
+    def election_wait_ms(self, header: ElectMasterRequestHeader) -> float:
+        """How long a broker-triggered election of ``header`` must still wait (0: go ahead).
+
+        rmq-container rule, not upstream: when the set has a recorded master that is not alive, but
+        the set's replicas began reporting to this leader less than ``scanInactiveMasterInterval``
+        ago, the recorded master may just be starting too -- a container restarting all its brokers
+        at once, or a controller that just took the lead. Electing the first replica that asks
+        would move the master (and its epoch) on every such restart, and with asynchronous
+        replication could cut acknowledged messages from the old master's log. So the broker is
+        told to retry; once the window has passed, the election is decided as upstream (and the
+        leader's inactive-master scan elects by itself if no broker asks again). Admin-designated
+        and controller-triggered elections never wait.
+        """
+        if header.designateElect or header.brokerId is None or header.brokerId < 0:
+            return 0.0
+        info = self.replicas.sync_state_info(header.brokerName)
+        replicas = self.replicas.replica_info(header.brokerName)
+        if info is None or replicas is None:
+            return 0.0
+        old = info.masterBrokerId
+        if (
+            old is None
+            or old == header.brokerId
+            or self.is_alive(replicas.clusterName, header.brokerName, old)
+        ):
+            return 0.0
+        since = self._heard_since.get(header.brokerName)
+        if since is None:
+            return 0.0
+        return max(0.0, self.config.scanInactiveMasterInterval - (self.clock_ms() - since))
 
     def elect_policy(self) -> DefaultElectPolicy:
         return DefaultElectPolicy(self.is_alive, self.heartbeats.live_info)
@@ -283,6 +331,8 @@ class ControllerManager:
         if h.brokerId is None:
             return cmd.response(ResponseCode.CONTROLLER_INVALID_REQUEST, "Heart beat with empty brokerId")
         conn = getattr(ctx, "connection", None)
+        if h.brokerName:
+            self._heard_from(h.brokerName)
         self.heartbeats.on_heartbeat(
             clusterName=h.clusterName,
             brokerName=h.brokerName,
@@ -344,6 +394,8 @@ class ControllerManager:
 
     async def _register_broker(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(cmd, RegisterBrokerToControllerRequestHeader)
+        if h.brokerName:
+            self._heard_from(h.brokerName)
         result = await self.run_write(lambda r: r.handle_register_broker(h, self.is_alive))
         return self._reply(cmd, result)
 
@@ -367,6 +419,24 @@ class ControllerManager:
 
     async def _elect_master(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(cmd, ElectMasterRequestHeader)
+        wait = self.election_wait_ms(h)
+        if wait > 0:
+            info = self.replicas.sync_state_info(h.brokerName)
+            old = info.masterBrokerId if info is not None else None
+            log.info(
+                "broker %s of %s asks for an election; the recorded master %s has not reported to "
+                "this leader yet: it has %.0f ms more",
+                h.brokerId,
+                h.brokerName,
+                old,
+                wait,
+            )
+            return cmd.response(
+                ResponseCode.CONTROLLER_ELECT_MASTER_FAILED,
+                f"the master of broker set {h.brokerName} (broker id {old}) has not reported to this "
+                f"controller since it took the lead; waiting {wait:.0f} ms more for it before electing "
+                "another: retry",
+            )
         result = await self.elect_master(h)
         return self._reply(cmd, result)
 

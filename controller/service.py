@@ -133,6 +133,8 @@ class ControllerService:
             config, driver, replicas=replicas, clock_ms=clock_ms, notify=self.notifier.submit
         )
         self._inactive_send, self._inactive_recv = trio.open_memory_channel[BrokerIdentityInfo](1024)
+        #: set by :meth:`close`: the hosting process is stopping, brokers going away are no failure
+        self.closing = False
 
     # -- remoting wiring -------------------------------------------------------------------
 
@@ -152,7 +154,20 @@ class ControllerService:
         for info in self.manager.on_connection_closed(conn.id):
             self._broker_inactive(info.identity)
 
+    def close(self) -> None:
+        """The process hosting this peer is stopping gracefully, and with it (typically) brokers
+        connected to it: from now on a broker going inactive triggers no election here, nor does
+        the inactive-master scan. Otherwise closing the process's connections would look like the
+        failure of every local master while this peer still runs, and an election among replicas
+        that are going down too could move a master on a plain restart. Peers in other
+        processes stay as they are and act on what they see."""
+        if not self.closing:
+            self.closing = True
+            log.info("controller peer stopping: brokers going inactive from now on trigger no election")
+
     def _broker_inactive(self, identity: BrokerIdentityInfo) -> None:
+        if self.closing:
+            return
         try:
             self._inactive_send.send_nowait(identity)
         except trio.WouldBlock:
@@ -171,7 +186,16 @@ class ControllerService:
             nursery.start_soon(self._heartbeat_scan_loop)
             nursery.start_soon(self._inactive_master_loop)
             nursery.start_soon(self._inactive_worker)
+            wait_role_change = getattr(self.driver, "wait_role_change", None)
+            if wait_role_change is not None:
+                nursery.start_soon(self._role_watch, wait_role_change)
             task_status.started()
+
+    async def _role_watch(self, wait_role_change: Callable[[], Awaitable[None]]) -> None:
+        """Tell the manager about every Raft role change (it restarts what it heard as leader)."""
+        while True:
+            await wait_role_change()
+            self.manager.on_role_change()
 
     async def _heartbeat_scan_loop(self) -> None:
         interval = self.config.scanNotActiveBrokerInterval / 1000.0
@@ -184,13 +208,15 @@ class ControllerService:
     async def _inactive_master_loop(self) -> None:
         while True:
             await trio.sleep(self.config.scanInactiveMasterInterval / 1000.0)
-            if self.driver.is_leader:
+            if self.driver.is_leader and not self.closing:
                 names = await self.manager.scan_inactive_masters()
                 if names:
                     log.info("re-elected masters for broker sets with a dead master: %s", names)
 
     async def _inactive_worker(self) -> None:
         async for identity in self._inactive_recv:
+            if self.closing:
+                continue  # queued before the stop began
             await self.manager.on_broker_inactive(
                 identity.clusterName, identity.brokerName, identity.brokerId
             )
@@ -274,6 +300,10 @@ class ControllerPeer:
         table = ProcessorTable(on_close=self.service.connection_closed)
         self.register(table)
         return table
+
+    def close(self) -> None:
+        """The hosting process is stopping gracefully (see :meth:`ControllerService.close`)."""
+        self.service.close()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:

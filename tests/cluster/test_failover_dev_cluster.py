@@ -1,7 +1,8 @@
 """The default dev cluster (``conf/dev-cluster.toml``, what ``bin/rmq-container`` runs with no argument)
 in controller mode: started as a real process (on free ports instead of the fixed ones), both broker
 groups elect a master whose SyncStateSet holds both replicas, a Python client sends to and reads from
-both groups, and the process restarted on its data directory comes back the same way."""
+both groups, the process stops without the controller reacting to its own brokers going away, and
+restarted on its data directory it comes back the same way (same masters, same epochs)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,12 @@ async def groups_ready(admin: ControllerAdmin) -> bool:
         and len([x for x in r.inSyncReplicas if x.alive]) == 2
         for g in ("broker-a", "broker-b")
     )
+
+
+async def masters(admin: ControllerAdmin) -> dict[str, tuple[int | None, int | None]]:
+    """(master broker id, master epoch) of both groups, as the controller has them."""
+    info = await admin.get_in_sync_state_data(["broker-a", "broker-b"])
+    return {g: (r.masterBrokerId, r.masterEpoch) for g, r in info.replicasInfoTable.items()}
 
 
 async def masters_routed(namesrv: str) -> bool:
@@ -107,9 +114,16 @@ async def test_dev_cluster_runs_controller_mode_and_restarts(tmp_path: Path) -> 
                 brokers = {m.brokerName for m in await _queues(namesrv)}
                 assert brokers == {"broker-a", "broker-b"}
 
+                before = await masters(admin)
                 await proc.stop()
+                # a graceful stop is not a failure: the controller going down with its brokers
+                # must not try to elect new masters for them on its way out
+                log = proc.log_text()
+                shutdown = log[log.index("stopping: transport first") :]
+                assert "elect" not in shutdown.lower(), shutdown
                 await proc.start()
                 await wait_until(lambda: groups_ready(admin), 20, "both groups back after a restart")
+                assert await masters(admin) == before  # same master, same epoch
                 # the controller's view comes first; clients can send once the restarted name
                 # server has the masters' registrations again
                 await wait_until(lambda: masters_routed(namesrv), 20, "both masters routed again")

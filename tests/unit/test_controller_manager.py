@@ -436,6 +436,65 @@ async def test_admin_designated_election_notifies_and_master_still_exist_does_no
     assert sorted(a for a, _ in env.sent) == [addr(1), addr(2)]
 
 
+async def test_a_new_leader_waits_for_the_recorded_master_before_a_broker_elects_another(
+    make_env: MakeEnv,
+) -> None:
+    """A container restarting all its brokers at once: the slave registers first and asks for an
+    election while the recorded master is still starting; it is told to retry, and once the
+    master reports it stays master, same epoch."""
+    env = make_env()
+    await env.group([1, 2], in_sync={1, 2})
+    env.expire()  # every broker gone ...
+    env.manager.on_role_change()  # ... and the controller starts leading anew
+    await env.heartbeat(2)
+    proposals = len(env.raft.proposals)
+    r = await env.elect(2)
+    assert r.code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED
+    assert "broker id 1) has not reported" in r.remark
+    assert "retry" in r.remark
+    assert len(env.raft.proposals) == proposals  # nothing decided
+    await env.heartbeat(1)  # the master is back
+    for broker_id in (1, 2):
+        r = await env.elect(broker_id)
+        assert r.code == ResponseCode.CONTROLLER_MASTER_STILL_EXIST
+        assert (r.ext_fields["masterBrokerId"], r.ext_fields["masterEpoch"]) == ("1", "1")
+
+
+async def test_the_wait_for_the_recorded_master_ends(make_env: MakeEnv) -> None:
+    env = make_env()
+    await env.group([1, 2], in_sync={1, 2})
+    env.expire()
+    env.manager.on_role_change()
+    await env.heartbeat(2)
+    assert (await env.elect(2)).code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED
+    # the master (1) never comes back: after scanInactiveMasterInterval the broker's election goes
+    env.now += env.config.scanInactiveMasterInterval
+    await env.heartbeat(2)
+    r = await env.elect(2)
+    assert r.code == ResponseCode.SUCCESS
+    assert (r.ext_fields["masterBrokerId"], r.ext_fields["masterEpoch"]) == ("2", "2")
+
+
+async def test_an_admin_designation_does_not_wait(make_env: MakeEnv) -> None:
+    env = make_env()
+    await env.group([1, 2], in_sync={1, 2})
+    env.expire()
+    env.manager.on_role_change()
+    await env.heartbeat(2)
+    r = await env.elect(2, designate=True)
+    assert r.code == ResponseCode.SUCCESS
+    assert r.ext_fields["masterBrokerId"] == "2"
+
+
+async def test_a_leader_that_heard_the_set_long_ago_elects_at_once(make_env: MakeEnv) -> None:
+    env = make_env()
+    await env.group([1, 2], in_sync={1, 2})
+    env.expire(2)  # the master dies while the leader has heard the set all along
+    r = await env.elect(2)
+    assert r.code == ResponseCode.SUCCESS
+    assert r.ext_fields["masterBrokerId"] == "2"
+
+
 async def test_notifications_off_when_configured(make_env: MakeEnv) -> None:
     env = make_env(notifyBrokerRoleChanged=False)
     await env.group([1, 2], in_sync={1, 2})

@@ -239,6 +239,51 @@ async def test_three_peers_register_elect_fail_over_broker_and_controller(
         nursery.cancel_scope.cancel()
 
 
+async def test_a_closing_peer_elects_no_one_for_brokers_going_away(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The process hosting the controller stops gracefully (``close``): its brokers going away
+    with it are not failures to act on."""
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery)
+        await cluster.start()
+        leader = await cluster.leader()
+        for bid in (1, 2):
+            await cluster.call(
+                leader, RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": C, "brokerName": B}
+            )
+            r = await cluster.call(
+                leader,
+                RequestCode.CONTROLLER_APPLY_BROKER_ID,
+                {
+                    "clusterName": C,
+                    "brokerName": B,
+                    "appliedBrokerId": bid,
+                    "registerCheckCode": f"{baddr(bid)};{bid}",
+                },
+            )
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            cluster.start_heartbeats(bid)
+        r = await cluster.call(
+            leader, RequestCode.CONTROLLER_ELECT_MASTER, {"clusterName": C, "brokerName": B, "brokerId": 1}
+        )
+        assert r.code == ResponseCode.SUCCESS
+        r = await cluster.call(
+            leader,
+            RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+            {"brokerName": B, "masterBrokerId": 1, "masterEpoch": 1},
+            SyncStateSet(syncStateSet=frozenset({1, 2}), syncStateSetEpoch=1).encode(),
+        )
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        for svc in cluster.services.values():
+            svc.close()
+        cluster.beating[1].cancel()  # the master goes away with the process
+        await trio.sleep(30)  # many heartbeat expiries and inactive-master scans
+        info = leader.manager.replicas.sync_state_info(B)
+        assert (info.masterBrokerId, info.masterEpoch) == (1, 1)
+        nursery.cancel_scope.cancel()
+
+
 def test_raft_timing_from_config() -> None:
     defaults = raft_timing(ControllerConfig())
     assert defaults == {"tick_interval": 0.1, "heartbeat_tick": 20, "election_tick": 60}
