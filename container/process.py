@@ -43,6 +43,7 @@ from namesrv.controller import NamesrvController
 from remoting.client import RemotingClient
 from remoting.connection import ProcessorTable
 from remoting.server import Listener, RemotingServer
+from store.errors import StoreOpenError
 
 log = logging.getLogger(PROCESS_LOGGER)
 
@@ -227,7 +228,14 @@ class ContainerProcess:
         async with trio.open_nursery() as components:
             for hosted in self.components:
                 log.debug("starting %s", hosted.name)
-                await components.start(hosted.component.run)
+                try:
+                    await components.start(hosted.component.run)
+                except StoreOpenError as e:
+                    # e.g. a config whose file sizes do not match the store on disk: say so plainly
+                    with trio.CancelScope(shield=True):
+                        for listener in list(server.listeners):
+                            await server.remove_listener(listener)
+                    raise StartupError(f"{hosted.name}: {e}") from e
             async with trio.open_nursery() as transport:
                 await transport.start(server.run)
                 lines = self.banner()

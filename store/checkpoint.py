@@ -22,6 +22,7 @@ import struct
 
 import msgspec
 
+from store.errors import StoreOpenError
 from store.mapped_file import fsync_dir
 
 log = logging.getLogger("store.checkpoint")
@@ -154,7 +155,7 @@ def remove_abort_file_sync(path: str) -> None:
 # --- lock file ------------------------------------------------------------------------------------
 
 
-class StoreLockedError(RuntimeError):
+class StoreLockedError(StoreOpenError):
     """Another live process holds the store's lock file (upstream: "Lock failed, MQ already started")."""
 
 

@@ -56,7 +56,9 @@ class CommitLog:
     """Append, read and truncate the commit log. All offsets are absolute log offsets."""
 
     def __init__(self, store_dir: str, file_size: int, *, warm: bool = False) -> None:
-        self.mfq = MappedFileQueue(store_dir, file_size, prefault=True, warm=warm)
+        self.mfq = MappedFileQueue(
+            store_dir, file_size, prefault=True, warm=warm, size_key="mappedFileSizeCommitLog"
+        )
         self.file_size = file_size
         # a record ending beyond this leaves no room for the BLANK filler
         self.fit_limit = file_size - END_FILE_MIN_BLANK_LENGTH

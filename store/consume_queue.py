@@ -77,7 +77,9 @@ class ConsumeQueue:
         self.dir = os.path.join(root_dir, topic, str(queue_id))
         self.file_size = cq_file_size(file_size)
         # a lost directory entry of a new queue file is repaired by the manifest's rebuild
-        self.mfq = MappedFileQueue(self.dir, self.file_size, sync_dir=False)
+        self.mfq = MappedFileQueue(
+            self.dir, self.file_size, sync_dir=False, size_key="mappedFileSizeConsumeQueue"
+        )
         self.max_offset = 0
         self.next_offset = 0
         #: byte offset of the first readable unit (upstream ``minLogicOffset``)

@@ -27,6 +27,8 @@ import mmap
 import os
 from collections.abc import Callable
 
+from store.errors import StoreOpenError
+
 log = logging.getLogger("store.mapped_file")
 
 PAGE_SIZE = mmap.PAGESIZE
@@ -382,6 +384,12 @@ class MappedFile:
         return end
 
 
+class StoreLayoutError(StoreOpenError):
+    """The files of a log directory were laid out with another file size than the configured one
+    (the config changed under an existing store): the store refuses to open them, as upstream
+    does, and changes nothing on disk. Resizing would cut off or orphan stored messages."""
+
+
 class MappedFileQueue:
     """The contiguous, fixed-size files of one log directory (commit log or one consume queue).
 
@@ -397,11 +405,14 @@ class MappedFileQueue:
         prefault: bool = False,
         warm: bool = False,
         sync_dir: bool = True,
+        size_key: str = "",
     ) -> None:
         if file_size <= 0:
             raise ValueError(f"file size must be positive, got {file_size}")
         self.store_dir = store_dir
         self.file_size = file_size
+        #: the config key that sets ``file_size`` (named by :class:`StoreLayoutError`)
+        self.size_key = size_key
         self.prefault = prefault
         self.warm = warm
         self.sync_dir = sync_dir
@@ -419,7 +430,10 @@ class MappedFileQueue:
         """Map the existing files in name order; blocking. Returns human-readable problems found.
 
         Non-conforming names are ignored; a gap in the offsets ends the log there (files after the
-        gap are deleted, as they can never be reached); files of the wrong size are resized.
+        gap are deleted, as they can never be reached); files shorter than the file size (torn or
+        truncated) are extended with zeros. Raises :class:`StoreLayoutError`, changing nothing, when
+        the files were made with another file size: a file longer than the configured size, or
+        files named in steps of their own, different, size.
         """
         problems: list[str] = []
         os.makedirs(self.store_dir, exist_ok=True)
@@ -433,6 +447,7 @@ class MappedFileQueue:
                 continue
             entries.append((off, path))
         entries.sort()
+        self._check_layout(entries)
         expected: int | None = None
         for i, (off, path) in enumerate(entries):
             if off % self.file_size != 0 or (expected is not None and off != expected):
@@ -453,6 +468,27 @@ class MappedFileQueue:
         if self.files:
             self.base_offset = self.files[0].file_from_offset
         return problems
+
+    def _check_layout(self, entries: list[tuple[int, str]]) -> None:
+        """Raise :class:`StoreLayoutError` when ``entries`` (offset, path; sorted) were written
+        with another file size than :attr:`file_size`."""
+        found: int | None = None
+        for _, path in entries:
+            size = os.path.getsize(path)
+            if size > self.file_size:
+                found = size
+                break
+        if found is None and len(entries) >= 2:
+            step = entries[1][0] - entries[0][0]
+            if step != self.file_size and step == os.path.getsize(entries[0][1]):
+                found = step
+        if found is None:
+            return
+        key = self.size_key or "the file size"
+        raise StoreLayoutError(
+            f"{self.store_dir} holds files of {found} bytes, but {key} is {self.file_size}: the store "
+            f"was created with another file size. Set {key} = {found} to open it (nothing was changed)"
+        )
 
     # --- lookups ---------------------------------------------------------------------------------
 

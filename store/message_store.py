@@ -145,11 +145,23 @@ class DefaultMessageStore(PutPaths):
 
     async def start(self) -> recovery.RecoveryReport:
         """Lock the store, load every file and recover; never raises for damaged data (see the
-        returned report). Raises StoreLockedError when another process holds the store."""
+        returned report). Raises StoreLockedError when another process holds the store, and
+        StoreLayoutError when its files were made with other file sizes than configured; a start
+        that fails leaves the store closed and unlocked."""
         cfg = self.config
         for d in (cfg.storePathRootDir, cfg.commitlog_dir, cfg.consumequeue_dir):
             await trio.to_thread.run_sync(lambda d=d: os.makedirs(d, exist_ok=True))
         await trio.to_thread.run_sync(self._lock_file.acquire_sync)
+        try:
+            return await self._load_and_recover()
+        except BaseException:
+            # nothing was flushed or marked: closing maps and lock as a crash would leaves the
+            # files as they were
+            self.abandon()
+            raise
+
+    async def _load_and_recover(self) -> recovery.RecoveryReport:
+        cfg = self.config
         ck = await trio.to_thread.run_sync(self.checkpoint.load_sync)
         abnormal = await trio.to_thread.run_sync(abort_file_exists, cfg.abort_path)
         await trio.to_thread.run_sync(self.epoch_file.load)

@@ -27,6 +27,7 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import request
 from remoting.connection import ProcessorTable
+from store.errors import StoreOpenError
 
 BANNER_NAMESRV = re.compile(rb"^namesrv (127\.0\.0\.1:\d+)$", re.M)
 STOP_DEADLINE = 10.0
@@ -246,6 +247,28 @@ async def test_a_failing_factory_releases_ports_bound_by_earlier_ones() -> None:
     assert str(err.value).startswith(f"second: cannot listen on 127.0.0.1:{ports[0]}")
     # the first listener was closed: the port can be bound again
     listeners = await trio.open_tcp_listeners(ports[0], host="127.0.0.1")
+    for lst in listeners:
+        await lst.aclose()
+
+
+class _RefusingStore:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        raise StoreOpenError("/data/commitlog holds files of 1 bytes, but mappedFileSizeCommitLog is 2")
+
+
+async def test_a_store_that_refuses_to_open_is_a_startup_error_naming_the_component() -> None:
+    ports: list[int] = []
+
+    async def factory(ctx: ProcessContext) -> list[HostedComponent]:
+        ports.append((await ctx.listen(0, ProcessorTable(), name="broker-x")).port)
+        return [HostedComponent("broker-x", _RefusingStore())]
+
+    with pytest.raises(StartupError) as err:
+        await ContainerProcess(_config(), [factory]).run()
+    assert (
+        str(err.value) == "broker-x: /data/commitlog holds files of 1 bytes, but mappedFileSizeCommitLog is 2"
+    )
+    listeners = await trio.open_tcp_listeners(ports[0], host="127.0.0.1")  # released
     for lst in listeners:
         await lst.aclose()
 

@@ -16,6 +16,7 @@ import pytest
 
 from remoting.protocol.message import decode_message
 from store.config import MessageStoreConfig
+from store.mapped_file import StoreLayoutError
 from store.message_store import DefaultMessageStore
 from store.recovery import RecoveryReport
 from tests.integration.storekit import STORE_HOST, put, read_queue, small_config
@@ -264,4 +265,42 @@ async def test_recovery_after_truncation_crash_does_not_resurrect_the_tail(tmp_p
     store, _report = await _open(cfg)
     assert store.max_phy_offset == offsets[70]
     assert _bodies(store) == _expected(70)
+    await store.shutdown()
+
+
+def _log_file_sizes(root: Path) -> dict[Path, int]:
+    return {
+        p: p.stat().st_size
+        for p in root.rglob("*")
+        if p.is_file() and ("commitlog" in p.parts or "consumequeue" in p.parts)
+    }
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("mappedFileSizeCommitLog", 32 * 1024),
+        ("mappedFileSizeCommitLog", 128 * 1024),
+        ("mappedFileSizeConsumeQueue", 50 * 20),
+    ],
+)
+async def test_a_changed_file_size_refuses_to_open_and_changes_nothing(
+    tmp_path: Path, key: str, value: int
+) -> None:
+    """The config's file sizes changed under an existing store (a user editing the dev config):
+    the store refuses to start and says which key to set back; nothing on disk changes, and with
+    the old value everything is there."""
+    cfg = small_config(tmp_path)
+    store, _ = await _open(cfg)
+    await _write(store, 400)  # several commit-log files, consume-queue files of both queues
+    await store.shutdown()
+    files = _log_file_sizes(tmp_path)
+    assert len(files) > 4
+    changed = small_config(tmp_path, **{key: value})
+    with pytest.raises(StoreLayoutError) as err:
+        await DefaultMessageStore(changed, store_host=STORE_HOST).start()
+    assert f"but {key} is {value}" in str(err.value)
+    assert _log_file_sizes(tmp_path) == files
+    store, _ = await _open(cfg)
+    assert _bodies(store) == _expected(400)
     await store.shutdown()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
+
+import pytest
 
 from store.mapped_file import (
     MappedFile,
     MappedFileQueue,
+    StoreLayoutError,
     clear_nonzero_tail_sync,
     file_name_of,
     offset_of_name,
@@ -61,6 +65,42 @@ def test_load_resizes_short_files_and_drops_files_after_a_gap(tmp_path: Path) ->
     assert os.path.getsize(tmp_path / file_name_of(SIZE)) == SIZE
     assert q2.files[1].mm[:4] == bytes([2]) * 4
     q2.close_all()
+
+
+def _fingerprint(directory: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
+
+
+@pytest.mark.parametrize("configured", [SIZE // 2, SIZE * 2], ids=["smaller", "bigger"])
+def test_files_made_with_another_size_are_refused_and_left_alone(tmp_path: Path, configured: int) -> None:
+    """The config's file size changed under an existing store: resizing would cut messages off
+    (smaller) or orphan every file after the first (bigger); upstream refuses to load too."""
+    _queue(tmp_path, 3).close_all()
+    before = _fingerprint(tmp_path)
+    q = MappedFileQueue(str(tmp_path), configured, size_key="mappedFileSizeCommitLog")
+    with pytest.raises(StoreLayoutError) as err:
+        q.load_sync()
+    assert f"holds files of {SIZE} bytes, but mappedFileSizeCommitLog is {configured}" in str(err.value)
+    assert f"Set mappedFileSizeCommitLog = {SIZE} to open it" in str(err.value)
+    assert q.files == []
+    assert _fingerprint(tmp_path) == before
+    # with the size it was made with, everything is there
+    q = MappedFileQueue(str(tmp_path), SIZE)
+    assert q.load_sync() == []
+    assert [bytes(mf.mm[:4]) for mf in q.files] == [bytes([i]) * 4 for i in (1, 2, 3)]
+    q.close_all()
+
+
+def test_a_single_shorter_file_is_extended_not_refused(tmp_path: Path) -> None:
+    """One file of a smaller size (a store that never rolled, opened with a bigger size) keeps
+    its bytes and grows: nothing is lost, so nothing is refused."""
+    _queue(tmp_path, 1).close_all()
+    q = MappedFileQueue(str(tmp_path), SIZE * 2)
+    problems = q.load_sync()
+    assert any(f"had size {SIZE}" in p for p in problems)
+    assert bytes(q.files[0].mm[:4]) == bytes([1]) * 4
+    assert os.path.getsize(tmp_path / file_name_of(0)) == SIZE * 2
+    q.close_all()
 
 
 def test_close_waits_for_live_views(tmp_path: Path) -> None:
