@@ -76,7 +76,8 @@ class AdminError(Exception):
             name = ResponseCode(code).name
         except ValueError:
             name = "CODE"
-        super().__init__(f"{name} ({code}) from {addr}: {self.remark}".rstrip(": "))
+        where = f" from {addr}" if addr else ""  # client-side conclusions have no address
+        super().__init__(f"{name} ({code}){where}: {self.remark}".rstrip(": "))
 
 
 def parse_namesrv_addrs(addrs: str | list[str]) -> list[str]:

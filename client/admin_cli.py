@@ -589,4 +589,4 @@ _add_message_commands()
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="rmq-admin")

@@ -119,4 +119,4 @@ def main(
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="rmq-container")

@@ -551,6 +551,17 @@ async def test_cli_consumer_progress(tmp_path: os.PathLike[str]) -> None:
         ]
         assert lines[1].split() == [GROUP, "1", "V5_3_3", "PUSH", "CLUSTERING", "0", "3"]
 
+        # a group with no committed offset: upstream's remark, and no empty "from" address
+        await heartbeat(env, group="NoOffsetsGroup")  # creates its retry topic
+        await wait_until(lambda: routed(env, "%RETRY%NoOffsetsGroup"), what="retry topic route")
+        result = await cli("consumerProgress", "-n", env.namesrv_addr, "-g", "NoOffsetsGroup")
+        assert result.exit_code == 1
+        assert result.output.strip() == (
+            "rmq-admin consumerProgress command failed: SYSTEM_ERROR (1): Not found the consumer "
+            "group consume stats, because return offset table is empty, maybe the consumer not "
+            "consume any message"
+        )
+
 
 async def test_cli_broker_status(tmp_path: os.PathLike[str]) -> None:
     async with broker_env(tmp_path) as env:
