@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from remoting.protocol import message as m
@@ -41,7 +41,9 @@ class Clock:
 
 
 class ScalarIndex(IndexService):
-    """The pre-batching index: ``put_keys`` checks and writes each message at once."""
+    """The pre-batching index: ``put_keys`` checks and writes each message at once. Like the
+    service, it indexes the newest indexed message again after a load (its entries may be
+    partial after a crash): ``IndexService.load`` leaves ``last_phy`` just below it."""
 
     def put_keys(
         self, topic: str, phy: int, ts: int, sys_flag: int, keys: str | None, uniq_key: str | None
@@ -50,11 +52,11 @@ class ScalarIndex(IndexService):
             return
         files = self._files
         last = files[-1] if files else None
-        if last is not None and last.index_count > 1:
-            if phy <= last.end_phy_offset:
-                return
-        elif phy <= self._max_indexed():
+        if phy <= self.last_phy:
             return
+        if not uniq_key and not (keys and keys.strip(m.KEY_SEPARATOR)):
+            return
+        self.last_phy = phy
         prefix_hash = self._prefix_hash(topic)
         if uniq_key:
             h = _abs_hash(m.java_string_hash_extend(prefix_hash, uniq_key))
@@ -152,6 +154,12 @@ ops = st.lists(
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(  # the newest message indexed again after a reload fills a new file (found by a run)
+    ops=[("put", ("T", None, "0" * 32, 0, 0, 0)), ("reload", None), ("put", ("T", None, "0" * 32, 0, 0, 0))],
+    slots=1,
+    entries=2,
+    batch=1,
+)
 @given(
     ops=ops,
     slots=st.integers(1, 5),
