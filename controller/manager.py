@@ -199,7 +199,29 @@ class ControllerManager:
         elif self._heard_since:
             self._heard_since.clear()
 
-    def election_wait_ms(self, header: ElectMasterRequestHeader) -> float:
+    def _wait_for_master(
+        self, header: ElectMasterRequestHeader, state: ReplicasInfoManager, wait: float
+    ) -> ControllerResult:
+        info = state.sync_state_info(header.brokerName)
+        old = info.masterBrokerId if info is not None else None
+        log.info(
+            "broker %s of %s asks for an election; the recorded master %s has not reported to this "
+            "leader yet: it has %.0f ms more",
+            header.brokerId,
+            header.brokerName,
+            old,
+            wait,
+        )
+        return ControllerResult(header=ElectMasterResponseHeader()).fail(
+            ResponseCode.CONTROLLER_ELECT_MASTER_FAILED,
+            f"the master of broker set {header.brokerName} (broker id {old}) has not reported to this "
+            f"controller since it took the lead; waiting {wait:.0f} ms more for it before electing "
+            "another: retry",
+        )
+
+    def election_wait_ms(
+        self, header: ElectMasterRequestHeader, state: ReplicasInfoManager | None = None
+    ) -> float:
         """How long a broker-triggered election of ``header`` must still wait (0: go ahead).
 
         rmq-container rule, not upstream: when the set has a recorded master that is not alive, but
@@ -210,12 +232,14 @@ class ControllerManager:
         replication could cut acknowledged messages from the old master's log. So the broker is
         told to retry; once the window has passed, the election is decided as upstream (and the
         leader's inactive-master scan elects by itself if no broker asks again). Admin-designated
-        and controller-triggered elections never wait.
+        and controller-triggered elections never wait. ``state``: the replica state the request is
+        computed against (the request queue's; default the committed state).
         """
         if header.designateElect or header.brokerId is None or header.brokerId < 0:
             return 0.0
-        info = self.replicas.sync_state_info(header.brokerName)
-        replicas = self.replicas.replica_info(header.brokerName)
+        state = self.replicas if state is None else state
+        info = state.sync_state_info(header.brokerName)
+        replicas = state.replica_info(header.brokerName)
         if info is None or replicas is None:
             return 0.0
         old = info.masterBrokerId
@@ -394,10 +418,15 @@ class ControllerManager:
 
     async def _register_broker(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(cmd, RegisterBrokerToControllerRequestHeader)
-        if h.brokerName:
-            self._heard_from(h.brokerName)
-        result = await self.run_write(lambda r: r.handle_register_broker(h, self.is_alive))
-        return self._reply(cmd, result)
+
+        def compute(state: ReplicasInfoManager) -> ControllerResult:
+            # heard here, in queue order: an election queued before this registration is computed
+            # before it, and must not see it (batched rounds answer as one-at-a-time processing)
+            if h.brokerName:
+                self._heard_from(h.brokerName)
+            return state.handle_register_broker(h, self.is_alive)
+
+        return self._reply(cmd, await self.run_write(compute))
 
     async def _get_replica_info(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(cmd, GetReplicaInfoRequestHeader)
@@ -419,24 +448,6 @@ class ControllerManager:
 
     async def _elect_master(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(cmd, ElectMasterRequestHeader)
-        wait = self.election_wait_ms(h)
-        if wait > 0:
-            info = self.replicas.sync_state_info(h.brokerName)
-            old = info.masterBrokerId if info is not None else None
-            log.info(
-                "broker %s of %s asks for an election; the recorded master %s has not reported to "
-                "this leader yet: it has %.0f ms more",
-                h.brokerId,
-                h.brokerName,
-                old,
-                wait,
-            )
-            return cmd.response(
-                ResponseCode.CONTROLLER_ELECT_MASTER_FAILED,
-                f"the master of broker set {h.brokerName} (broker id {old}) has not reported to this "
-                f"controller since it took the lead; waiting {wait:.0f} ms more for it before electing "
-                "another: retry",
-            )
         result = await self.elect_master(h)
         return self._reply(cmd, result)
 
@@ -465,6 +476,9 @@ class ControllerManager:
         def compute(state: ReplicasInfoManager) -> ControllerResult:
             self.replicas.enable_elect_unclean_master = self.config.enableElectUncleanMaster
             state.enable_elect_unclean_master = self.config.enableElectUncleanMaster
+            wait = self.election_wait_ms(header, state)
+            if wait > 0:
+                return self._wait_for_master(header, state, wait)
             return state.handle_elect_master(header, self.elect_policy(), self.reported_epoch)
 
         result = await self.run_write(compute)
