@@ -436,17 +436,24 @@ async def test_admin_designated_election_notifies_and_master_still_exist_does_no
     assert sorted(a for a, _ in env.sent) == [addr(1), addr(2)]
 
 
+async def _restarted_set(make_env: MakeEnv) -> Env:
+    """Master 1 and replica 2 in sync; then every broker gone and the controller leading anew;
+    broker 2 reports first."""
+    env = make_env()
+    await env.group([1, 2], in_sync={1, 2})
+    env.expire()
+    env.manager.on_role_change()
+    await env.heartbeat(2)
+    return env
+
+
 async def test_a_new_leader_waits_for_the_recorded_master_before_a_broker_elects_another(
     make_env: MakeEnv,
 ) -> None:
     """A container restarting all its brokers at once: the slave registers first and asks for an
     election while the recorded master is still starting; it is told to retry, and once the
     master reports it stays master, same epoch."""
-    env = make_env()
-    await env.group([1, 2], in_sync={1, 2})
-    env.expire()  # every broker gone ...
-    env.manager.on_role_change()  # ... and the controller starts leading anew
-    await env.heartbeat(2)
+    env = await _restarted_set(make_env)
     proposals = len(env.raft.proposals)
     r = await env.elect(2)
     assert r.code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED
@@ -461,11 +468,7 @@ async def test_a_new_leader_waits_for_the_recorded_master_before_a_broker_elects
 
 
 async def test_the_wait_for_the_recorded_master_ends(make_env: MakeEnv) -> None:
-    env = make_env()
-    await env.group([1, 2], in_sync={1, 2})
-    env.expire()
-    env.manager.on_role_change()
-    await env.heartbeat(2)
+    env = await _restarted_set(make_env)
     assert (await env.elect(2)).code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED
     # the master (1) never comes back: after scanInactiveMasterInterval the broker's election goes
     env.now += env.config.scanInactiveMasterInterval
@@ -476,11 +479,7 @@ async def test_the_wait_for_the_recorded_master_ends(make_env: MakeEnv) -> None:
 
 
 async def test_an_admin_designation_does_not_wait(make_env: MakeEnv) -> None:
-    env = make_env()
-    await env.group([1, 2], in_sync={1, 2})
-    env.expire()
-    env.manager.on_role_change()
-    await env.heartbeat(2)
+    env = await _restarted_set(make_env)
     r = await env.elect(2, designate=True)
     assert r.code == ResponseCode.SUCCESS
     assert r.ext_fields["masterBrokerId"] == "2"

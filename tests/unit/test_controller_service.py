@@ -161,6 +161,44 @@ class _Ctx:
         self.connection = _Conn(conn_id)
 
 
+async def _apply_broker_id(cluster: Cluster, leader: ControllerService, bid: int) -> None:
+    r = await cluster.call(
+        leader,
+        RequestCode.CONTROLLER_APPLY_BROKER_ID,
+        {
+            "clusterName": C,
+            "brokerName": B,
+            "appliedBrokerId": bid,
+            "registerCheckCode": f"{baddr(bid)};{bid}",
+        },
+    )
+    assert r.code == ResponseCode.SUCCESS, r.remark
+
+
+async def _two_brokers_master_1_both_in_sync(cluster: Cluster, leader: ControllerService) -> None:
+    """Brokers 1 and 2 register (persistent ids) and heartbeat to every peer; 1 is elected master
+    and reports both in sync."""
+    for bid in (1, 2):
+        r = await cluster.call(
+            leader, RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": C, "brokerName": B}
+        )
+        assert r.ext_fields["nextBrokerId"] == str(bid)
+        await _apply_broker_id(cluster, leader, bid)
+        cluster.start_heartbeats(bid)
+    r = await cluster.call(
+        leader, RequestCode.CONTROLLER_ELECT_MASTER, {"clusterName": C, "brokerName": B, "brokerId": 1}
+    )
+    assert r.code == ResponseCode.SUCCESS
+    assert r.ext_fields["masterBrokerId"] == "1"
+    r = await cluster.call(
+        leader,
+        RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+        {"brokerName": B, "masterBrokerId": 1, "masterEpoch": 1},
+        SyncStateSet(syncStateSet=frozenset({1, 2}), syncStateSetEpoch=1).encode(),
+    )
+    assert r.code == ResponseCode.SUCCESS, r.remark
+
+
 async def test_three_peers_register_elect_fail_over_broker_and_controller(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -177,36 +215,7 @@ async def test_three_peers_register_elect_fail_over_broker_and_controller(
         assert r.code == ResponseCode.CONTROLLER_NOT_LEADER
         assert r.ext_fields["controllerLeaderAddress"] == leader.config.self_address
 
-        # two brokers register (persistent ids) and heartbeat to every peer
-        for bid in (1, 2):
-            r = await cluster.call(
-                leader, RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": C, "brokerName": B}
-            )
-            assert r.ext_fields["nextBrokerId"] == str(bid)
-            r = await cluster.call(
-                leader,
-                RequestCode.CONTROLLER_APPLY_BROKER_ID,
-                {
-                    "clusterName": C,
-                    "brokerName": B,
-                    "appliedBrokerId": bid,
-                    "registerCheckCode": f"{baddr(bid)};{bid}",
-                },
-            )
-            assert r.code == ResponseCode.SUCCESS, r.remark
-            cluster.start_heartbeats(bid)
-        r = await cluster.call(
-            leader, RequestCode.CONTROLLER_ELECT_MASTER, {"clusterName": C, "brokerName": B, "brokerId": 1}
-        )
-        assert r.code == ResponseCode.SUCCESS
-        assert r.ext_fields["masterBrokerId"] == "1"
-        r = await cluster.call(
-            leader,
-            RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
-            {"brokerName": B, "masterBrokerId": 1, "masterEpoch": 1},
-            SyncStateSet(syncStateSet=frozenset({1, 2}), syncStateSetEpoch=1).encode(),
-        )
-        assert r.code == ResponseCode.SUCCESS, r.remark
+        await _two_brokers_master_1_both_in_sync(cluster, leader)
         await cluster.converged(
             lambda sm: sm.sync_state_info(B) is not None and sm.sync_state_info(B).syncStateSet == {1, 2}
         )
@@ -248,33 +257,7 @@ async def test_a_closing_peer_elects_no_one_for_brokers_going_away(
         cluster = Cluster(nursery)
         await cluster.start()
         leader = await cluster.leader()
-        for bid in (1, 2):
-            await cluster.call(
-                leader, RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": C, "brokerName": B}
-            )
-            r = await cluster.call(
-                leader,
-                RequestCode.CONTROLLER_APPLY_BROKER_ID,
-                {
-                    "clusterName": C,
-                    "brokerName": B,
-                    "appliedBrokerId": bid,
-                    "registerCheckCode": f"{baddr(bid)};{bid}",
-                },
-            )
-            assert r.code == ResponseCode.SUCCESS, r.remark
-            cluster.start_heartbeats(bid)
-        r = await cluster.call(
-            leader, RequestCode.CONTROLLER_ELECT_MASTER, {"clusterName": C, "brokerName": B, "brokerId": 1}
-        )
-        assert r.code == ResponseCode.SUCCESS
-        r = await cluster.call(
-            leader,
-            RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
-            {"brokerName": B, "masterBrokerId": 1, "masterEpoch": 1},
-            SyncStateSet(syncStateSet=frozenset({1, 2}), syncStateSetEpoch=1).encode(),
-        )
-        assert r.code == ResponseCode.SUCCESS, r.remark
+        await _two_brokers_master_1_both_in_sync(cluster, leader)
         for svc in cluster.services.values():
             svc.close()
         cluster.beating[1].cancel()  # the master goes away with the process
@@ -304,17 +287,7 @@ async def test_lagging_peer_catches_up_from_a_controller_snapshot(
         lagging = next(nid for nid, s in cluster.services.items() if s is not leader)
         cluster.net.isolate(lagging)
         for bid in range(1, 7):
-            r = await cluster.call(
-                leader,
-                RequestCode.CONTROLLER_APPLY_BROKER_ID,
-                {
-                    "clusterName": C,
-                    "brokerName": B,
-                    "appliedBrokerId": bid,
-                    "registerCheckCode": f"{baddr(bid)};{bid}",
-                },
-            )
-            assert r.code == ResponseCode.SUCCESS, r.remark
+            await _apply_broker_id(cluster, leader, bid)
         cluster.start_heartbeats(1)
         r = await cluster.call(
             leader, RequestCode.CONTROLLER_ELECT_MASTER, {"clusterName": C, "brokerName": B, "brokerId": 1}
