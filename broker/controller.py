@@ -126,6 +126,9 @@ class BrokerController:
         #: (upstream ``isIsolated``); broker/replicas_manager.py ends it. Without controllerAddr the
         #: roles are set by hand (broker/replication.py) and there is no isolation.
         self.isolated = bc.enableControllerMode and bool(bc.controller_addr_list)
+        #: the broker is stopping (:meth:`prepare_stop`): it no longer registers with name servers
+        self.stopping = False
+        self._unregistered = False
         #: controller-mode membership (broker/replicas_manager.py), set by broker/replicas_processor.py
         self.replicas_manager: ReplicasManager | None = None
 
@@ -211,7 +214,7 @@ class BrokerController:
         """Register with every name server; False when one of them did not accept it (the
         register loop then retries within seconds, not at the next period)."""
         namesrvs = split_addrs(self.broker_config.namesrvAddr)
-        if not namesrvs or self.isolated:
+        if not namesrvs or self.isolated or self.stopping:
             return True
         bc = self.broker_config
         results = await self.outer.register_all(
@@ -326,10 +329,25 @@ class BrokerController:
         self.groups.load()
         self.offsets.load()
 
-    async def _shutdown(self) -> None:
+    async def prepare_stop(self) -> None:
+        """The hosting process begins a graceful stop: unregister from the name servers now, while
+        the transport -- and a name server hosted in the same process -- still serves, as
+        upstream's shutdown unregisters before it closes its server. Clients then stop routing
+        to this broker before its connections close."""
+        self.stopping = True
+        await self._unregister()
+
+    async def _unregister(self) -> None:
+        if self._unregistered:
+            return
+        self._unregistered = True
         namesrvs = split_addrs(self.broker_config.namesrvAddr)
         with trio.move_on_after(3):
             await self.outer.unregister_all(namesrvs, self.identity)
+
+    async def _shutdown(self) -> None:
+        self.stopping = True
+        await self._unregister()
         if self.listener is not None and self.server is not None:
             await self.server.remove_listener(self.listener)  # type: ignore[attr-defined]
         await self._persist_all()
@@ -365,7 +383,7 @@ class BrokerController:
             return  # old-style: the periodic registration is the heartbeat
         while True:
             await trio.sleep(bc.brokerHeartbeatInterval / 1000)
-            if self.isolated:
+            if self.isolated or self.stopping:
                 continue
             await self.outer.heartbeat_all(
                 split_addrs(bc.namesrvAddr),

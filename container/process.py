@@ -13,8 +13,9 @@ Lifecycle (:class:`ContainerProcess`):
 4. Report the banner (``task_status.started(lines)``; each line is also logged).
 5. On :meth:`ContainerProcess.stop`: tell the components that asked (``HostedComponent.on_stop``;
    a controller peer stops electing, so the process's own brokers going away are not taken for
-   failures), stop the transport (no new requests), then cancel the components, whose ``finally``
-   blocks flush and close their files.
+   failures), let them finish what needs the transport (``before_stop``: brokers unregister from
+   the name servers), stop the transport (no new requests), then cancel the components, whose
+   ``finally`` blocks flush and close their files.
 
 :func:`run_process` adds signal handling: the first SIGINT/SIGTERM stops gracefully, a second one
 cancels at once; and, once everything serves, the loop watchdog (:mod:`container.watchdog`), which
@@ -47,6 +48,9 @@ from store.errors import StoreOpenError
 
 log = logging.getLogger(PROCESS_LOGGER)
 
+#: seconds a graceful stop gives the components' ``before_stop`` calls
+BEFORE_STOP_TIMEOUT = 5.0
+
 
 class StartupError(Exception):
     """A component could not start (typically: its port is taken); the message says which."""
@@ -66,6 +70,9 @@ class HostedComponent:
     component: Runnable
     banner: list[str] = field(default_factory=list)
     on_stop: Callable[[], None] | None = None
+    #: awaited (all at once, at most :data:`BEFORE_STOP_TIMEOUT` s) when a graceful stop begins,
+    #: while the transport still serves (a broker unregisters from the name servers)
+    before_stop: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass
@@ -157,7 +164,7 @@ async def start_brokers(ctx: ProcessContext) -> list[HostedComponent]:
             f"broker {broker.name} {broker.addr} ({role}) ha {broker.ha_addr} "
             f"store {spec.store.storePathRootDir}"
         )
-        hosted.append(HostedComponent(broker.name, broker, [banner]))
+        hosted.append(HostedComponent(broker.name, broker, [banner], before_stop=broker.prepare_stop))
     return hosted
 
 
@@ -246,6 +253,11 @@ class ContainerProcess:
                 for hosted in self.components:
                     if hosted.on_stop is not None:
                         hosted.on_stop()
+                with trio.move_on_after(BEFORE_STOP_TIMEOUT):
+                    async with trio.open_nursery() as before:
+                        for hosted in self.components:
+                            if hosted.before_stop is not None:
+                                before.start_soon(hosted.before_stop)
                 log.info("stopping: transport first")
                 transport.cancel_scope.cancel()
             log.info("stopping: %d component(s)", len(self.components))

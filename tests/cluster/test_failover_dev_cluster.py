@@ -1,8 +1,8 @@
 """The default dev cluster (``conf/dev-cluster.toml``, what ``bin/rmq-container`` runs with no argument)
 in controller mode: started as a real process (on free ports instead of the fixed ones), both broker
 groups elect a master whose SyncStateSet holds both replicas, a Python client sends to and reads from
-both groups, the process stops without the controller reacting to its own brokers going away, and
-restarted on its data directory it comes back the same way (same masters, same epochs)."""
+both groups, the process stops without the controller reacting to its own brokers going away (the
+brokers unregister from the name server first), and restarted on its data directory it comes back the same way (same masters, same epochs)."""
 
 from __future__ import annotations
 
@@ -121,6 +121,10 @@ async def test_dev_cluster_runs_controller_mode_and_restarts(tmp_path: Path) -> 
                 log = proc.log_text()
                 shutdown = log[log.index("stopping: transport first") :]
                 assert "elect" not in shutdown.lower(), shutdown
+                # the brokers unregistered while the name server still served (upstream's order)
+                unregistering = log[log.index("SIGTERM received") : log.index("stopping: transport first")]
+                assert unregistering.count("[namesrv] unregister broker") == 4, unregistering
+                assert "unregister from name server" not in log  # no failed unregistration
                 await proc.start()
                 await wait_until(lambda: groups_ready(admin), 20, "both groups back after a restart")
                 assert await masters(admin) == before  # same master, same epoch

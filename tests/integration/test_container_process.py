@@ -201,6 +201,20 @@ class Recorder:
                     await stream.aclose()
             self.events.append(f"{self.name} stopped (port accepting: {accepting})")
 
+    async def accepting(self) -> bool:
+        try:
+            stream = await trio.open_tcp_stream("127.0.0.1", self.ports[0])
+        except OSError:
+            return False
+        await stream.aclose()
+        return True
+
+    def on_stop(self) -> None:
+        self.events.append(f"{self.name} told")
+
+    async def before_stop(self) -> None:
+        self.events.append(f"{self.name} before stop (port accepting: {await self.accepting()})")
+
 
 def _config() -> ProcessConfig:
     cfg = ProcessConfig(source="test")
@@ -229,6 +243,29 @@ async def test_components_start_in_order_and_stop_after_the_transport() -> None:
     assert events[:2] == ["a started", "b started"]
     # components stop after the transport: their port no longer accepts connections
     assert sorted(events[2:]) == ["a stopped (port accepting: False)", "b stopped (port accepting: False)"]
+
+
+async def test_a_graceful_stop_tells_components_then_awaits_them_while_the_transport_serves() -> None:
+    events: list[str] = []
+    ports: list[int] = []
+
+    async def factory(ctx: ProcessContext) -> list[HostedComponent]:
+        listener = await ctx.listen(0, ProcessorTable(), name="fake")
+        ports.append(listener.port)
+        recorders = [Recorder(n, events, ports) for n in ("a", "b")]
+        return [HostedComponent(r.name, r, on_stop=r.on_stop, before_stop=r.before_stop) for r in recorders]
+
+    process = ContainerProcess(_config(), [factory])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(process.run)
+        process.stop()
+    assert events[2:4] == ["a told", "b told"]
+    # e.g. brokers unregistering from a name server in the same process: it still serves
+    assert sorted(events[4:6]) == [
+        "a before stop (port accepting: True)",
+        "b before stop (port accepting: True)",
+    ]
+    assert sorted(events[6:]) == ["a stopped (port accepting: False)", "b stopped (port accepting: False)"]
 
 
 async def test_a_failing_factory_releases_ports_bound_by_earlier_ones() -> None:
