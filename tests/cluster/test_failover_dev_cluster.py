@@ -2,7 +2,8 @@
 in controller mode: started as a real process (on free ports instead of the fixed ones), both broker
 groups elect a master whose SyncStateSet holds both replicas, a Python client sends to and reads from
 both groups, the process stops without the controller reacting to its own brokers going away (the
-brokers unregister from the name server first), and restarted on its data directory it comes back the same way (same masters, same epochs)."""
+brokers unregister from the name server first), and restarted on its data directory it comes back
+the same way (same masters, same epochs)."""
 
 from __future__ import annotations
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from remoting.protocol.message import encode_message, tags_hash_code
+from remoting.protocol.message import decode_message, encode_message, tags_hash_code
 from store.config import MessageStoreConfig
 from store.message_store import DefaultMessageStore
 from store.results import PutMessageResult
@@ -141,3 +142,20 @@ def read_queue(store: DefaultMessageStore, topic: str, queue_id: int) -> list[by
         offset = res.next_begin_offset
         res.release()
     return out
+
+
+def place_batch(
+    block: bytearray, hints: list[tuple[int, str | None, str | None]], slot: tuple[int, int, int]
+) -> tuple[tuple[int, int, int], list[int]]:
+    """What the broker's batch encoder does for a slot: every record carries its queue offset,
+    physical offset and the store timestamp; (slot, consume-queue units)."""
+    base, qo, now = slot
+    units: list[int] = []
+    pos = 0
+    for i, (tags_code, _, _) in enumerate(hints):
+        size = decode_message(block, pos).total_size
+        struct.pack_into(">qq", block, pos + 20, qo + i, base + pos)
+        struct.pack_into(">q", block, pos + 56, now)
+        units += (base + pos, size, tags_code)
+        pos += size
+    return slot, units

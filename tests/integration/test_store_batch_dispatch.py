@@ -5,13 +5,12 @@ next slot (``placed=...``), right or wrong, and every stored record carries its 
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 from remoting.protocol.message import decode_message, tags_hash_code
 from store.message_store import DefaultMessageStore
 from store.results import PutMessageStatus
-from tests.integration.storekit import Clock, encode, running_store, small_config
+from tests.integration.storekit import Clock, encode, place_batch, running_store, small_config
 
 TOPIC = "BatchTopic"
 
@@ -39,23 +38,6 @@ def _units(store: DefaultMessageStore, queue_id: int) -> list[tuple[int, int, in
     return out
 
 
-def _place(
-    block: bytearray, hints: list[tuple[int, str | None, str | None]], slot: tuple[int, int, int]
-) -> tuple[tuple[int, int, int], list[int]]:
-    """What the broker's batch encoder does for a slot: every record carries its queue offset,
-    physical offset and the store timestamp; (slot, consume-queue units)."""
-    base, qo, now = slot
-    units: list[int] = []
-    pos = 0
-    for i, (tags_code, _, _) in enumerate(hints):
-        size = decode_message(block, pos).total_size
-        struct.pack_into(">qq", block, pos + 20, qo + i, base + pos)
-        struct.pack_into(">q", block, pos + 56, now)
-        units += (base + pos, size, tags_code)
-        pos += size
-    return slot, units
-
-
 async def _fill(root: Path, mode: str) -> tuple[list[list[tuple[int, int, int]]], list[list[int]], int]:
     """``mode``: "decoded" (no hints), "hinted", "placed" (hints and records encoded for the
     store's slot) or "stale" (encoded for a slot one record off)."""
@@ -72,7 +54,7 @@ async def _fill(root: Path, mode: str) -> tuple[list[list[tuple[int, int, int]]]
                         slots += 1
                         if mode == "stale":
                             slot = (slot[0] - 300, slot[1] - 1, slot[2])
-                        placed = _place(block, hints, slot)
+                        placed = place_batch(block, hints, slot)
                 res = await store.put_messages(
                     block,
                     TOPIC,

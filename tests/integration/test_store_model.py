@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 
 from remoting.protocol.message import decode_message, tags_hash_code
 from store.message_store import DefaultMessageStore
-from tests.integration.storekit import STORE_HOST, encode, put, small_config
-from tests.integration.test_store_batch_dispatch import _place
+from tests.integration.storekit import STORE_HOST, encode, place_batch, put, small_config
 
 QUEUES = 3
 
@@ -150,7 +149,7 @@ async def _run(root: str, sequence: list[tuple]) -> None:  # type: ignore[type-a
                     hints.append((tags_hash_code(tags), f"K{uid}", f"U{uid}"))
                     batch.append((body, f"K{uid}"))
                     uid += 1
-                placed = _place(block, hints, slot) if slot is not None else None
+                placed = place_batch(block, hints, slot) if slot is not None else None
                 res = await store.put_messages(block, "T", q, sys_flag=0, hints=hints, placed=placed)
                 assert res.is_ok
                 assert res.offsets is not None
