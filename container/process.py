@@ -237,12 +237,15 @@ class ContainerProcess:
                 log.debug("starting %s", hosted.name)
                 try:
                     await components.start(hosted.component.run)
-                except StoreOpenError as e:
-                    # e.g. a config whose file sizes do not match the store on disk: say so plainly
+                except* StoreOpenError as group:
+                    # e.g. a config whose file sizes do not match the store on disk, or a data
+                    # directory another process uses (possibly raised inside the component's own
+                    # nurseries): say so plainly
+                    refusal = _leaves(group)[0]
                     with trio.CancelScope(shield=True):
                         for listener in list(server.listeners):
                             await server.remove_listener(listener)
-                    raise StartupError(f"{hosted.name}: {e}") from e
+                    raise StartupError(f"{hosted.name}: {refusal}") from refusal
             async with trio.open_nursery() as transport:
                 await transport.start(server.run)
                 lines = self.banner()

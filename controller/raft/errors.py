@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from store.errors import StoreOpenError
+
 
 class RaftError(Exception):
     """Base class of every Raft error."""
@@ -38,6 +40,12 @@ class RaftTimeoutError(RaftError, TimeoutError):
 
 class StorageCorruptError(RaftError):
     """The durable Raft state is inconsistent beyond a torn tail (refuse to start)."""
+
+
+class StorageLockedError(RaftError, StoreOpenError):
+    """Another live process (or another driver of this one) uses the Raft log directory: two
+    peers appending to one log would corrupt it, so the second refuses to start (a hosting
+    process reports it as a startup error, like a store that refuses to open)."""
 
 
 class PeersConfigError(RaftError, ValueError):

@@ -22,6 +22,7 @@ decode (a torn tail). All methods are blocking; the driver calls them through
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import struct
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import msgspec
 
-from controller.raft.errors import StorageCorruptError
+from controller.raft.errors import StorageCorruptError, StorageLockedError
 from controller.raft.messages import Entry, HardState, PersistentState, Snapshot, SnapshotMeta
 
 logger = logging.getLogger("controller.raft.storage")
@@ -187,7 +188,8 @@ def _write_all(fd: int, data: bytes) -> None:
 
 class FileStorage:
     """Raft log + snapshot files in one directory (created if missing). Not thread-safe:
-    one caller at a time (the driver awaits each call)."""
+    one caller at a time (the driver awaits each call). From :meth:`load` to :meth:`close` the
+    directory is locked (``flock`` on ``lock``) against a second user."""
 
     blocking = True  # the driver runs these methods in a worker thread
 
@@ -195,13 +197,38 @@ class FileStorage:
         self.directory = Path(directory)
         self.log_path = self.directory / "raft.log"
         self.snapshot_path = self.directory / "snapshot"
+        self.lock_path = self.directory / "lock"
         self._fd: int | None = None
+        self._lock_fd: int | None = None
         self._image = LogImage()
         self._snapshot = Snapshot()
 
     def load(self) -> PersistentState:
-        """Read the snapshot and log, cut a torn tail off the log file, open it for appending."""
+        """Lock the directory, read the snapshot and log, cut a torn tail off the log file, open
+        it for appending. Raises StorageLockedError when another user holds the directory."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock()
+        try:
+            return self._load_locked()
+        except BaseException:
+            self.close()
+            raise
+
+    def _lock(self) -> None:
+        if self._lock_fd is not None:
+            return
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise StorageLockedError(
+                f"raft log directory {self.directory} is in use by another controller peer "
+                f"(lock {self.lock_path} is held): controllerStorePath must be one peer's own"
+            ) from exc
+        self._lock_fd = fd
+
+    def _load_locked(self) -> PersistentState:
         if self.snapshot_path.exists():
             self._snapshot = decode_snapshot_file(self.snapshot_path.read_bytes())
         self._image = LogImage()
@@ -258,12 +285,19 @@ class FileStorage:
         image.entries = list(kept)
 
     def close(self) -> None:
+        """Close the log and release the directory."""
+        self._close_log()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+    def _close_log(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
     def _rewrite(self, records: list[LogRecord]) -> None:
-        self.close()
+        self._close_log()
         data = LOG_MAGIC + b"".join(encode_record(r) for r in records)
         _write_atomically(self.log_path, data)
         self._open()

@@ -289,16 +289,28 @@ async def test_a_failing_factory_releases_ports_bound_by_earlier_ones() -> None:
 
 
 class _RefusingStore:
+    def __init__(self, nested: bool) -> None:
+        self.nested = nested
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        raise StoreOpenError("/data/commitlog holds files of 1 bytes, but mappedFileSizeCommitLog is 2")
+        refusal = StoreOpenError("/data/commitlog holds files of 1 bytes, but mappedFileSizeCommitLog is 2")
+        if not self.nested:
+            raise refusal
+
+        async def inner(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            raise refusal
+
+        async with trio.open_nursery() as nursery:  # as a controller peer starts its Raft driver
+            await nursery.start(inner)
 
 
-async def test_a_store_that_refuses_to_open_is_a_startup_error_naming_the_component() -> None:
+@pytest.mark.parametrize("nested", [False, True], ids=["bare", "inside-a-nursery"])
+async def test_a_store_that_refuses_to_open_is_a_startup_error_naming_the_component(nested: bool) -> None:
     ports: list[int] = []
 
     async def factory(ctx: ProcessContext) -> list[HostedComponent]:
         ports.append((await ctx.listen(0, ProcessorTable(), name="broker-x")).port)
-        return [HostedComponent("broker-x", _RefusingStore())]
+        return [HostedComponent("broker-x", _RefusingStore(nested))]
 
     with pytest.raises(StartupError) as err:
         await ContainerProcess(_config(), [factory]).run()

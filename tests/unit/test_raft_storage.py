@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from controller.raft.errors import StorageCorruptError
+from controller.raft.errors import StorageCorruptError, StorageLockedError
 from controller.raft.messages import Entry, HardState, Snapshot, SnapshotMeta
 from controller.raft.storage import LOG_MAGIC, FileStorage, MemoryStorage, encode_snapshot_file
 
@@ -183,3 +183,23 @@ def test_memory_storage_replays_like_file_storage(tmp_path):
     fs = FileStorage(tmp_path)
     assert mem.load() == fs.load()
     fs.close()
+
+
+def test_a_second_user_of_the_directory_is_refused_until_the_first_closes(tmp_path):
+    """Two peers appending to one raft.log would corrupt it: the second load is refused, and
+    nothing is written; a refused or failed load holds no lock."""
+    st, _ = reopen(tmp_path)
+    st.save(HardState(1, "n0", 0), ents(1, 1, 2), None)
+    before = (tmp_path / "raft.log").read_bytes()
+    with pytest.raises(StorageLockedError, match="in use by another controller peer"):
+        FileStorage(tmp_path).load()
+    assert (tmp_path / "raft.log").read_bytes() == before
+    st.close()
+    st, state = reopen(tmp_path)
+    assert state.entries == ents(1, 1, 2)
+    st.close()
+    (tmp_path / "raft.log").write_bytes(b"not a raft log at all")
+    with pytest.raises(StorageCorruptError):
+        FileStorage(tmp_path).load()
+    (tmp_path / "raft.log").unlink()
+    reopen(tmp_path)[0].close()  # the failed load released the directory
