@@ -256,7 +256,14 @@ class ReplicasManager:
                         bc.brokerClusterName, bc.brokerName, temp.brokerId, temp.registerCheckCode
                     )
                 except ControllerError as e:
-                    self.log.warning("broker id %d refused (%s); starting over", temp.brokerId, e)
+                    # BROKER_ID_INVALID is the normal race of replicas starting together (another
+                    # one applied for the same next id first); anything else is worth a warning
+                    level = (
+                        logging.INFO
+                        if e.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID
+                        else logging.WARNING
+                    )
+                    self.log.log(level, "broker id %d refused (%s); starting over", temp.brokerId, e)
                     await trio.to_thread.run_sync(self.files.delete_temp)
                     self.register_state = RegisterState.INITIAL
                     return False

@@ -126,6 +126,9 @@ async def test_dev_cluster_runs_controller_mode_and_restarts(tmp_path: Path) -> 
                 unregistering = log[log.index("SIGTERM received") : log.index("stopping: transport first")]
                 assert unregistering.count("[namesrv] unregister broker") == 4, unregistering
                 assert "unregister from name server" not in log  # no failed unregistration
+                # a fresh start and a graceful stop are quiet: no warning, no error (the replicas'
+                # race for broker ids is logged at INFO)
+                assert [ln for ln in log.splitlines() if " WARNING " in ln or " ERROR " in ln] == []
                 await proc.start()
                 await wait_until(lambda: groups_ready(admin), 20, "both groups back after a restart")
                 assert await masters(admin) == before  # same master, same epoch
