@@ -68,6 +68,7 @@ from broker.replica_view import (
 )
 from remoting.codes import ResponseCode
 from remoting.protocol.controller import (
+    ELECT_WAIT_REMARK,
     BrokerHeartbeatRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
     SyncStateSet,
@@ -132,6 +133,8 @@ class ReplicasManager:
         self.running = trio.Event()
         self.period = bc.syncBrokerMetadataPeriod / 1000
         self.retry_interval = min(RETRY_INTERVAL, max(0.05, self.period))
+        #: the last election request was deferred by the controller for the recorded master
+        self._waited_for_master = False
         self._lock = trio.Lock()
         self._poll_now = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -156,7 +159,11 @@ class ReplicasManager:
                 self._nursery = nursery
                 task_status.started()
                 while not await self.start_basic_service():
-                    self.log.warning("joining the replica group failed (state %s); retrying", self.state.name)
+                    # a pass that only waited for the recorded master to report is no failure
+                    level = logging.INFO if self._waited_for_master else logging.WARNING
+                    self.log.log(
+                        level, "joining the replica group failed (state %s); retrying", self.state.name
+                    )
                     await trio.sleep(self.retry_interval)
                 nursery.start_soon(self._controller_metadata_loop)
                 nursery.start_soon(self._heartbeat_loop)
@@ -175,6 +182,7 @@ class ReplicasManager:
 
     async def start_basic_service(self) -> bool:
         """One pass of the startup sequence (upstream ``startBasicService``); True when RUNNING."""
+        self._waited_for_master = False
         if self.state == State.INITIAL:
             if not await self._first_leader_lookup():
                 return False
@@ -364,7 +372,16 @@ class ReplicasManager:
                 bc.brokerClusterName, bc.brokerName, broker_id, b.now_ms()
             )
         except (ControllerError, ControllerUnavailable) as e:
-            self.log.warning("no master elected for %s: %s", bc.brokerName, e)
+            waiting = (
+                isinstance(e, ControllerError)
+                and e.code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED
+                and (e.remark or "").startswith(ELECT_WAIT_REMARK)
+            )
+            # the controller gives a recorded master time to report after a restart: expected
+            self._waited_for_master = waiting
+            self.log.log(
+                logging.INFO if waiting else logging.WARNING, "no master elected for %s: %s", bc.brokerName, e
+            )
             return False
         if header.masterBrokerId is None or not header.masterAddress:
             self.log.warning("no master in broker set %s", bc.brokerName)

@@ -47,6 +47,7 @@ from remoting.command import RemotingCommand, request
 from remoting.fastjson import FastjsonError
 from remoting.headers import HeaderError, decode_header, encode_header
 from remoting.protocol.controller import (
+    ELECT_WAIT_REMARK,
     AlterSyncStateSetRequestHeader,
     ApplyBrokerIdRequestHeader,
     BrokerHeartbeatRequestHeader,
@@ -214,8 +215,8 @@ class ControllerManager:
         )
         return ControllerResult(header=ElectMasterResponseHeader()).fail(
             ResponseCode.CONTROLLER_ELECT_MASTER_FAILED,
-            f"the master of broker set {header.brokerName} (broker id {old}) has not reported to this "
-            f"controller since it took the lead; waiting {wait:.0f} ms more for it before electing "
+            f"{ELECT_WAIT_REMARK} (broker id {old}) of broker set {header.brokerName}: it has not "
+            f"reported to this controller since it took the lead; {wait:.0f} ms more before electing "
             "another: retry",
         )
 

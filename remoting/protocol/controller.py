@@ -254,6 +254,11 @@ def decode_broker_names(data: bytes | memoryview | None) -> list[str]:
     return fastjson.decode(bytes(data or b""), list[str])
 
 
+#: How an rmq-container controller's CONTROLLER_ELECT_MASTER_FAILED remark begins when it defers a
+#: broker's election to give the recorded master time to report (``ControllerManager.election_wait_ms``):
+#: the broker retries, and logs it as the expected wait it is.
+ELECT_WAIT_REMARK = "waiting for the recorded master"
+
 #: Java Long.MAX_VALUE: the end offset of the open (last) epoch.
 JAVA_LONG_MAX = 2**63 - 1
 

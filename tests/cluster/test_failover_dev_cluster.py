@@ -143,6 +143,10 @@ async def test_dev_cluster_runs_controller_mode_and_restarts(tmp_path: Path) -> 
 
                 if sorted(got) != sorted(first + second):
                     await wait_until(everything, 15, "every message readable after the restart")
+                # the restart was quiet too (a replica told to wait for its recorded master logs
+                # that at INFO)
+                log = proc.log_text()
+                assert [ln for ln in log.splitlines() if " WARNING " in ln or " ERROR " in ln] == []
     finally:
         proc.close()
 
