@@ -16,6 +16,7 @@ import trio
 from container.config import ProcessConfig, load_process_config
 from container.config_fields import PROJECT_ROOT
 from container.process import (
+    ComponentFactory,
     ContainerProcess,
     HostedComponent,
     ProcessContext,
@@ -192,13 +193,7 @@ class Recorder:
             await trio.sleep_forever()
         finally:
             with trio.CancelScope(shield=True):
-                try:
-                    stream = await trio.open_tcp_stream("127.0.0.1", self.ports[0])
-                except OSError:
-                    accepting = False
-                else:
-                    accepting = True
-                    await stream.aclose()
+                accepting = await self.accepting()
             self.events.append(f"{self.name} stopped (port accepting: {accepting})")
 
     async def accepting(self) -> bool:
@@ -222,18 +217,34 @@ def _config() -> ProcessConfig:
     return cfg
 
 
-async def test_components_start_in_order_and_stop_after_the_transport() -> None:
-    events: list[str] = []
-    ports: list[int] = []
+def _recorders(events: list[str], ports: list[int], *, hooks: bool = False) -> ComponentFactory:
+    """A factory of two :class:`Recorder` components "a" and "b" on one listener (its port goes to
+    ``ports``); with ``hooks`` they also take ``on_stop`` / ``before_stop``."""
 
     async def factory(ctx: ProcessContext) -> list[HostedComponent]:
         listener = await ctx.listen(0, ProcessorTable(), name="fake")
         ports.append(listener.port)
-        return [
-            HostedComponent(n, Recorder(n, events, ports), [f"{n} {listener.address}"]) for n in ("a", "b")
-        ]
+        hosted = []
+        for name in ("a", "b"):
+            r = Recorder(name, events, ports)
+            hosted.append(
+                HostedComponent(
+                    name,
+                    r,
+                    [f"{name} {listener.address}"],
+                    on_stop=r.on_stop if hooks else None,
+                    before_stop=r.before_stop if hooks else None,
+                )
+            )
+        return hosted
 
-    process = ContainerProcess(_config(), [factory])
+    return factory
+
+
+async def test_components_start_in_order_and_stop_after_the_transport() -> None:
+    events: list[str] = []
+    ports: list[int] = []
+    process = ContainerProcess(_config(), [_recorders(events, ports)])
     async with trio.open_nursery() as nursery:
         banner = await nursery.start(process.run)
         assert banner[1:] == [f"a 127.0.0.1:{ports[0]}", f"b 127.0.0.1:{ports[0]}"]
@@ -248,14 +259,7 @@ async def test_components_start_in_order_and_stop_after_the_transport() -> None:
 async def test_a_graceful_stop_tells_components_then_awaits_them_while_the_transport_serves() -> None:
     events: list[str] = []
     ports: list[int] = []
-
-    async def factory(ctx: ProcessContext) -> list[HostedComponent]:
-        listener = await ctx.listen(0, ProcessorTable(), name="fake")
-        ports.append(listener.port)
-        recorders = [Recorder(n, events, ports) for n in ("a", "b")]
-        return [HostedComponent(r.name, r, on_stop=r.on_stop, before_stop=r.before_stop) for r in recorders]
-
-    process = ContainerProcess(_config(), [factory])
+    process = ContainerProcess(_config(), [_recorders(events, ports, hooks=True)])
     async with trio.open_nursery() as nursery:
         await nursery.start(process.run)
         process.stop()
