@@ -185,6 +185,13 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+async def _release_listeners(server: RemotingServer) -> None:
+    """Close every listener bound so far (a start that failed must give its ports back)."""
+    with trio.CancelScope(shield=True):
+        for listener in list(server.listeners):
+            await server.remove_listener(listener)
+
+
 def _bind_host(config: ProcessConfig) -> str:
     return config.nettyServer.bindAddress or "0.0.0.0"
 
@@ -228,9 +235,7 @@ class ContainerProcess:
             for factory in self.factories:
                 self.components.extend(await factory(ctx))
         except BaseException:
-            with trio.CancelScope(shield=True):
-                for listener in list(server.listeners):
-                    await server.remove_listener(listener)
+            await _release_listeners(server)
             raise
         async with trio.open_nursery() as components:
             for hosted in self.components:
@@ -242,9 +247,7 @@ class ContainerProcess:
                     # directory another process uses (possibly raised inside the component's own
                     # nurseries): say so plainly
                     refusal = _leaves(group)[0]
-                    with trio.CancelScope(shield=True):
-                        for listener in list(server.listeners):
-                            await server.remove_listener(listener)
+                    await _release_listeners(server)
                     raise StartupError(f"{hosted.name}: {refusal}") from refusal
             async with trio.open_nursery() as transport:
                 await transport.start(server.run)

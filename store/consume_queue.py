@@ -222,8 +222,7 @@ class ConsumeQueue:
     def install_file(self, mf: MappedFile, first_queue_offset: int) -> None:
         """Adopt a created file. For an empty queue the file may start below ``first_queue_offset``
         (the queue's first message): :meth:`put` pre-fills the units before it."""
-        if self.staged:
-            self.materialize()
+        self.materialize()
         if self.cur is None:
             self.mfq.install(mf)
             self.max_offset = mf.file_from_offset // CQ_UNIT_SIZE
@@ -340,8 +339,7 @@ class ConsumeQueue:
         """
         if queue_offset >= self.max_offset:
             return [], None
-        if self.staged:
-            self.materialize()
+        self.materialize()
         byte = queue_offset * CQ_UNIT_SIZE
         old_max = self.max_offset
         gone = self.mfq.detach_after(byte)
@@ -379,8 +377,7 @@ class ConsumeQueue:
     def detach_expired(self, min_phys: int) -> list[MappedFile]:
         """Detach files (never the last) whose every unit points below ``min_phys`` (upstream
         ``deleteExpiredFile``); the caller deletes them."""
-        if self.staged:
-            self.materialize()
+        self.materialize()
         count = 0
         for mf in self.mfq.files[:-1]:
             if mf.wrote_position < CQ_UNIT_SIZE:
@@ -396,13 +393,11 @@ class ConsumeQueue:
         return gone
 
     def dirty_files(self) -> list[tuple[MappedFile, int]]:
-        if self.staged:
-            self.materialize()
+        self.materialize()
         return self.mfq.dirty_files()
 
     def close(self) -> None:
-        if self.staged:
-            self.materialize()
+        self.materialize()
         self.cur = None
         self.mfq.close_all()
 
