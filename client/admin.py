@@ -29,6 +29,7 @@ from remoting.protocol.broker import (
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     GetConsumeStatsRequestHeader,
+    ProducerConnection,
     SubscriptionGroupConfig,
     SubscriptionGroupWrapper,
     TopicStatsTable,
@@ -48,13 +49,24 @@ from remoting.protocol.namesrv import (
     TopicRouteData,
 )
 
-__all__ = ["CLUSTER_NOT_FOUND", "AdminError", "MQAdmin", "attributes_to_string", "parse_namesrv_addrs"]
+__all__ = [
+    "CLUSTER_NOT_FOUND",
+    "NO_MASTER_PLACEHOLDER",
+    "AdminError",
+    "MQAdmin",
+    "attributes_to_string",
+    "parse_namesrv_addrs",
+    "route_addrs",
+]
 
 log = logging.getLogger("client.admin")
 
 DEFAULT_TIMEOUT = 5.0
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 #: mqadmin's message when a cluster name is not known to the name server.
+#: upstream ``CommandUtil.NO_MASTER_PLACEHOLDER``: the key of a broker group without a master
+NO_MASTER_PLACEHOLDER = "NO_MASTER"
+
 CLUSTER_NOT_FOUND = "Make sure the specified clusterName exists or the name server connected to is correct."
 
 
@@ -254,6 +266,24 @@ class MQAdmin:
                 addrs.extend(addr for _, addr in sorted(bd.brokerAddrs.items()))
         return addrs
 
+    async def fetch_master_and_slave_distinguish(self, cluster: str) -> dict[str, list[str]]:
+        """Upstream ``CommandUtil.fetchMasterAndSlaveDistinguish``: each broker group's master address
+        (:data:`NO_MASTER_PLACEHOLDER` for groups without one) -> its slaves' addresses, groups in
+        name order, slaves in id order; ValueError if the cluster is unknown."""
+        info = await self.examine_broker_cluster_info()
+        names = info.clusterAddrTable.get(cluster)
+        if names is None:
+            raise ValueError(CLUSTER_NOT_FOUND)
+        result: dict[str, list[str]] = {}
+        for name in sorted(names):
+            bd = info.brokerAddrTable.get(name)
+            if bd is None:
+                continue
+            master = bd.brokerAddrs.get(MASTER_ID, NO_MASTER_PLACEHOLDER)
+            slaves = result.setdefault(master, [])
+            slaves.extend(addr for bid, addr in sorted(bd.brokerAddrs.items()) if bid != MASTER_ID)
+        return result
+
     async def fetch_broker_names_by_cluster(self, cluster: str) -> list[str]:
         info = await self.examine_broker_cluster_info()
         names = info.clusterAddrTable.get(cluster)
@@ -315,10 +345,8 @@ class MQAdmin:
         """Stats of ``topic`` from every broker group of the route of ``route_topic`` (default: ``topic``)."""
         route = await self.examine_topic_route_info(route_topic or topic)
         merged = TopicStatsTable()
-        for bd in route.brokerDatas:
-            addr = bd.brokerAddrs.get(MASTER_ID) or next(iter(bd.brokerAddrs.values()), None)
-            if addr is not None:
-                merged.offsetTable.update((await self.examine_topic_stats_of(addr, topic)).offsetTable)
+        for addr in route_addrs(route):
+            merged.offsetTable.update((await self.examine_topic_stats_of(addr, topic)).offsetTable)
         if not merged.offsetTable:
             raise AdminError(ResponseCode.TOPIC_NOT_EXIST, "Not found the topic stats info", "")
         return merged
@@ -381,13 +409,17 @@ class MQAdmin:
             )
         return merged
 
-    async def examine_consumer_connection_info(self, group: str) -> ConsumerConnection:
-        """Who is online in ``group`` (asked of the first broker of its retry topic's route)."""
-        route = await self.examine_topic_route_info(RETRY_GROUP_TOPIC_PREFIX + group)
-        for bd in route.brokerDatas:
-            addr = bd.brokerAddrs.get(MASTER_ID) or next(iter(bd.brokerAddrs.values()), None)
-            if addr is None:
-                continue
+    async def examine_consumer_connection_info(
+        self, group: str, broker_addr: str | None = None
+    ) -> ConsumerConnection:
+        """Who is online in ``group``: asked of ``broker_addr``, else of the brokers of its retry
+        topic's route (the first that knows a member answers)."""
+        if broker_addr is not None:
+            addrs = [broker_addr]
+        else:
+            route = await self.examine_topic_route_info(RETRY_GROUP_TOPIC_PREFIX + group)
+            addrs = route_addrs(route)
+        for addr in addrs:
             response = await self._call(
                 addr, request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
             )
@@ -395,6 +427,25 @@ class MQAdmin:
             if connection.connectionSet:
                 return connection
         raise AdminError(ResponseCode.CONSUMER_NOT_ONLINE, "Not found the consumer group connection", "")
+
+    async def examine_producer_connection_info(self, group: str, topic: str) -> ProducerConnection:
+        """The producers of ``group`` connected to the brokers of ``topic``'s route (the first broker
+        that knows a member answers)."""
+        route = await self.examine_topic_route_info(topic)
+        last: AdminError | None = None
+        for addr in route_addrs(route):
+            try:
+                response = await self._call(
+                    addr, request(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group})
+                )
+            except AdminError as e:  # "the producer group[...] not exist" on this broker
+                last = e
+                continue
+            connection = ProducerConnection.decode(_body(response))
+            if connection.connectionSet:
+                return connection
+        reason = f" ({last.remark})" if last is not None and last.remark else ""
+        raise AdminError(ResponseCode.SYSTEM_ERROR, f"Not found the producer group connection{reason}", "")
 
     # --- broker config ------------------------------------------------------------------------------
 
@@ -410,3 +461,13 @@ class MQAdmin:
     async def update_broker_config(self, broker_addr: str, properties: dict[str, str]) -> None:
         body = "".join(f"{k}={v}\n" for k, v in properties.items()).encode("utf-8")
         await self._call(broker_addr, request(RequestCode.UPDATE_BROKER_CONFIG, body=body))
+
+
+def route_addrs(route: TopicRouteData) -> list[str]:
+    """One address per broker group of ``route``: its master's, else its first replica's."""
+    addrs = []
+    for bd in route.brokerDatas:
+        addr = bd.brokerAddrs.get(MASTER_ID) or next(iter(bd.brokerAddrs.values()), None)
+        if addr is not None:
+            addrs.append(addr)
+    return addrs

@@ -11,16 +11,16 @@ else ``127.0.0.1:9876``. Failures print a short message to stderr and exit with 
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, ParamSpec
 
 import click
 import msgspec
 import trio
 
 from client.admin import AdminError, MQAdmin
+from client.admin_common import namesrv_option, run_admin
 from client.admin_controller_cli import COMMANDS as CONTROLLER_COMMANDS
 from client.admin_output import (
     all_groups_progress_lines,
@@ -30,49 +30,14 @@ from client.admin_output import (
     topic_config_str,
     topic_status_lines,
 )
-from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from remoting.fastjson import dumps_pretty
 from remoting.protocol.broker import SubscriptionGroupConfig
 from remoting.protocol.common import KVTable, TopicConfig
 from remoting.protocol.namesrv import NAMESPACE_ORDER_TOPIC_CONFIG, ClusterInfo
 
-P = ParamSpec("P")
-
-DEFAULT_NAMESRV = "127.0.0.1:9876"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-
-
-def _run(command: str, fn: Callable[[MQAdmin], Awaitable[None]], namesrv: str, timeout: float) -> None:
-    failures: list[Exception] = []
-
-    async def main() -> None:
-        async with RemotingClient(connect_timeout=min(timeout, 3.0), name="rmq-admin") as rc:
-            try:
-                await fn(MQAdmin(rc, namesrv, timeout=timeout))
-            except (AdminError, RemotingError, ValueError) as e:
-                failures.append(e)  # caught inside the client's nursery: no ExceptionGroup
-
-    trio.run(main)
-    if failures:
-        click.echo(f"rmq-admin {command} command failed: {failures[0]}", err=True)
-        sys.exit(1)
-
-
-def _namesrv_option(f: Callable[P, Any]) -> Callable[P, Any]:
-    f = click.option(
-        "-n",
-        "--namesrvAddr",
-        "namesrv",
-        envvar="NAMESRV_ADDR",
-        default=DEFAULT_NAMESRV,
-        show_default=True,
-        help="Name server address list, eg: '192.168.0.1:9876;192.168.0.2:9876'",
-    )(f)
-    return click.option(
-        "--timeout", type=float, default=5.0, show_default=True, help="Per-request timeout in seconds."
-    )(f)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -206,7 +171,7 @@ async def _cluster_list(admin: MQAdmin, cluster_name: str | None) -> list[str]:
 
 
 @main.command("clusterList")
-@_namesrv_option
+@namesrv_option
 @click.option("-c", "--clusterName", "cluster_name", default=None, help="which cluster")
 def cluster_list(namesrv: str, timeout: float, cluster_name: str | None) -> None:
     """List cluster infos."""
@@ -215,7 +180,7 @@ def cluster_list(namesrv: str, timeout: float, cluster_name: str | None) -> None
         for line in await _cluster_list(admin, cluster_name.strip() if cluster_name else None):
             click.echo(line)
 
-    _run("clusterList", go, namesrv, timeout)
+    run_admin("clusterList", go, namesrv, timeout)
 
 
 # --- topicList ---------------------------------------------------------------------------------
@@ -247,7 +212,7 @@ async def _topic_list(admin: MQAdmin, cluster_mode: bool) -> list[str]:
 
 
 @main.command("topicList")
-@_namesrv_option
+@namesrv_option
 @click.option("-c", "--clusterModel", "cluster_mode", is_flag=True, help="clusterModel")
 def topic_list(namesrv: str, timeout: float, cluster_mode: bool) -> None:
     """Fetch all topic list from name server."""
@@ -256,7 +221,7 @@ def topic_list(namesrv: str, timeout: float, cluster_mode: bool) -> None:
         for line in await _topic_list(admin, cluster_mode):
             click.echo(line)
 
-    _run("topicList", go, namesrv, timeout)
+    run_admin("topicList", go, namesrv, timeout)
 
 
 # --- topicRoute --------------------------------------------------------------------------------
@@ -269,7 +234,7 @@ def _java_map(addrs: dict[int, str]) -> str:
 
 
 @main.command("topicRoute")
-@_namesrv_option
+@namesrv_option
 @click.option("-t", "--topic", required=True, help="topic name")
 @click.option("-l", "--list", "list_format", is_flag=True, help="Use list format to print data")
 def topic_route(namesrv: str, timeout: float, topic: str, list_format: bool) -> None:
@@ -306,7 +271,7 @@ def topic_route(namesrv: str, timeout: float, topic: str, list_format: bool) -> 
         click.echo("-" * 158)
         click.echo(ROUTE_FORMAT.format("Total:", len(queues), "", total_read, total_write, ""))
 
-    _run("topicRoute", go, namesrv, timeout)
+    run_admin("topicRoute", go, namesrv, timeout)
 
 
 # --- shared helpers of the broker commands ---------------------------------------------------------
@@ -333,7 +298,7 @@ def _attributes_option(text: str | None) -> dict[str, str]:
 
 
 @main.command("updateTopic")
-@_namesrv_option
+@namesrv_option
 @click.option("-b", "--brokerAddr", "broker_addr", help="create topic to which broker")
 @click.option("-c", "--clusterName", "cluster_name", help="create topic to which cluster")
 @click.option("-t", "--topic", required=True, help="topic name")
@@ -388,14 +353,14 @@ def update_topic(
                 click.echo(f"set cluster orderConf. isOrder={order}, orderConf=[{order_conf}]")
         click.echo(topic_config_str(config, modification))
 
-    _run("updateTopic", go, namesrv, timeout)
+    run_admin("updateTopic", go, namesrv, timeout)
 
 
 # --- deleteTopic -------------------------------------------------------------------------------------
 
 
 @main.command("deleteTopic")
-@_namesrv_option
+@namesrv_option
 @click.option("-t", "--topic", required=True, help="topic name")
 @click.option("-c", "--clusterName", "cluster_name", required=True, help="delete topic from which cluster")
 def delete_topic(namesrv: str, timeout: float, topic: str, cluster_name: str) -> None:
@@ -409,14 +374,14 @@ def delete_topic(namesrv: str, timeout: float, topic: str, cluster_name: str) ->
         await admin.delete_topic_in_namesrvs(topic, cluster)
         click.echo(f"delete topic [{topic}] from NameServer success.")
 
-    _run("deleteTopic", go, namesrv, timeout)
+    run_admin("deleteTopic", go, namesrv, timeout)
 
 
 # --- topicStatus -------------------------------------------------------------------------------------
 
 
 @main.command("topicStatus")
-@_namesrv_option
+@namesrv_option
 @click.option("-t", "--topic", required=True, help="topic name")
 @click.option("-c", "--cluster", "cluster_name", default=None, help="cluster name, used to find the route")
 def topic_status(namesrv: str, timeout: float, topic: str, cluster_name: str | None) -> None:
@@ -428,14 +393,14 @@ def topic_status(namesrv: str, timeout: float, topic: str, cluster_name: str | N
         for line in topic_status_lines(stats):
             click.echo(line)
 
-    _run("topicStatus", go, namesrv, timeout)
+    run_admin("topicStatus", go, namesrv, timeout)
 
 
 # --- updateSubGroup ----------------------------------------------------------------------------------
 
 
 @main.command("updateSubGroup")
-@_namesrv_option
+@namesrv_option
 @click.option("-b", "--brokerAddr", "broker_addr", help="create subscription group to which broker")
 @click.option("-c", "--clusterName", "cluster_name", help="create subscription group to which cluster")
 @click.option("-g", "--groupName", "group", required=True, help="consumer group name")
@@ -512,14 +477,14 @@ def update_sub_group(
                 click.echo(f"create subscription group to {addr} success.")
         click.echo(group_config_str(config))
 
-    _run("updateSubGroup", go, namesrv, timeout)
+    run_admin("updateSubGroup", go, namesrv, timeout)
 
 
 # --- consumerProgress --------------------------------------------------------------------------------
 
 
 @main.command("consumerProgress")
-@_namesrv_option
+@namesrv_option
 @click.option("-g", "--groupName", "group", default=None, help="consumer group name")
 @click.option("-t", "--topicName", "topic", default=None, help="topic name")
 @click.option("-c", "--cluster", "cluster_name", default=None, help="Cluster name, used to find the route.")
@@ -541,14 +506,14 @@ def consumer_progress(
         for line in lines:
             click.echo(line)
 
-    _run("consumerProgress", go, namesrv, timeout)
+    run_admin("consumerProgress", go, namesrv, timeout)
 
 
 # --- brokerStatus ------------------------------------------------------------------------------------
 
 
 @main.command("brokerStatus")
-@_namesrv_option
+@namesrv_option
 @click.option("-b", "--brokerAddr", "broker_addr", help="Broker address")
 @click.option("-c", "--clusterName", "cluster_name", help="which cluster")
 def broker_status(namesrv: str, timeout: float, broker_addr: str | None, cluster_name: str | None) -> None:
@@ -571,22 +536,30 @@ def broker_status(namesrv: str, timeout: float, broker_addr: str | None, cluster
             for key in sorted(stats.table):
                 click.echo(f"{addr:<24} {key:<32}: {stats.table[key]}")
 
-    _run("brokerStatus", go, namesrv, timeout)
+    run_admin("brokerStatus", go, namesrv, timeout)
 
 
 for _command in CONTROLLER_COMMANDS:
     main.add_command(_command)
 
 
-def _add_message_commands() -> None:
-    from client.admin_messages import COMMANDS
+def _add_commands() -> None:
+    from client.admin_broker_cli import BROKER_COMMANDS
+    from client.admin_messages import COMMANDS as MESSAGE_COMMANDS
 
-    for command in COMMANDS:
+    for command in (*BROKER_COMMANDS, *MESSAGE_COMMANDS):
         main.add_command(command)
 
 
-_add_message_commands()
+_add_commands()
+
+
+def run() -> None:
+    """The ``rmq-admin`` entry point: output piped into a reader that stops early (``| head``) ends
+    the command quietly, as for other Unix tools, instead of a BrokenPipeError traceback."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    main(prog_name="rmq-admin")
 
 
 if __name__ == "__main__":
-    main(prog_name="rmq-admin")
+    run()

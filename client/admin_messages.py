@@ -1,4 +1,5 @@
-"""``rmq-admin`` message commands: ``queryMsgById``, ``queryMsgByKey``, ``sendMessage``, ``consumeMessage``.
+"""``rmq-admin`` message commands: ``queryMsgById``, ``queryMsgByUniqueKey``, ``queryMsgByKey``,
+``queryMsgByOffset``, ``sendMessage``, ``consumeMessage``.
 
 Same names and flag letters as mqadmin. They are click commands added to the ``rmq-admin`` group by
 :mod:`client.admin_cli`; each runs one trio loop with a remoting client or the Python client.
@@ -6,6 +7,7 @@ Same names and flag letters as mqadmin. They are click commands added to the ``r
 
 from __future__ import annotations
 
+import codecs
 import os
 import sys
 import time
@@ -14,8 +16,8 @@ from collections.abc import Awaitable, Callable
 import click
 import trio
 
-from client.admin import AdminError, MQAdmin
-from client.message import Message, MQClientError
+from client.admin import AdminError, MQAdmin, route_addrs
+from client.message import Message, MessageExt, MQClientError, PullStatus
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from remoting.client import RemotingClient
@@ -62,8 +64,10 @@ def _fmt_ts(ms: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) + f",{ms % 1000:03d}"
 
 
-def print_message(msg: StoredMessage, *, show_body: bool = True) -> None:
-    """mqadmin's message view (``queryMsgById``): one ``Key: value`` line per field."""
+def print_message(msg: StoredMessage | MessageExt, *, show_body: bool = True) -> None:
+    """mqadmin's message view (``queryMsgById``): one ``Key: value`` line per field; ``msg`` as read
+    from the store (VIEW_MESSAGE_BY_ID, QUERY_MESSAGE) or as a pull returned it."""
+    commit_log_offset = msg.physical_offset if isinstance(msg, StoredMessage) else msg.commit_log_offset
     rows = [
         ("OffsetID", msg.offset_msg_id),
         ("Topic", msg.topic),
@@ -71,7 +75,7 @@ def print_message(msg: StoredMessage, *, show_body: bool = True) -> None:
         ("Keys", f"[{msg.keys}]" if msg.keys is not None else "[null]"),
         ("Queue ID", str(msg.queue_id)),
         ("Queue Offset", str(msg.queue_offset)),
-        ("CommitLog Offset", str(msg.physical_offset)),
+        ("CommitLog Offset", str(commit_log_offset)),
         ("Reconsume Times", str(msg.reconsume_times)),
         ("Born Timestamp", _fmt_ts(msg.born_timestamp)),
         ("Store Timestamp", _fmt_ts(msg.store_timestamp)),
@@ -97,15 +101,21 @@ async def view_by_offset_id(client: RemotingClient, msg_id: str, timeout: float)
 
 
 async def query_by_key(
-    admin: MQAdmin, topic: str, key: str, begin: int, end: int, max_num: int = 64, *, unique: bool = False
+    admin: MQAdmin,
+    topic: str,
+    key: str,
+    begin: int,
+    end: int,
+    max_num: int = 64,
+    *,
+    unique: bool = False,
+    route_topic: str | None = None,
 ) -> list[StoredMessage]:
-    """QUERY_MESSAGE on every master hosting ``topic``; keys re-checked exactly as clients do."""
-    route = await admin.examine_topic_route_info(topic)
+    """QUERY_MESSAGE on every master hosting ``topic`` (or hosting ``route_topic``: a cluster name
+    routes all of its brokers); keys re-checked exactly as clients do."""
+    route = await admin.examine_topic_route_info(route_topic or topic)
     found: list[StoredMessage] = []
-    for bd in route.brokerDatas:
-        addr = bd.brokerAddrs.get(0) or next(iter(bd.brokerAddrs.values()), None)
-        if addr is None:
-            continue
+    for addr in route_addrs(route):
         ext: dict[str, object] = {
             "topic": topic,
             "key": key,
@@ -159,6 +169,37 @@ def query_msg_by_id(namesrv: str | None, msg_id: str, topic: str | None, timeout
     _run("queryMsgById", go)
 
 
+@click.command("queryMsgByUniqueKey")
+@click.option("-n", "--namesrvAddr", "namesrv", default=None, help="name server address(es), ;-separated")
+@click.option("-i", "--msgId", "msg_id", required=True, help="Message Id (the client's unique key)")
+@click.option("-t", "--topic", required=True, help="The topic of msg")
+@click.option("-a", "--showAll", "show_all", is_flag=True, help="Print all message, the limit is 32")
+@click.option("-c", "--cluster", "cluster_name", default=None, help="Cluster name, used to find the route.")
+@click.option("--timeout", default=5.0, show_default=True, help="seconds per request")
+def query_msg_by_unique_key(
+    namesrv: str | None, msg_id: str, topic: str, show_all: bool, cluster_name: str | None, timeout: float
+) -> None:
+    """Query Message by Unique key."""
+    msg_id, topic = msg_id.strip(), topic.strip()
+
+    async def go() -> None:
+        async with RemotingClient(connect_timeout=min(timeout, 3.0), name="rmq-admin") as rc:
+            admin = MQAdmin(rc, _namesrv(namesrv), timeout=timeout)
+            route_topic = cluster_name.strip() if cluster_name else None
+            hits = await query_by_key(
+                admin, topic, msg_id, 0, 2**63 - 1, 32, unique=True, route_topic=route_topic
+            )
+            if not hits:
+                raise ValueError(f"no message of topic {topic} has the unique key {msg_id}")
+            hits.sort(key=lambda m: m.store_timestamp)
+            for i, msg in enumerate(hits if show_all else hits[:1]):
+                if i:
+                    click.echo("")
+                print_message(msg)
+
+    _run("queryMsgByUniqueKey", go)
+
+
 @click.command("queryMsgByKey")
 @click.option("-n", "--namesrvAddr", "namesrv", default=None, help="name server address(es), ;-separated")
 @click.option("-t", "--topic", required=True)
@@ -177,6 +218,43 @@ def query_msg_by_key(namesrv: str | None, topic: str, key: str, begin: int, end:
                 click.echo(f"{msg.msg_id:<50}{msg.queue_id:<6}{msg.queue_offset}")
 
     _run("queryMsgByKey", go)
+
+
+@click.command("queryMsgByOffset")
+@click.option("-n", "--namesrvAddr", "namesrv", default=None, help="name server address(es), ;-separated")
+@click.option("-t", "--topic", required=True, help="topic name")
+@click.option("-b", "--brokerName", "broker_name", required=True, help="Broker Name")
+@click.option("-i", "--queueId", "queue_id", type=int, required=True, help="Queue Id")
+@click.option("-o", "--offset", type=int, required=True, help="Queue Offset")
+@click.option(
+    "-f", "--bodyFormat", "body_format", default=None, help="print message body by the specified format"
+)
+def query_msg_by_offset(
+    namesrv: str | None, topic: str, broker_name: str, queue_id: int, offset: int, body_format: str | None
+) -> None:
+    """Query Message by offset."""
+    topic, broker_name = topic.strip(), broker_name.strip()
+    if body_format is not None:
+        try:
+            codecs.lookup(body_format.strip())
+        except LookupError:
+            raise click.BadParameter(f"unknown charset {body_format!r}", param_hint="-f") from None
+
+    async def go() -> None:
+        async with PullConsumer("TOOLS_CONSUMER", _namesrv(namesrv)) as consumer:
+            mq = MessageQueue(topic=topic, brokerName=broker_name, queueId=queue_id)
+            result = await consumer.pull(mq, "*", offset, 1)
+            if result.status is not PullStatus.FOUND or not result.messages:
+                raise ValueError(
+                    f"no message at offset {offset} of {topic} queue {queue_id} on {broker_name}: "
+                    f"{result.status.name} (queue min offset {result.min_offset}, max offset {result.max_offset})"
+                )
+            msg = result.messages[0]
+            print_message(msg, show_body=body_format is None)
+            if body_format is not None:
+                click.echo(f"{'Message Body:':<20}{msg.body.decode(body_format.strip(), 'replace')}")
+
+    _run("queryMsgByOffset", go)
 
 
 @click.command("sendMessage")
@@ -271,4 +349,11 @@ def consume_message(
     _run("consumeMessage", go)
 
 
-COMMANDS = (query_msg_by_id, query_msg_by_key, send_message, consume_message)
+COMMANDS = (
+    query_msg_by_id,
+    query_msg_by_unique_key,
+    query_msg_by_key,
+    query_msg_by_offset,
+    send_message,
+    consume_message,
+)

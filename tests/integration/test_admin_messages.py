@@ -9,7 +9,7 @@ import trio
 from click.testing import CliRunner, Result
 
 from client.admin_cli import main
-from tests.integration.broker_env import broker_env, wait_until
+from tests.integration.broker_env import CLUSTER, broker_env, wait_until
 
 TOPIC = "AdminMsgTopic"
 
@@ -62,3 +62,69 @@ async def test_query_by_id_of_garbage_id_fails_with_a_clear_message(tmp_path: os
         bad = await cli("queryMsgById", "-n", env.namesrv_addr, "-i", "not-an-id")
         assert bad.exit_code == 1
         assert "not an offset message id" in bad.output
+
+
+async def test_query_by_unique_key_and_by_offset(tmp_path: os.PathLike[str]) -> None:
+    async with broker_env(tmp_path) as env:
+        ns = env.namesrv_addr
+        ids = []
+        for body in ("first", "second"):
+            sent = await cli("sendMessage", "-n", ns, "-t", TOPIC, "-p", body, "-b", "broker-a", "-i", "2")
+            assert sent.exit_code == 0, sent.output
+            ids.append(sent.output.strip().splitlines()[-1].split()[3])
+        await wait_until(lambda: TOPIC in env.namesrv.routes.topicQueueTable, what="topic route")
+
+        by_uniq = await cli("queryMsgByUniqueKey", "-n", ns, "-i", ids[1], "-t", TOPIC)
+        assert by_uniq.exit_code == 0, by_uniq.output
+        assert re.search(r"^Queue Offset:\s+1$", by_uniq.output, re.M), by_uniq.output
+        assert re.search(r"^Message Body:\s+second$", by_uniq.output, re.M), by_uniq.output
+        assert f"UNIQ_KEY={ids[1]}" in by_uniq.output
+        # routed by a cluster name (mqadmin's -c), and every copy with -a (here: one)
+        by_cluster = await cli(
+            "queryMsgByUniqueKey", "-n", ns, "-i", ids[0], "-t", TOPIC, "-c", CLUSTER, "-a"
+        )
+        assert by_cluster.exit_code == 0, by_cluster.output
+        assert by_cluster.output.count("Topic:") == 1
+        assert re.search(r"^Message Body:\s+first$", by_cluster.output, re.M), by_cluster.output
+
+        unknown = await cli(
+            "queryMsgByUniqueKey", "-n", ns, "-i", "0A0A0A0A0000000000000000000000AA", "-t", TOPIC
+        )
+        assert unknown.exit_code == 1
+        assert (
+            f"no message of topic {TOPIC} has the unique key 0A0A0A0A0000000000000000000000AA"
+            in unknown.output
+        )
+
+        at = await cli("queryMsgByOffset", "-n", ns, "-t", TOPIC, "-b", "broker-a", "-i", "2", "-o", "0")
+        assert at.exit_code == 0, at.output
+        assert re.search(r"^Message Body:\s+first$", at.output, re.M), at.output
+        assert re.search(r"^Queue ID:\s+2$", at.output, re.M), at.output
+        latin = await cli(
+            "queryMsgByOffset",
+            "-n",
+            ns,
+            "-t",
+            TOPIC,
+            "-b",
+            "broker-a",
+            "-i",
+            "2",
+            "-o",
+            "1",
+            "-f",
+            "ISO-8859-1",
+        )
+        assert latin.exit_code == 0, latin.output
+        assert latin.output.count("Message Body:") == 1
+        assert re.search(r"^Message Body:\s+second$", latin.output, re.M), latin.output
+
+        beyond = await cli("queryMsgByOffset", "-n", ns, "-t", TOPIC, "-b", "broker-a", "-i", "2", "-o", "7")
+        assert beyond.exit_code == 1
+        assert "no message at offset 7 of AdminMsgTopic queue 2 on broker-a: OFFSET_ILLEGAL" in beyond.output
+        assert "queue min offset 0, max offset 2" in beyond.output
+        charset = await cli(
+            "queryMsgByOffset", "-n", ns, "-t", TOPIC, "-b", "broker-a", "-i", "2", "-o", "0", "-f", "no-such"
+        )
+        assert charset.exit_code == 2
+        assert "unknown charset 'no-such'" in charset.output

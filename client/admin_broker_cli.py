@@ -1,0 +1,259 @@
+"""``rmq-admin`` broker commands: ``getBrokerConfig``, ``updateBrokerConfig``, ``consumerConnection``,
+``producerConnection``, ``deleteSubGroup``.
+
+Same names, flag letters and output lines as mqadmin. Where mqadmin walks a cluster (``-c``) and one
+broker fails, it prints the failure and goes on; so do these commands, then exit with status 1.
+"""
+
+from __future__ import annotations
+
+import click
+
+from client.admin import NO_MASTER_PLACEHOLDER, AdminError, MQAdmin
+from client.admin_common import namesrv_option, run_admin
+from client.admin_output import version_desc
+from remoting.errors import RemotingError
+
+__all__ = ["BROKER_COMMANDS"]
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+
+def _one_of(broker_addr: str | None, cluster_name: str | None) -> None:
+    if not broker_addr and not cluster_name:
+        raise click.UsageError("give -b (broker address) or -c (cluster name)")
+
+
+def _java_bool(text: str | None) -> bool:
+    """Java's ``Boolean.valueOf``: true only for "true", any case."""
+    return text is not None and text.strip().lower() == "true"
+
+
+class _Failures:
+    """Per-broker failures of a cluster-wide command: reported as they happen, raised at the end."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: Exception | None = None
+
+    def add(self, what: str, error: Exception) -> None:
+        self.count += 1
+        self.first = self.first or error
+        click.echo(f"{what}: {error}", err=True)
+
+    def raise_if_any(self) -> None:
+        if self.first is not None:
+            more = f" (and {self.count - 1} more)" if self.count > 1 else ""
+            raise ValueError(f"{self.first}{more}")
+
+
+# --- getBrokerConfig ----------------------------------------------------------------------------------
+
+
+async def _print_config(admin: MQAdmin, title: str, addr: str) -> None:
+    click.echo(title)
+    if addr == NO_MASTER_PLACEHOLDER:
+        return
+    config = await admin.get_broker_config(addr)
+    if not config:
+        click.echo(f"Broker[{addr}] has no config property!")
+        return
+    for key, value in config.items():
+        click.echo(f"{key:<50}=  {value}")
+    click.echo("")
+
+
+@click.command("getBrokerConfig")
+@namesrv_option
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="get which broker")
+@click.option("-c", "--clusterName", "cluster_name", default=None, help="get which cluster")
+def get_broker_config(
+    namesrv: str, timeout: float, broker_addr: str | None, cluster_name: str | None
+) -> None:
+    """Get broker config by cluster or special broker."""
+    _one_of(broker_addr, cluster_name)
+
+    async def go(admin: MQAdmin) -> None:
+        if broker_addr:
+            addr = broker_addr.strip()
+            await _print_config(admin, f"============{addr}============", addr)
+            return
+        assert cluster_name is not None
+        failures = _Failures()
+        for master, slaves in (await admin.fetch_master_and_slave_distinguish(cluster_name.strip())).items():
+            targets = [(f"============Master: {master}============", master)]
+            targets += [(f"============My Master: {master}=====Slave: {s}============", s) for s in slaves]
+            for title, addr in targets:
+                try:
+                    await _print_config(admin, title, addr)
+                except (AdminError, RemotingError) as e:
+                    failures.add(f"broker {addr}", e)
+        failures.raise_if_any()
+
+    run_admin("getBrokerConfig", go, namesrv, timeout)
+
+
+# --- updateBrokerConfig -------------------------------------------------------------------------------
+
+
+@click.command("updateBrokerConfig")
+@namesrv_option
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="update which broker")
+@click.option("-c", "--clusterName", "cluster_name", default=None, help="update which cluster")
+@click.option(
+    "-a",
+    "--updateAllBroker",
+    "all_brokers",
+    default=None,
+    help="update all brokers include slave (with -c; takes a value, as in mqadmin: -a true)",
+)
+@click.option("-k", "--key", required=True, help="config key")
+@click.option("-v", "--value", required=True, help="config value")
+def update_broker_config(
+    namesrv: str,
+    timeout: float,
+    broker_addr: str | None,
+    cluster_name: str | None,
+    all_brokers: str | None,
+    key: str,
+    value: str,
+) -> None:
+    """Update broker's config."""
+    _one_of(broker_addr, cluster_name)
+    properties = {key.strip(): value.strip()}
+
+    async def go(admin: MQAdmin) -> None:
+        if broker_addr:
+            addr = broker_addr.strip()
+            await admin.update_broker_config(addr, properties)
+            click.echo(f"update broker config success, {addr}")
+            return
+        assert cluster_name is not None
+        cluster = cluster_name.strip()
+        if all_brokers is not None:
+            addrs = await admin.fetch_master_and_slave_addrs_by_cluster(cluster)
+        else:
+            addrs = await admin.fetch_master_addrs_by_cluster(cluster)
+        failures = _Failures()
+        for addr in addrs:
+            try:
+                await admin.update_broker_config(addr, properties)
+            except (AdminError, RemotingError) as e:
+                failures.add(f"update broker config failed, {addr}", e)
+                continue
+            click.echo(f"update broker config success, {addr}")
+        failures.raise_if_any()
+
+    run_admin("updateBrokerConfig", go, namesrv, timeout)
+
+
+# --- consumerConnection / producerConnection ----------------------------------------------------------
+
+
+@click.command("consumerConnection")
+@namesrv_option
+@click.option("-g", "--consumerGroup", "group", required=True, help="consumer group name")
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="broker address")
+def consumer_connection(namesrv: str, timeout: float, group: str, broker_addr: str | None) -> None:
+    """Query consumer's socket connection, client version and subscription."""
+
+    async def go(admin: MQAdmin) -> None:
+        cc = await admin.examine_consumer_connection_info(
+            group.strip(), broker_addr.strip() if broker_addr else None
+        )
+        click.echo(f"{'#ClientId':<36} {'#ClientAddr':<22} {'#Language':<10} #Version")
+        for conn in cc.connectionSet:
+            click.echo(
+                f"{conn.clientId:<36} {conn.clientAddr:<22} {conn.language:<10} {version_desc(conn.version)}"
+            )
+        click.echo("\nBelow is subscription:")
+        click.echo(f"{'#Topic':<20} #SubExpression")
+        for sd in cc.subscriptionTable.values():
+            click.echo(f"{sd.topic:<20} {sd.subString}")
+        click.echo("")
+        click.echo(f"ConsumeType: {cc.consumeType}")
+        click.echo(f"MessageModel: {cc.messageModel}")
+        click.echo(f"ConsumeFromWhere: {cc.consumeFromWhere}")
+
+    run_admin("consumerConnection", go, namesrv, timeout)
+
+
+@click.command("producerConnection")
+@namesrv_option
+@click.option("-g", "--producerGroup", "group", required=True, help="producer group name")
+@click.option("-t", "--topic", required=True, help="topic name")
+def producer_connection(namesrv: str, timeout: float, group: str, topic: str) -> None:
+    """Query producer's socket connection and client version."""
+
+    async def go(admin: MQAdmin) -> None:
+        pc = await admin.examine_producer_connection_info(group.strip(), topic.strip())
+        for i, conn in enumerate(pc.connectionSet, 1):
+            click.echo(
+                f"{i:04d}  {conn.clientId:<32} {conn.clientAddr:<22} {conn.language:<8} "
+                f"{version_desc(conn.version)}"
+            )
+
+    run_admin("producerConnection", go, namesrv, timeout)
+
+
+# --- deleteSubGroup -----------------------------------------------------------------------------------
+
+
+@click.command("deleteSubGroup")
+@namesrv_option
+@click.option(
+    "-b", "--brokerAddr", "broker_addr", default=None, help="delete subscription group from which broker"
+)
+@click.option(
+    "-c", "--clusterName", "cluster_name", default=None, help="delete subscription group from which cluster"
+)
+@click.option("-g", "--groupName", "group", required=True, help="subscription group name")
+@click.option("-r", "--removeOffset", "remove_offset", default=None, help="remove offset (true|false)")
+def delete_sub_group(
+    namesrv: str,
+    timeout: float,
+    broker_addr: str | None,
+    cluster_name: str | None,
+    group: str,
+    remove_offset: str | None,
+) -> None:
+    """Delete subscription group from broker."""
+    _one_of(broker_addr, cluster_name)
+    name = group.strip()
+    clean_offset = _java_bool(remove_offset)
+
+    async def go(admin: MQAdmin) -> None:
+        if broker_addr:
+            addr = broker_addr.strip()
+            await admin.delete_subscription_group(addr, name, clean_offset)
+            click.echo(f"delete subscription group [{name}] from broker [{addr}] success.")
+            return
+        assert cluster_name is not None
+        cluster = cluster_name.strip()
+        masters = await admin.fetch_master_addrs_by_cluster(cluster)
+        for addr in masters:
+            await admin.delete_subscription_group(addr, name, clean_offset)
+            click.echo(
+                f"delete subscription group [{name}] from broker [{addr}] in cluster [{cluster}] success."
+            )
+        # as mqadmin: the group's retry and DLQ topics go too (brokers, then name servers)
+        failures = _Failures()
+        for topic in (RETRY_GROUP_TOPIC_PREFIX + name, DLQ_GROUP_TOPIC_PREFIX + name):
+            try:
+                await admin.delete_topic_in_broker(masters, topic)
+                await admin.delete_topic_in_namesrvs(topic, cluster)
+            except (AdminError, RemotingError) as e:
+                failures.add(f"deleting topic {topic}", e)
+        failures.raise_if_any()
+
+    run_admin("deleteSubGroup", go, namesrv, timeout)
+
+
+BROKER_COMMANDS: list[click.Command] = [
+    get_broker_config,
+    update_broker_config,
+    consumer_connection,
+    producer_connection,
+    delete_sub_group,
+]

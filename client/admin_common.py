@@ -1,0 +1,60 @@
+"""What every ``rmq-admin`` command module shares: the ``-n``/``--timeout`` options and the runner
+that turns an admin failure into mqadmin's one-line message and exit status 1."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec
+
+import click
+import trio
+
+from client.admin import AdminError, MQAdmin
+from remoting.client import RemotingClient
+from remoting.errors import RemotingError
+
+__all__ = ["DEFAULT_NAMESRV", "fail", "namesrv_option", "run_admin"]
+
+P = ParamSpec("P")
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+
+def fail(command: str, reason: object) -> None:
+    """mqadmin's failure line on stderr, then exit status 1."""
+    click.echo(f"rmq-admin {command} command failed: {reason}", err=True)
+    sys.exit(1)
+
+
+def run_admin(command: str, fn: Callable[[MQAdmin], Awaitable[None]], namesrv: str, timeout: float) -> None:
+    """Run ``fn`` with an :class:`MQAdmin` over a fresh remoting client in one trio loop; an
+    AdminError, RemotingError or ValueError ends the command with :func:`fail`."""
+    failures: list[Exception] = []
+
+    async def main() -> None:
+        async with RemotingClient(connect_timeout=min(timeout, 3.0), name="rmq-admin") as rc:
+            try:
+                await fn(MQAdmin(rc, namesrv, timeout=timeout))
+            except (AdminError, RemotingError, ValueError) as e:
+                failures.append(e)  # caught inside the client's nursery: no ExceptionGroup
+
+    trio.run(main)
+    if failures:
+        fail(command, failures[0])
+
+
+def namesrv_option(f: Callable[P, Any]) -> Callable[P, Any]:
+    """``-n/--namesrvAddr`` (else ``$NAMESRV_ADDR``, else 127.0.0.1:9876) and ``--timeout``."""
+    f = click.option(
+        "-n",
+        "--namesrvAddr",
+        "namesrv",
+        envvar="NAMESRV_ADDR",
+        default=DEFAULT_NAMESRV,
+        show_default=True,
+        help="Name server address list, eg: '192.168.0.1:9876;192.168.0.2:9876'",
+    )(f)
+    return click.option(
+        "--timeout", type=float, default=5.0, show_default=True, help="Per-request timeout in seconds."
+    )(f)
