@@ -3,7 +3,11 @@ producerConnection, deleteSubGroup) against a real broker and name server."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import signal
+import subprocess
+import sys
 
 import trio
 from click.testing import CliRunner, Result
@@ -17,6 +21,9 @@ from tests.integration.broker_env import CLUSTER, BrokerEnv, broker_env, wait_un
 TOPIC = "CliConnTopic"
 GROUP = "CliConnGroup"
 PRODUCER_GROUP = "CliProducerGroup"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: fcntl.F_SETPIPE_SZ (Linux; in the fcntl module from Python 3.10 on)
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
 async def cli(*args: str) -> Result:
@@ -177,3 +184,36 @@ async def test_delete_sub_group_by_broker_and_by_cluster(tmp_path: os.PathLike[s
         # as mqadmin: the group's retry topic is gone from the broker and from the name server
         assert "%RETRY%CliDel2" not in env.broker.topics.table
         assert "%RETRY%CliDel2" not in env.namesrv.routes.topicQueueTable
+
+
+def _read_one_line_then_close(args: list[str]) -> tuple[bytes, int, bytes]:
+    """Run rmq-admin with its stdout in a 4 KiB pipe; read one line, close the pipe (as ``| head -1``
+    does), and return that line, the exit status and stderr."""
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, bufsize=0) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        fcntl.fcntl(proc.stdout.fileno(), F_SETPIPE_SZ, 4096)
+        first = proc.stdout.readline()  # unbuffered: reads this line only
+        proc.stdout.close()
+        err = proc.stderr.read()
+        return first, proc.wait(timeout=30), err
+
+
+async def test_output_into_a_closed_pipe_ends_quietly(tmp_path: os.PathLike[str]) -> None:
+    async with broker_env(tmp_path) as env:
+        # getBrokerConfig prints ~10 KiB: more than the pipe holds, so the writer meets the closed pipe
+        args = [
+            sys.executable,
+            "-m",
+            "client.admin_cli",
+            "getBrokerConfig",
+            "-n",
+            env.namesrv_addr,
+            "-b",
+            env.addr,
+        ]
+        first, status, err = await trio.to_thread.run_sync(_read_one_line_then_close, args)
+        assert first.decode().strip() == f"============{env.addr}============"
+        assert b"Traceback" not in err, err.decode()
+        assert b"BrokenPipeError" not in err, err.decode()
+        assert status == -signal.SIGPIPE  # as a C tool's would: killed by SIGPIPE, nothing printed
