@@ -1,7 +1,8 @@
 """``rmq-admin``: mqadmin's command names and output shapes, against our (or any) name server.
 
 Commands: ``clusterList``, ``topicList``, ``topicRoute`` (name server); ``updateTopic``,
-``deleteTopic``, ``topicStatus``, ``updateSubGroup``, ``consumerProgress``, ``brokerStatus`` (brokers);
+``deleteTopic``, ``topicStatus``, ``updateSubGroup``, ``consumerProgress``, ``brokerStatus`` (brokers;
+more in :mod:`client.admin_broker_cli`); messages (:mod:`client.admin_messages`);
 ``getControllerMetaData``, ``getControllerConfig``, ``getSyncStateSet``, ``electMaster``,
 ``cleanBrokerMetadata``, ``getBrokerEpoch`` (controllers, :mod:`client.admin_controller_cli`). The
 name server comes from ``-n`` (``host:port``, several separated by ``;``), else ``$NAMESRV_ADDR``,
