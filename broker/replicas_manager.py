@@ -135,6 +135,8 @@ class ReplicasManager:
         self.retry_interval = min(RETRY_INTERVAL, max(0.05, self.period))
         #: the last election request was deferred by the controller for the recorded master
         self._waited_for_master = False
+        #: a role change was refused: the controller's epochs are behind this broker's epoch file
+        self._controller_behind = False
         self._lock = trio.Lock()
         self._poll_now = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -442,8 +444,15 @@ class ReplicasManager:
                 await self._poll_now.wait()
 
     async def sync_broker_metadata(self) -> None:
-        """One CONTROLLER_GET_REPLICA_INFO round (upstream ``schedulingSyncBrokerMetadata`` body)."""
+        """One CONTROLLER_GET_REPLICA_INFO round (upstream ``schedulingSyncBrokerMetadata`` body);
+        after a refused role change (the controller's epochs behind this broker's epoch file), a
+        broker-triggered election instead, once the controller has this broker's epoch."""
         bc = self.broker.broker_config
+        if self._controller_behind:
+            self._controller_behind = False
+            if await self.send_heartbeat(acknowledged=True):
+                await self.broker_elect()
+                return
         try:
             header, sss = await self.api.get_replica_info(bc.brokerName)
         except ControllerError as e:
@@ -541,13 +550,18 @@ class ReplicasManager:
                     set(decision.sync_state_set), decision.sync_state_set_epoch
                 )
         except RoleChangeError as e:
-            # The controller's epochs are behind this broker's epoch file: it lost its data (a new
-            # controllerStorePath). Acting on them would rewrite the replicas' shared history.
+            # The controller's epochs are behind this broker's epoch file: it lost its data or runs
+            # on an older store (another controllerStorePath, a restored backup). Acting on them
+            # would rewrite the replicas' shared history; the next replica-info round asks for an
+            # election instead, which an rmq-container controller starts above the epoch this
+            # broker reports (controller/replicas.py, handle_elect_master).
             self.log.error(
                 "role change refused by the local epoch history: %s (the controller's master epochs are "
-                "behind this broker's epoch file; was the controller's store replaced?)",
+                "behind this broker's epoch file; was the controller's store replaced?); asking for an "
+                "election above it",
                 e,
             )
+            self._controller_behind = True
             return False
         self.view = record(self.view, decision, b.addr)
         return True

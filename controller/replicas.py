@@ -247,9 +247,12 @@ class ReplicasInfoManager:
         rmq-container safety rule (not upstream): with ``reported_epoch``, a new master's epoch is
         also above every epoch a live replica of the set reports. Normally those are never above
         the recorded ``masterEpoch``; they are when this controller lost its data (a fresh Raft log,
-        or the set cleaned and registered again), and a master epoch at or below a replica's
-        epoch file would be refused by that replica's HA (the group would stay fenced) or,
-        worse, give two different histories the same epoch number.
+        or the set cleaned and registered again) or runs on a store older than the brokers' epoch
+        files (a restored backup, another controllerStorePath for a while), and a master epoch at
+        or below a replica's epoch file would be refused by that replica's HA (the group would
+        stay fenced) or, worse, give two different histories the same epoch number. For the same
+        reason a record behind a reported epoch is stale even when its master is alive: electing
+        that master again (at the new epoch) is a real election, not CONTROLLER_MASTER_STILL_EXIST.
         """
         name = request.brokerName
         broker_id = request.brokerId
@@ -276,7 +279,8 @@ class ReplicasInfoManager:
                 old_master,
                 prefer,
             )
-        if new_master is not None and new_master == old_master:
+        reported = reported_epoch(replicas.clusterName, replicas.brokerName) if reported_epoch else -1
+        if new_master is not None and new_master == old_master and reported <= info.masterEpoch:
             result.header = ElectMasterResponseHeader(
                 masterBrokerId=old_master,
                 masterAddress=replicas.broker_address(old_master),
@@ -290,15 +294,16 @@ class ReplicasInfoManager:
             )
         if new_master is not None:
             epoch = info.masterEpoch + 1
-            reported = reported_epoch(replicas.clusterName, replicas.brokerName) if reported_epoch else -1
             if reported >= epoch:
                 log.warning(
                     "broker-set %s: a replica reports epoch %d but the recorded master epoch is %d "
-                    "(controller data lost?); the new master epoch is %d",
+                    "(controller data lost, or a controller store older than the brokers'); the new "
+                    "master epoch is %d%s",
                     name,
                     reported,
                     info.masterEpoch,
                     reported + 1,
+                    " (the recorded master again)" if new_master == old_master else "",
                 )
                 epoch = reported + 1
             result.header = ElectMasterResponseHeader(

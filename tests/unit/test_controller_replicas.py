@@ -337,6 +337,30 @@ def test_master_still_alive_is_kept(w: World) -> None:
         assert body.syncStateSet == {1, 2, 3}
 
 
+def test_live_master_behind_a_reported_epoch_is_elected_again_above_it(w: World) -> None:
+    """rmq-container rule: a record whose master epoch is below an epoch a live replica reports
+    (the controller's store is older than the brokers' epoch files) is stale even with its master
+    alive: the master is elected again, at an epoch above the reported one."""
+    w.group([1, 2], master=1, in_sync={1, 2})
+
+    def elect(reported: int) -> ControllerResult:
+        req = ElectMasterRequestHeader(clusterName=C, brokerName=B, brokerId=1)
+        return w.commit(w.sm.handle_elect_master(req, w.policy(), lambda cluster, name: reported))
+
+    assert elect(1).code == ResponseCode.CONTROLLER_MASTER_STILL_EXIST  # the recorded epoch: nothing to do
+    result = elect(4)
+    assert result.code == ResponseCode.SUCCESS
+    h = result.header
+    assert (h.masterBrokerId, h.masterEpoch, h.syncStateSetEpoch) == (1, 5, 3)
+    assert ElectMasterResponseBody.decode(result.body).syncStateSet == {1}
+    assert result.events == [
+        ElectMasterEvent(newMasterElected=True, brokerName=B, newMasterBrokerId=1, newMasterEpoch=5)
+    ]
+    info = sync_info(w)
+    assert (info.masterBrokerId, info.masterEpoch, info.syncStateSet) == (1, 5, {1})
+    assert elect(5).code == ResponseCode.CONTROLLER_MASTER_STILL_EXIST  # caught up with the replicas
+
+
 def test_dead_master_is_replaced_by_the_most_advanced_in_sync_replica(w: World) -> None:
     w.group([1, 2, 3, 4], master=1, in_sync={1, 2, 3})
     w.beat(2, epoch=1, max_offset=500)
