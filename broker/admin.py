@@ -90,7 +90,9 @@ def version_desc(version: int) -> str:
 
 # --- broker configuration as properties -------------------------------------------------------------
 
-#: Keys that take effect only when the broker starts: UPDATE_BROKER_CONFIG refuses them.
+#: Keys that take effect only when the broker starts: UPDATE_BROKER_CONFIG refuses them (the store
+#: and its services are built from them: accepting a new value would show it in GET_BROKER_CONFIG
+#: while the broker keeps working with the old one).
 RESTART_ONLY_KEYS = frozenset(
     [
         "brokerClusterName",
@@ -113,6 +115,10 @@ RESTART_ONLY_KEYS = frozenset(
         "enableDLegerCommitLog",
         "duplicationEnable",
         "transientStorePoolEnable",
+        "flushDiskType",
+        "messageIndexEnable",
+        "messageDelayLevel",
+        "warmMapedFileEnable",
     ]
 )
 
@@ -583,6 +589,8 @@ class AdminProcessor:
         now = broker.now_ms()
         if keys:
             broker.config_data_version = broker.config_data_version.next_version(now)
+        if keys & {"maxMessageSize", "syncFlushTimeout"}:
+            broker.store.refresh_limits()
         if "brokerPermission" in keys:
             # the name servers learn the new permission with the next registration
             broker.topics.data_version = broker.topics.data_version.next_version(now)

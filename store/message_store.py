@@ -124,10 +124,8 @@ class DefaultMessageStore(PutPaths):
         self._dispatch_wakeup = trio.Event()
         self._roll_lock = trio.Lock()
         self._rolling = 0
-        self._max_record_size = config.maxMessageSize + 64 * 1024
-        self._max_body_size = config.maxMessageSize
         self._sync_flush = config.flushDiskType is FlushDiskType.SYNC_FLUSH
-        self._sync_flush_timeout = config.syncFlushTimeout / 1000
+        self.refresh_limits()
         self._queue_tables = self.queues.tables
         self.disk_full = False
         self._truncating = False
@@ -142,6 +140,14 @@ class DefaultMessageStore(PutPaths):
         self._plain = False
 
     # ------------------------------------------------------------------ lifecycle
+
+    def refresh_limits(self) -> None:
+        """Take over ``maxMessageSize`` and ``syncFlushTimeout`` from :attr:`config` (the put paths
+        keep copies); a live config update (UPDATE_BROKER_CONFIG) calls this after changing them."""
+        config = self.config
+        self._max_record_size = config.maxMessageSize + 64 * 1024
+        self._max_body_size = config.maxMessageSize
+        self._sync_flush_timeout = config.syncFlushTimeout / 1000
 
     async def start(self) -> recovery.RecoveryReport:
         """Lock the store, load every file and recover; never raises for damaged data (see the

@@ -404,6 +404,42 @@ async def test_update_broker_config_refuses_black_listed_unknown_and_start_up_ke
         assert (await update("sendMessageThreadPoolNums=4\n")).code == ResponseCode.SUCCESS
 
 
+async def test_update_broker_config_size_limits_are_live_and_store_built_keys_refused(
+    tmp_path: os.PathLike[str],
+) -> None:
+    async with broker_env(tmp_path, mappedFileSizeCommitLog=8 * 1024 * 1024) as env:
+
+        async def update(text: str) -> RemotingCommand:
+            return await env.call(request(RequestCode.UPDATE_BROKER_CONFIG, body=text.encode()))
+
+        async def send_body(size: int) -> RemotingCommand:
+            header = SendMessageRequestHeader(producerGroup="PG", topic=TOPIC, queueId=0, bornTimestamp=1)
+            return await env.call(request(RequestCode.SEND_MESSAGE, dict(encode_header(header)), b"x" * size))
+
+        assert (await create_topic(env, queues=1)).code == ResponseCode.SUCCESS
+        big = 5 * 1024 * 1024  # over the default maxMessageSize (4 MiB)
+        refused = await send_body(big)
+        assert refused.code == ResponseCode.MESSAGE_ILLEGAL, refused.remark
+        assert (await update(f"maxMessageSize={6 * 1024 * 1024}\n")).code == ResponseCode.SUCCESS
+        # the store takes the new limit too (it kept a copy: the record was refused there before)
+        stored = await send_body(big)
+        assert stored.code == ResponseCode.SUCCESS, stored.remark
+        assert (await update("maxMessageSize=1024\n")).code == ResponseCode.SUCCESS
+        assert (await send_body(2048)).code == ResponseCode.MESSAGE_ILLEGAL
+
+        # keys the store is built from: refused, not shown as changed while the broker ignores them
+        for key, value in (
+            ("flushDiskType", "SYNC_FLUSH"),
+            ("messageIndexEnable", "false"),
+            ("messageDelayLevel", "1s 2s"),
+        ):
+            response = await update(f"{key}={value}\n")
+            assert response.code == ResponseCode.NO_PERMISSION, key
+            assert f"config keys {key} take effect only at start-up" in (response.remark or "")
+        got = await env.call(request(RequestCode.GET_BROKER_CONFIG))
+        assert "flushDiskType=ASYNC_FLUSH\n" in got.body_bytes.decode()
+
+
 # --- rmq-admin ------------------------------------------------------------------------------------------
 
 
