@@ -242,7 +242,14 @@ def query_msg_by_offset(
 
     async def go() -> None:
         async with PullConsumer("TOOLS_CONSUMER", _namesrv(namesrv)) as consumer:
+            queues = await consumer.fetch_subscribe_message_queues(topic)
             mq = MessageQueue(topic=topic, brokerName=broker_name, queueId=queue_id)
+            if mq not in queues:
+                brokers = sorted({q.brokerName for q in queues})
+                raise ValueError(
+                    f"topic {topic} has no queue {queue_id} on broker {broker_name} "
+                    f"(its route: {', '.join(f'{b} ({sum(q.brokerName == b for q in queues)} queues)' for b in brokers)})"
+                )
             result = await consumer.pull(mq, "*", offset, 1)
             if result.status is not PullStatus.FOUND or not result.messages:
                 raise ValueError(

@@ -123,6 +123,11 @@ async def test_query_by_unique_key_and_by_offset(tmp_path: os.PathLike[str]) -> 
         assert beyond.exit_code == 1
         assert "no message at offset 7 of AdminMsgTopic queue 2 on broker-a: OFFSET_ILLEGAL" in beyond.output
         assert "queue min offset 0, max offset 2" in beyond.output
+        elsewhere = await cli(
+            "queryMsgByOffset", "-n", ns, "-t", TOPIC, "-b", "broker-z", "-i", "2", "-o", "0"
+        )
+        assert elsewhere.exit_code == 1
+        assert f"topic {TOPIC} has no queue 2 on broker broker-z (its route: broker-a (" in elsewhere.output
         charset = await cli(
             "queryMsgByOffset", "-n", ns, "-t", TOPIC, "-b", "broker-a", "-i", "2", "-o", "0", "-f", "no-such"
         )
