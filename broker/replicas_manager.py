@@ -69,6 +69,7 @@ from broker.replica_view import (
 from remoting.codes import ResponseCode
 from remoting.protocol.controller import (
     ELECT_WAIT_REMARK,
+    FIRST_BROKER_CONTROLLER_ID,
     BrokerHeartbeatRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
     SyncStateSet,
@@ -91,6 +92,10 @@ MASTER_LOOKUP_INTERVAL = 0.2
 MASTER_LOOKUP_MAX_INTERVAL = 3.0
 #: Upstream ``BrokerOuterAPI``: every controller call waits at most 3 s.
 CONTROLLER_CALL_TIMEOUT = 3.0
+#: A controller that lost its data knows no broker-set until a replica claims id 1: a replica with
+#: another persisted id keeps it (retrying) for at least this long before obtaining a new one,
+#: since the id-1 replica usually restarts with it (taking id 1 itself would collide with that one)
+RECLAIM_GRACE = 10.0
 
 
 class State(enum.Enum):
@@ -137,6 +142,8 @@ class ReplicasManager:
         self._waited_for_master = False
         #: a role change was refused: the controller's epochs are behind this broker's epoch file
         self._controller_behind = False
+        #: when the controller first refused to take back our persisted id (see _reclaim_identity)
+        self._reclaim_since: float | None = None
         self._lock = trio.Lock()
         self._poll_now = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -313,6 +320,14 @@ class ReplicasManager:
                 bc.brokerClusterName, bc.brokerName, broker_id, b.addr, b.now_ms()
             )
         except ControllerError as e:
+            if e.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID:
+                # another live broker holds this id (a controller that lost its data handed it out
+                # again): acting on it would make two brokers one identity
+                self.log.warning(
+                    "broker id %d is in use by another broker (%s): obtaining a new id", broker_id, e
+                )
+                await self._drop_identity()
+                return False
             if (
                 e.code != ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED
                 or not await self._reclaim_identity(broker_id)
@@ -341,24 +356,50 @@ class ReplicasManager:
         return True
 
     async def _reclaim_identity(self, broker_id: int) -> bool:
-        """The controller does not know our persisted id (it lost its state): claim it again (True),
-        or drop the identity so that the next attempt obtains a new one (False)."""
+        """The controller does not know our persisted id (it lost its state): claim it again (True).
+        While the broker-set is unknown to it (no id handed out yet: only id 1 may found it), keep
+        the id and let the caller retry, for :data:`RECLAIM_GRACE` at least; then, or when the id is
+        refused otherwise, drop the identity so that the next attempt obtains a new one (False)."""
         b = self.broker
         bc = b.broker_config
         code = register_check_code(b.addr, b.now_ms())
         try:
             await self.api.apply_broker_id(bc.brokerClusterName, bc.brokerName, broker_id, code)
-            self.log.warning("the controller did not know broker id %d; claimed it again", broker_id)
-            return True
         except ControllerError as e:
+            now = trio.current_time()
+            since = self._reclaim_since = self._reclaim_since if self._reclaim_since is not None else now
+            grace = max(RECLAIM_GRACE, bc.controllerHeartBeatTimeoutMills / 1000)
+            if (
+                broker_id != FIRST_BROKER_CONTROLLER_ID
+                and now - since < grace
+                and await self.api.get_next_broker_id(bc.brokerClusterName, bc.brokerName)
+                == FIRST_BROKER_CONTROLLER_ID
+            ):
+                self.log.info(
+                    "the controller does not know broker-set %s yet; keeping broker id %d until a replica "
+                    "with id %d registers it (at most %.0f s more)",
+                    bc.brokerName,
+                    broker_id,
+                    FIRST_BROKER_CONTROLLER_ID,
+                    grace - (now - since),
+                )
+                return False
             self.log.warning(
                 "the controller does not know broker id %d and refuses it (%s): obtaining a new id",
                 broker_id,
                 e,
             )
-            await trio.to_thread.run_sync(self.files.delete_metadata)
-            self.register_state = RegisterState.INITIAL
+            await self._drop_identity()
             return False
+        self._reclaim_since = None
+        self.log.warning("the controller did not know broker id %d; claimed it again", broker_id)
+        return True
+
+    async def _drop_identity(self) -> None:
+        """Forget the persisted id: the next registration attempt obtains a new one."""
+        self._reclaim_since = None
+        await trio.to_thread.run_sync(self.files.delete_metadata)
+        self.register_state = RegisterState.INITIAL
 
     # ------------------------------------------------------------------ election and heartbeats
 

@@ -190,6 +190,13 @@ class ControllerManager:
         """Upstream ``BrokerValidPredicate``: alive per this peer's heartbeat table, now."""
         return self.heartbeats.is_alive(cluster, broker_name, broker_id, self.clock_ms())
 
+    def live_address(self, cluster: str, broker_name: str, broker_id: int) -> str | None:
+        """The address a live broker heartbeats from under this id, None if none is alive."""
+        if not self.is_alive(cluster, broker_name, broker_id):
+            return None
+        info = self.heartbeats.live_info(cluster, broker_name, broker_id)
+        return info.brokerAddr if info is not None else None
+
     def on_role_change(self) -> None:
         """This peer's Raft role or term changed: what it heard as leader starts over."""
         self._heard_since.clear()
@@ -425,7 +432,7 @@ class ControllerManager:
             # before it, and must not see it (batched rounds answer as one-at-a-time processing)
             if h.brokerName:
                 self._heard_from(h.brokerName)
-            return state.handle_register_broker(h, self.is_alive)
+            return state.handle_register_broker(h, self.is_alive, self.live_address)
 
         return self._reply(cmd, await self.run_write(compute))
 

@@ -16,8 +16,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-#: Upstream ``MixAll.FIRST_BROKER_CONTROLLER_ID``: the first id the controller hands out.
-FIRST_BROKER_CONTROLLER_ID = 1
+from remoting.protocol.controller import FIRST_BROKER_CONTROLLER_ID
 
 
 class BrokerIdEntry(msgspec.Struct, kw_only=True):

@@ -46,7 +46,6 @@ from controller.events import (
     decode_events,
 )
 from controller.replica_tables import (
-    FIRST_BROKER_CONTROLLER_ID,
     BrokerReplicaInfo,
     SyncStateInfo,
     decode_snapshot,
@@ -55,6 +54,7 @@ from controller.replica_tables import (
 from remoting.codes import ResponseCode
 from remoting.headers import CommandHeader
 from remoting.protocol.controller import (
+    FIRST_BROKER_CONTROLLER_ID,
     AlterSyncStateSetRequestHeader,
     AlterSyncStateSetResponseHeader,
     ApplyBrokerIdRequestHeader,
@@ -104,6 +104,8 @@ _ID_TOKEN = re.compile(r"[+-]?\d+")
 #: (clusterName, brokerName) → the highest epoch a live replica of the set reports in its
 #: heartbeats (the last epoch of its epoch file), −1 when none does.
 ReportedEpoch = Callable[[str, str], int]
+#: (clusterName, brokerName, brokerId) -> the address of the id's live heartbeat entry, None if none
+LiveAddress = Callable[[str, str, int], str | None]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,8 +253,10 @@ class ReplicasInfoManager:
         files (a restored backup, another controllerStorePath for a while), and a master epoch at
         or below a replica's epoch file would be refused by that replica's HA (the group would
         stay fenced) or, worse, give two different histories the same epoch number. For the same
-        reason a record behind a reported epoch is stale even when its master is alive: electing
-        that master again (at the new epoch) is a real election, not CONTROLLER_MASTER_STILL_EXIST.
+        reason a record behind a reported epoch is stale even when its master is alive: the
+        election is real (not CONTROLLER_MASTER_STILL_EXIST) and ranks every live replica by its
+        reported epoch and max offset, ignoring the recorded master and SyncStateSet, so that the
+        replica with the newest history leads and the others truncate to it, not the reverse.
         """
         name = request.brokerName
         broker_id = request.brokerId
@@ -265,22 +269,31 @@ class ReplicasInfoManager:
         replicas = self._replica_info[name]
         old_master = info.masterBrokerId
         all_replicas = replicas.all_brokers() if self.enable_elect_unclean_master else None
+        reported = reported_epoch(replicas.clusterName, replicas.brokerName) if reported_epoch else -1
         new_master: int | None = None
         if info.is_first_time_for_elect():
             # Never had a master: the caller becomes the first one, without a liveness check.
             new_master = broker_id
+        # a live replica holds an epoch this record never handed out: the record is stale
+        stale = reported > info.masterEpoch and new_master is None
         if new_master is None or new_master == -1:
             prefer = broker_id if request.designateElect else None
-            new_master = policy.elect(
-                replicas.clusterName,
-                replicas.brokerName,
-                set(info.syncStateSet),
-                all_replicas,
-                old_master,
-                prefer,
-            )
-        reported = reported_epoch(replicas.clusterName, replicas.brokerName) if reported_epoch else -1
-        if new_master is not None and new_master == old_master and reported <= info.masterEpoch:
+            if stale:
+                # neither the recorded master nor the recorded SyncStateSet can be trusted: the
+                # most advanced live replica (epoch, then max offset) keeps the newest history
+                new_master = policy.elect(
+                    replicas.clusterName, replicas.brokerName, None, replicas.all_brokers(), None, prefer
+                )
+            else:
+                new_master = policy.elect(
+                    replicas.clusterName,
+                    replicas.brokerName,
+                    set(info.syncStateSet),
+                    all_replicas,
+                    old_master,
+                    prefer,
+                )
+        if new_master is not None and new_master == old_master and not stale:
             result.header = ElectMasterResponseHeader(
                 masterBrokerId=old_master,
                 masterAddress=replicas.broker_address(old_master),
@@ -374,9 +387,20 @@ class ReplicasInfoManager:
         )
 
     def handle_register_broker(
-        self, request: RegisterBrokerToControllerRequestHeader, is_alive: BrokerValidPredicate
+        self,
+        request: RegisterBrokerToControllerRequestHeader,
+        is_alive: BrokerValidPredicate,
+        live_address: LiveAddress | None = None,
     ) -> ControllerResult:
-        """CONTROLLER_REGISTER_BROKER: the master (if alive), the SyncStateSet, and an address update."""
+        """CONTROLLER_REGISTER_BROKER: the master (if alive), the SyncStateSet, and an address update.
+
+        rmq-container rule (not upstream): a register from another address than the id's recorded
+        one is an address change (upstream's reading) only when no broker at the recorded address
+        is alive under that id (``live_address``: the address of the id's live heartbeat entry).
+        Otherwise two brokers claim one id -- after a controller lost its data, a replica can be
+        handed the id another replica has persisted -- and upstream would move the id's address
+        back and forth between them, both acting on one identity (two masters of one epoch).
+        The register is refused with CONTROLLER_BROKER_ID_INVALID; the broker obtains a new id."""
         name = request.brokerName
         cluster = request.clusterName
         broker_id = request.brokerId
@@ -397,6 +421,16 @@ class ReplicasInfoManager:
                 f"BrokerId: {broker_id} hasn't been registered in broker-set: {name}",
             )
         assert broker_id is not None
+        address = request.brokerAddress
+        recorded = replicas.broker_address(broker_id)
+        if address is not None and address != recorded and live_address is not None:
+            holder = live_address(cluster if cluster is not None else replicas.clusterName, name, broker_id)
+            if holder is not None and holder == recorded:
+                return result.fail(
+                    ResponseCode.CONTROLLER_BROKER_ID_INVALID,
+                    f"BrokerId: {broker_id} of broker-set: {name} is in use by the live broker at {recorded}; "
+                    f"{address} must obtain another id",
+                )
         master = info.masterBrokerId
         if master is not None and is_alive(
             cluster if cluster is not None else replicas.clusterName, name, master
@@ -412,8 +446,7 @@ class ReplicasInfoManager:
         result.body = SyncStateSet(
             syncStateSet=frozenset(info.syncStateSet), syncStateSetEpoch=info.syncStateSetEpoch
         ).encode()
-        address = request.brokerAddress
-        if address is not None and address != replicas.broker_address(broker_id):
+        if address is not None and address != recorded:
             result.events.append(
                 UpdateBrokerAddressEvent(
                     clusterName=cluster or replicas.clusterName,

@@ -259,6 +259,10 @@ def decode_broker_names(data: bytes | memoryview | None) -> list[str]:
 #: the broker retries, and logs it as the expected wait it is.
 ELECT_WAIT_REMARK = "waiting for the recorded master"
 
+#: Upstream ``MixAll.FIRST_BROKER_CONTROLLER_ID``: the first id a controller hands out in a broker-set
+#: (the only one that may found a set the controller does not know).
+FIRST_BROKER_CONTROLLER_ID = 1
+
 #: Java Long.MAX_VALUE: the end offset of the open (last) epoch.
 JAVA_LONG_MAX = 2**63 - 1
 

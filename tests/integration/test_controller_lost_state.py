@@ -145,3 +145,32 @@ async def test_a_controller_store_older_than_the_epoch_files_re_elects_above_the
         sent.append(b"after")
         await send_all(env, master, sent[-1:])
         assert sorted(await env.pull_bodies(master)) == sorted(sent)
+
+
+async def test_replicas_keep_their_ids_when_the_higher_id_registers_first(tmp_path: Path) -> None:
+    """A controller that lost its data knows no broker-set until a replica claims id 1. The replica
+    with id 2 registering first used to give up its id, be handed id 1 -- the id the other replica
+    has persisted -- and the two then shared one identity (both masters). It keeps id 2 (retrying)
+    until the id-1 replica founds the set again."""
+    async with controller_mode(tmp_path) as env:
+        a, b, sent = await _epoch_3(env)
+        assert (a.controller_id, b.controller_id) == (1, 2)
+        await env.stop(b)
+        await env.stop(a)
+        await env.stop_controller()
+        await env.start_controller(store="controller-new")
+
+        b = await env.start("b")
+        await wait_until(lambda: b.manager._reclaim_since is not None, 10, "b waiting to reclaim id 2")
+        a = await env.start("a")
+        await wait_until(lambda: {a.is_master, b.is_master} == {True, False}, 10, "one master")
+        master, slave = (a, b) if a.is_master else (b, a)
+        await wait_until(lambda: slave.is_slave, 10, "the other one its slave")
+        assert (a.controller_id, b.controller_id) == (1, 2)
+        metadata = b.manager.files.read_metadata()
+        assert metadata is not None
+        assert metadata.brokerId == 2, "the persisted id kept"
+        await wait_until(lambda: master.broker.replication.sync_state_set == {1, 2}, 10, "both in sync")
+        sent.append(b"after")
+        await send_all(env, master, sent[-1:])
+        assert sorted(await env.pull_bodies(master)) == sorted(sent)

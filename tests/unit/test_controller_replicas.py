@@ -49,6 +49,10 @@ class World:
     def alive(self, cluster: str, name: str, broker_id: int) -> bool:
         return self.hb.is_alive(cluster, name, broker_id, self.now)
 
+    def live_address(self, cluster: str, name: str, broker_id: int) -> str | None:
+        info = self.hb.live_info(cluster, name, broker_id)
+        return info.brokerAddr if info is not None and self.alive(cluster, name, broker_id) else None
+
     def policy(self) -> DefaultElectPolicy:
         return DefaultElectPolicy(self.alive, self.hb.live_info)
 
@@ -238,7 +242,7 @@ def register_broker(w: World, broker_id: int | None, address: str, name: str = B
     req = RegisterBrokerToControllerRequestHeader(
         clusterName=C, brokerName=name, brokerId=broker_id, brokerAddress=address
     )
-    return w.commit(w.sm.handle_register_broker(req, w.alive))
+    return w.commit(w.sm.handle_register_broker(req, w.alive, w.live_address))
 
 
 def test_register_unknown_set_or_id_needs_registration(w: World) -> None:
@@ -276,6 +280,7 @@ def test_ip_change_keeps_identity_through_update_broker_address(w: World) -> Non
     w.register(1, check="127.0.0.1:10911;7")
     w.beat(1)
     w.elect(1)
+    w.kill(1)  # the broker restarts on another address: nobody is alive at the old one
     result = register_broker(w, 1, "192.168.7.7:10911")
     assert result.code == ResponseCode.SUCCESS
     assert result.events == [
@@ -289,6 +294,27 @@ def test_ip_change_keeps_identity_through_update_broker_address(w: World) -> Non
     info = w.sm.handle_get_replica_info(GetReplicaInfoRequestHeader(brokerName=B)).header
     assert (info.masterBrokerId, info.masterAddress) == (1, "192.168.7.7:10911")
     assert register_broker(w, 1, "192.168.7.7:10911").events == [], "same address: nothing to commit"
+
+
+def test_register_of_an_id_alive_at_another_address_is_refused(w: World) -> None:
+    """rmq-container rule: a register from a new address is an address change only when nobody is
+    alive under the id at the recorded one; else two brokers claim one id (after a controller lost
+    its data and handed a replica's persisted id to another one) and the register is refused."""
+    w.register(1)
+    w.beat(1)  # alive at addr(1)
+    w.elect(1)
+    result = register_broker(w, 1, "127.0.0.9:10911")
+    assert result.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID
+    assert result.remark == (
+        f"BrokerId: 1 of broker-set: {B} is in use by the live broker at {addr(1)}; "
+        "127.0.0.9:10911 must obtain another id"
+    )
+    assert result.events == []
+    assert w.sm.replica_info(B).broker_address(1) == addr(1)
+    w.kill(1)  # the holder's heartbeat expires: now it is an address change
+    moved = register_broker(w, 1, "127.0.0.9:10911")
+    assert moved.code == ResponseCode.SUCCESS
+    assert w.sm.replica_info(B).broker_address(1) == "127.0.0.9:10911"
 
 
 # -------------------------------------------------------------------------------------------
@@ -359,6 +385,19 @@ def test_live_master_behind_a_reported_epoch_is_elected_again_above_it(w: World)
     info = sync_info(w)
     assert (info.masterBrokerId, info.masterEpoch, info.syncStateSet) == (1, 5, {1})
     assert elect(5).code == ResponseCode.CONTROLLER_MASTER_STILL_EXIST  # caught up with the replicas
+
+
+def test_stale_record_elects_the_live_replica_with_the_newest_history(w: World) -> None:
+    """A stale record (a live replica reports an epoch beyond it) trusts neither its master nor its
+    SyncStateSet: the live replica with the highest epoch leads, even one outside the recorded set."""
+    w.group([1, 2], master=1, in_sync={1})
+    w.beat(1, epoch=1, max_offset=900)  # the recorded master: the old history, longer
+    w.beat(2, epoch=4, max_offset=500)  # led epochs 2..4 under another controller
+    req = ElectMasterRequestHeader(clusterName=C, brokerName=B, brokerId=1)
+    result = w.commit(w.sm.handle_elect_master(req, w.policy(), lambda cluster, name: 4))
+    assert result.code == ResponseCode.SUCCESS
+    assert (result.header.masterBrokerId, result.header.masterEpoch) == (2, 5)
+    assert (sync_info(w).masterBrokerId, sync_info(w).syncStateSet) == (2, {2})
 
 
 def test_dead_master_is_replaced_by_the_most_advanced_in_sync_replica(w: World) -> None:
