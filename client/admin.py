@@ -56,6 +56,7 @@ __all__ = [
     "MQAdmin",
     "attributes_to_string",
     "parse_namesrv_addrs",
+    "properties_text",
     "route_addrs",
 ]
 
@@ -96,6 +97,11 @@ def parse_namesrv_addrs(addrs: str | list[str]) -> list[str]:
     """``"a:9876;b:9876"`` (or a list) -> addresses, blanks dropped."""
     parts = addrs.split(";") if isinstance(addrs, str) else list(addrs)
     return [p.strip() for p in parts if p.strip()]
+
+
+def properties_text(properties: dict[str, str]) -> bytes:
+    """A config update's body: ``key=value`` lines (upstream ``MixAll.properties2String``)."""
+    return "".join(f"{k}={v}\n" for k, v in properties.items()).encode("utf-8")
 
 
 def _body(response: RemotingCommand) -> bytes:
@@ -189,15 +195,25 @@ class MQAdmin:
             raise
         return KVTable.decode(_body(response))
 
-    async def wipe_write_perm_of_broker(self, broker_name: str) -> int:
-        response = await self.call_namesrv(
-            request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": broker_name})
+    async def _call_namesrv_at(self, cmd: RemotingCommand, namesrv_addr: str | None) -> RemotingCommand:
+        """To ``namesrv_addr`` when given, else to the first reachable configured name server."""
+        if namesrv_addr is None:
+            return await self.call_namesrv(cmd)
+        return await self._call(namesrv_addr, cmd)
+
+    async def wipe_write_perm_of_broker(self, broker_name: str, namesrv_addr: str | None = None) -> int:
+        """WIPE_WRITE_PERM_OF_BROKER on ``namesrv_addr`` (default: the first reachable name server);
+        returns how many topics of the broker group lost their write permission."""
+        response = await self._call_namesrv_at(
+            request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": broker_name}), namesrv_addr
         )
         return int((response.ext_fields or {}).get("wipeTopicCount", "0"))
 
-    async def add_write_perm_of_broker(self, broker_name: str) -> int:
-        response = await self.call_namesrv(
-            request(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": broker_name})
+    async def add_write_perm_of_broker(self, broker_name: str, namesrv_addr: str | None = None) -> int:
+        """ADD_WRITE_PERM_OF_BROKER on ``namesrv_addr`` (default: the first reachable name server);
+        returns how many topics of the broker group got read and write permission back."""
+        response = await self._call_namesrv_at(
+            request(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": broker_name}), namesrv_addr
         )
         return int((response.ext_fields or {}).get("addTopicCount", "0"))
 
@@ -206,15 +222,35 @@ class MQAdmin:
             request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster})
         )
 
-    async def get_namesrv_config(self) -> dict[str, str]:
-        """Each name server's config as ``key=value`` pairs (first reachable one)."""
-        response = await self.call_namesrv(request(RequestCode.GET_NAMESRV_CONFIG))
+    async def get_namesrv_config(self, namesrv_addr: str | None = None) -> dict[str, str]:
+        """GET_NAMESRV_CONFIG of ``namesrv_addr`` (default: the first reachable name server) as
+        ``key=value`` pairs."""
+        response = await self._call_namesrv_at(request(RequestCode.GET_NAMESRV_CONFIG), namesrv_addr)
         result: dict[str, str] = {}
         for line in _body(response).decode("utf-8").splitlines():
             key, sep, value = line.partition("=")
             if sep:
                 result[key.strip()] = value.strip()
         return result
+
+    async def update_namesrv_config(
+        self, properties: dict[str, str], namesrv_addrs: list[str] | None = None
+    ) -> None:
+        """UPDATE_NAMESRV_CONFIG to each of ``namesrv_addrs`` (default: every configured name server).
+
+        As upstream's ``updateNameServerConfig``: every name server is asked even after one refuses
+        (a black-listed key: NO_PERMISSION), then the last refusal is raised as AdminError; a name
+        server that cannot be reached raises at once.
+        """
+        body = properties_text(properties)
+        refused: AdminError | None = None
+        for addr in self.namesrv_addrs if namesrv_addrs is None else namesrv_addrs:
+            try:
+                await self._call(addr, request(RequestCode.UPDATE_NAMESRV_CONFIG, body=body))
+            except AdminError as e:
+                refused = e
+        if refused is not None:
+            raise refused
 
     # --- brokers --------------------------------------------------------------------------
 
@@ -459,8 +495,9 @@ class MQAdmin:
         return result
 
     async def update_broker_config(self, broker_addr: str, properties: dict[str, str]) -> None:
-        body = "".join(f"{k}={v}\n" for k, v in properties.items()).encode("utf-8")
-        await self._call(broker_addr, request(RequestCode.UPDATE_BROKER_CONFIG, body=body))
+        await self._call(
+            broker_addr, request(RequestCode.UPDATE_BROKER_CONFIG, body=properties_text(properties))
+        )
 
 
 def route_addrs(route: TopicRouteData) -> list[str]:

@@ -1,10 +1,11 @@
 """``rmq-admin``: mqadmin's command names and output shapes, against our (or any) name server.
 
-Commands: ``clusterList``, ``topicList``, ``topicRoute`` (name server); ``updateTopic``,
+Commands: ``clusterList``, ``topicList``, ``topicRoute`` (name server; ``wipeWritePerm``,
+``addWritePerm``, ``getNamesrvConfig``, ``updateNamesrvConfig`` in :mod:`client.admin_namesrv_cli`); ``updateTopic``,
 ``deleteTopic``, ``topicStatus``, ``updateSubGroup``, ``consumerProgress``, ``brokerStatus`` (brokers;
 more in :mod:`client.admin_broker_cli`); messages (:mod:`client.admin_messages`);
-``getControllerMetaData``, ``getControllerConfig``, ``getSyncStateSet``, ``electMaster``,
-``cleanBrokerMetadata``, ``getBrokerEpoch`` (controllers, :mod:`client.admin_controller_cli`). The
+``getControllerMetaData``, ``getControllerConfig``, ``updateControllerConfig``, ``getSyncStateSet``,
+``electMaster``, ``cleanBrokerMetadata``, ``getBrokerEpoch`` (controllers, :mod:`client.admin_controller_cli`). The
 name server comes from ``-n`` (``host:port``, several separated by ``;``), else ``$NAMESRV_ADDR``,
 else ``127.0.0.1:9876``. Failures print a short message to stderr and exit with status 1.
 """
@@ -547,8 +548,9 @@ for _command in CONTROLLER_COMMANDS:
 def _add_commands() -> None:
     from client.admin_broker_cli import BROKER_COMMANDS
     from client.admin_messages import COMMANDS as MESSAGE_COMMANDS
+    from client.admin_namesrv_cli import NAMESRV_COMMANDS
 
-    for command in (*BROKER_COMMANDS, *MESSAGE_COMMANDS):
+    for command in (*NAMESRV_COMMANDS, *BROKER_COMMANDS, *MESSAGE_COMMANDS):
         main.add_command(command)
 
 

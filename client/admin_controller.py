@@ -29,7 +29,7 @@ from typing import TypeVar
 import msgspec
 import trio
 
-from client.admin import AdminError, parse_namesrv_addrs
+from client.admin import AdminError, parse_namesrv_addrs, properties_text
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
@@ -135,6 +135,24 @@ class ControllerAdmin:
                 raise AdminError(response.code, response.remark, addr)
             out[addr] = parse_properties_body(response.body_bytes)
         return out
+
+    async def update_controller_config(self, properties: dict[str, str]) -> None:
+        """UPDATE_CONTROLLER_CONFIG to every listed peer (each keeps its own config).
+
+        As upstream's ``updateControllerConfig``: every peer is asked even after one refuses (a
+        black-listed key: NO_PERMISSION), then the last refusal is raised as AdminError; a peer that
+        cannot be reached raises at once.
+        """
+        body = properties_text(properties)
+        refused: AdminError | None = None
+        for addr in self.addresses:
+            response = await self._invoke(
+                addr, request(RequestCode.UPDATE_CONTROLLER_CONFIG, body=body), self.timeout
+            )
+            if response.code != ResponseCode.SUCCESS:
+                refused = AdminError(response.code, response.remark, addr)
+        if refused is not None:
+            raise refused
 
     # --- following the leader -------------------------------------------------------------------
 

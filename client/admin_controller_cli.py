@@ -1,8 +1,9 @@
 """The controller commands of ``rmq-admin`` (mqadmin's names, flags and output shapes).
 
-``getControllerMetaData``, ``getControllerConfig``, ``getSyncStateSet``, ``electMaster``,
-``cleanBrokerMetadata`` talk to a controller group given with ``-a`` (one or more peer addresses,
-``;``-separated); leader-only requests follow the leader (:mod:`client.admin_controller`).
+``getControllerMetaData``, ``getControllerConfig``, ``updateControllerConfig``, ``getSyncStateSet``,
+``electMaster``, ``cleanBrokerMetadata`` talk to a controller group given with ``-a`` (one or more
+peer addresses, ``;``-separated); leader-only requests follow the leader
+(:mod:`client.admin_controller`); the config commands ask every listed peer.
 ``getBrokerEpoch`` asks brokers (found through the name server, ``-n``) for their epoch entries.
 
 Deviations from mqadmin, all additive: ``-a`` may list several peers for every command (mqadmin
@@ -36,6 +37,7 @@ __all__ = [
     "elect_master_lines",
     "metadata_lines",
     "sync_state_set_lines",
+    "update_controller_config_lines",
 ]
 
 P = ParamSpec("P")
@@ -78,6 +80,11 @@ def controller_config_lines(configs: dict[str, dict[str, str]]) -> list[str]:
         lines.append(f"============{address}============")
         lines += [f"{key:<50}=  {value}" for key, value in config.items()]
     return lines
+
+
+def update_controller_config_lines(controllers: list[str], key: str, value: str) -> list[str]:
+    """``updateControllerConfig`` output (the controller list as Java's ``List.toString``)."""
+    return [f"update controller config success![{', '.join(controllers)}]", f"{key} : {value}"]
 
 
 def _replica_str(r: ReplicaIdentity) -> str:
@@ -244,6 +251,23 @@ def get_controller_config(namesrv: str, timeout: float, controller: str) -> None
         )
 
     _run("getControllerConfig", go, timeout)
+
+
+@click.command("updateControllerConfig")
+@_common
+@_controller_option("Controller address list, eg: 192.168.0.1:9878;192.168.0.2:9878")
+@click.option("-k", "--key", required=True, help="config key")
+@click.option("-v", "--value", required=True, help="config value")
+def update_controller_config(namesrv: str, timeout: float, controller: str, key: str, value: str) -> None:
+    """Update controller config."""
+    key, value = key.strip(), value.strip()
+
+    async def go(rc: RemotingClient) -> None:
+        ctl = ControllerAdmin(rc, controller.strip(), timeout=timeout)
+        await ctl.update_controller_config({key: value})
+        _echo(update_controller_config_lines(ctl.addresses, key, value))
+
+    _run("updateControllerConfig", go, timeout)
 
 
 @click.command("getSyncStateSet")
@@ -432,6 +456,7 @@ def clean_broker_metadata(
 COMMANDS: tuple[click.Command, ...] = (
     get_controller_metadata,
     get_controller_config,
+    update_controller_config,
     get_sync_state_set,
     get_broker_epoch,
     elect_master,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from namesrv.config import IGNORED_NAMESRV_KEYS
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -315,6 +316,13 @@ class NamesrvProcessor:
         )
         if black & updates.keys():
             return request.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+        ignored = sorted(k for k in updates if k in IGNORED_NAMESRV_KEYS)
+        if ignored:
+            # upstream keys without a meaning here: accepted, as in a config file
+            log.info(
+                "name server config keys without effect in rmq-container ignored: %s", ", ".join(ignored)
+            )
+            updates = {k: v for k, v in updates.items() if k not in IGNORED_NAMESRV_KEYS}
         error = apply_config_updates(self.c.config, updates)
         if error is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, error)

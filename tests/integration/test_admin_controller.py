@@ -212,3 +212,27 @@ async def test_get_broker_epoch(env: Env) -> None:
     assert "GET_BROKER_EPOCH_CACHE (1007)" in result.stderr
     result = await cli("getBrokerEpoch", "-n", env.namesrv)
     assert result.exit_code == 2
+
+
+async def test_update_controller_config_changes_the_key_and_refuses_black_listed_ones(env: Env) -> None:
+    result = await cli(
+        "updateControllerConfig", "-a", env.controller, "-k", "electMasterMaxRetryCount", "-v", " 7 "
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (
+        f"update controller config success![{env.controller}]\nelectMasterMaxRetryCount : 7\n"
+    )
+    result = await cli("getControllerConfig", "-a", env.controller)
+    assert result.exit_code == 0, result.output
+    assert f"{'electMasterMaxRetryCount':<50}=  7" in result.stdout.splitlines()
+
+    for key in ("configStorePath", "configBlackList", "rocketmqHome"):
+        result = await cli("updateControllerConfig", "-a", env.controller, "-k", key, "-v", "/tmp/elsewhere")
+        assert result.exit_code == 1, key
+        assert result.stdout == ""
+        assert result.stderr.startswith("rmq-admin updateControllerConfig command failed: NO_PERMISSION (16)")
+        assert "Can not update config in black list." in result.stderr
+    result = await cli("getControllerConfig", "-a", env.controller)
+    assert "/tmp/elsewhere" not in result.stdout
+    result = await cli("updateControllerConfig", "-a", env.controller, "-k", "electMasterMaxRetryCount")
+    assert result.exit_code == 2

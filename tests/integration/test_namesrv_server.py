@@ -319,6 +319,15 @@ async def test_namesrv_config_get_and_update(ns: Namesrv) -> None:
     assert ns.config.enableAllTopicList is False
     black = request(RequestCode.UPDATE_NAMESRV_CONFIG, None, b"kvConfigPath=/tmp/x\n")
     assert (await ns.call(black)).code == ResponseCode.NO_PERMISSION
+    # an upstream key without meaning here is accepted (as in a config file), with the others applied
+    ignored = request(
+        RequestCode.UPDATE_NAMESRV_CONFIG, None, b"clientRequestThreadPoolNums=16\nenableAllTopicList=true\n"
+    )
+    assert (await ns.call(ignored)).code == ResponseCode.SUCCESS
+    assert ns.config.enableAllTopicList is True
+    typo = await ns.call(request(RequestCode.UPDATE_NAMESRV_CONFIG, None, b"enableAllTopicLsit=false\n"))
+    assert (typo.code, typo.remark) == (ResponseCode.SYSTEM_ERROR, "unknown config keys: enableAllTopicLsit")
+    assert ns.config.enableAllTopicList is True
 
 
 async def test_min_broker_id_notification_reaches_brokers(
