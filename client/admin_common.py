@@ -14,7 +14,7 @@ from client.admin import AdminError, MQAdmin
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 
-__all__ = ["DEFAULT_NAMESRV", "fail", "namesrv_option", "run_admin"]
+__all__ = ["DEFAULT_NAMESRV", "echo_lines", "fail", "namesrv_option", "run_admin", "run_client"]
 
 P = ParamSpec("P")
 
@@ -27,21 +27,38 @@ def fail(command: str, reason: object) -> None:
     sys.exit(1)
 
 
-def run_admin(command: str, fn: Callable[[MQAdmin], Awaitable[None]], namesrv: str, timeout: float) -> None:
-    """Run ``fn`` with an :class:`MQAdmin` over a fresh remoting client in one trio loop; an
-    AdminError, RemotingError or ValueError ends the command with :func:`fail`."""
+def run_client(command: str, fn: Callable[[RemotingClient], Awaitable[None]], timeout: float) -> None:
+    """Run ``fn`` with a fresh remoting client in one trio loop; an AdminError, RemotingError or
+    ValueError ends the command with :func:`fail`, Ctrl-C with status 130."""
     failures: list[Exception] = []
 
     async def main() -> None:
         async with RemotingClient(connect_timeout=min(timeout, 3.0), name="rmq-admin") as rc:
             try:
-                await fn(MQAdmin(rc, namesrv, timeout=timeout))
+                await fn(rc)
             except (AdminError, RemotingError, ValueError) as e:
                 failures.append(e)  # caught inside the client's nursery: no ExceptionGroup
 
-    trio.run(main)
+    try:
+        trio.run(main)
+    except KeyboardInterrupt:
+        sys.exit(130)
     if failures:
         fail(command, failures[0])
+
+
+def run_admin(command: str, fn: Callable[[MQAdmin], Awaitable[None]], namesrv: str, timeout: float) -> None:
+    """:func:`run_client` with an :class:`MQAdmin` of the name servers ``namesrv`` over the client."""
+
+    async def with_admin(rc: RemotingClient) -> None:
+        await fn(MQAdmin(rc, namesrv, timeout=timeout))
+
+    run_client(command, with_admin, timeout)
+
+
+def echo_lines(lines: list[str]) -> None:
+    for line in lines:
+        click.echo(line)
 
 
 def namesrv_option(f: Callable[P, Any]) -> Callable[P, Any]:

@@ -17,17 +17,16 @@ forever).
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec
 
 import click
 import trio
 
-from client.admin import AdminError, MQAdmin
+from client.admin import MQAdmin
+from client.admin_common import echo_lines, namesrv_option, run_client
 from client.admin_controller import ControllerAdmin, EpochEntry, EpochEntryCache, get_broker_epoch_cache
 from remoting.client import RemotingClient
-from remoting.errors import RemotingError
 from remoting.protocol.controller import BrokerReplicasInfo, ReplicaIdentity
 
 __all__ = [
@@ -42,7 +41,6 @@ __all__ = [
 
 P = ParamSpec("P")
 
-DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_ROUNDS = 10
 _ADDRESS = re.compile(r"^[^\s:]+:\d+$")
 
@@ -154,25 +152,6 @@ def broker_epoch_lines(broker_addr: str, cache: EpochEntryCache) -> list[str]:
 # --- running ----------------------------------------------------------------------------------------
 
 
-def _run(command: str, fn: Callable[[RemotingClient], Awaitable[None]], timeout: float) -> None:
-    failures: list[Exception] = []
-
-    async def main() -> None:
-        async with RemotingClient(connect_timeout=min(timeout, 3.0), name="rmq-admin") as rc:
-            try:
-                await fn(rc)
-            except (AdminError, RemotingError, ValueError) as e:
-                failures.append(e)  # caught inside the client's nursery: no ExceptionGroup
-
-    try:
-        trio.run(main)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    if failures:
-        click.echo(f"rmq-admin {command} command failed: {failures[0]}", err=True)
-        sys.exit(1)
-
-
 async def _rounds(interval: int | None, count: int, once: Callable[[], Awaitable[None]]) -> None:
     """Run ``once``; with an interval repeat it every ``interval`` s, ``count`` times (0: forever)."""
     done = 0
@@ -182,26 +161,6 @@ async def _rounds(interval: int | None, count: int, once: Callable[[], Awaitable
         if interval is None or (count > 0 and done >= count):
             return
         await trio.sleep(interval)
-
-
-def _echo(lines: list[str]) -> None:
-    for line in lines:
-        click.echo(line)
-
-
-def _common(f: Callable[P, Any]) -> Callable[P, Any]:
-    f = click.option(
-        "-n",
-        "--namesrvAddr",
-        "namesrv",
-        envvar="NAMESRV_ADDR",
-        default=DEFAULT_NAMESRV,
-        show_default=True,
-        help="Name server address list, eg: '192.168.0.1:9876;192.168.0.2:9876'",
-    )(f)
-    return click.option(
-        "--timeout", type=float, default=5.0, show_default=True, help="Per-command timeout in seconds."
-    )(f)
 
 
 def _controller_option(help_text: str) -> Callable[[Callable[P, Any]], Callable[P, Any]]:
@@ -225,36 +184,38 @@ def _interval_options(f: Callable[P, Any]) -> Callable[P, Any]:
 
 
 @click.command("getControllerMetaData")
-@_common
+@namesrv_option
 @_controller_option("the address of controller (several: ';'-separated, the first that answers)")
 def get_controller_metadata(namesrv: str, timeout: float, controller: str) -> None:
     """Get controller cluster's metadata."""
 
     async def go(rc: RemotingClient) -> None:
         meta = await ControllerAdmin(rc, controller.strip(), timeout=timeout).get_metadata()
-        _echo(metadata_lines(meta.group, meta.controllerLeaderId, meta.controllerLeaderAddress, meta.peers))
+        echo_lines(
+            metadata_lines(meta.group, meta.controllerLeaderId, meta.controllerLeaderAddress, meta.peers)
+        )
 
-    _run("getControllerMetaData", go, timeout)
+    run_client("getControllerMetaData", go, timeout)
 
 
 @click.command("getControllerConfig")
-@_common
+@namesrv_option
 @_controller_option("Controller address list, eg: 192.168.0.1:9878;192.168.0.2:9878")
 def get_controller_config(namesrv: str, timeout: float, controller: str) -> None:
     """Get controller config."""
 
     async def go(rc: RemotingClient) -> None:
-        _echo(
+        echo_lines(
             controller_config_lines(
                 await ControllerAdmin(rc, controller.strip(), timeout=timeout).get_controller_config()
             )
         )
 
-    _run("getControllerConfig", go, timeout)
+    run_client("getControllerConfig", go, timeout)
 
 
 @click.command("updateControllerConfig")
-@_common
+@namesrv_option
 @_controller_option("Controller address list, eg: 192.168.0.1:9878;192.168.0.2:9878")
 @click.option("-k", "--key", required=True, help="config key")
 @click.option("-v", "--value", required=True, help="config value")
@@ -265,13 +226,13 @@ def update_controller_config(namesrv: str, timeout: float, controller: str, key:
     async def go(rc: RemotingClient) -> None:
         ctl = ControllerAdmin(rc, controller.strip(), timeout=timeout)
         await ctl.update_controller_config({key: value})
-        _echo(update_controller_config_lines(ctl.addresses, key, value))
+        echo_lines(update_controller_config_lines(ctl.addresses, key, value))
 
-    _run("updateControllerConfig", go, timeout)
+    run_client("updateControllerConfig", go, timeout)
 
 
 @click.command("getSyncStateSet")
-@_common
+@namesrv_option
 @_controller_option("the address of controller")
 @click.option("-c", "--clusterName", "cluster_name", default=None, help="which cluster")
 @click.option("-b", "--brokerName", "broker_name", default=None, help="which broker to fetch")
@@ -301,11 +262,11 @@ def get_sync_state_set(
                     cluster_name.strip()
                 )
             if names:
-                _echo(sync_state_set_lines(await ctl.get_in_sync_state_data(names)))
+                echo_lines(sync_state_set_lines(await ctl.get_in_sync_state_data(names)))
 
         await _rounds(interval, count, once)
 
-    _run("getSyncStateSet", go, timeout)
+    run_client("getSyncStateSet", go, timeout)
 
 
 async def _epoch_targets(admin: MQAdmin, broker: str | None, cluster: str | None) -> list[str]:
@@ -322,7 +283,7 @@ async def _epoch_targets(admin: MQAdmin, broker: str | None, cluster: str | None
 
 
 @click.command("getBrokerEpoch")
-@_common
+@namesrv_option
 @click.option("-c", "--clusterName", "cluster_name", default=None, help="which cluster")
 @click.option(
     "-b",
@@ -354,15 +315,15 @@ def get_broker_epoch(
                 cluster_name.strip() if cluster_name else None,
             )
             for addr in targets:
-                _echo(broker_epoch_lines(addr, await get_broker_epoch_cache(rc, addr, timeout)))
+                echo_lines(broker_epoch_lines(addr, await get_broker_epoch_cache(rc, addr, timeout)))
 
         await _rounds(interval, count, once)
 
-    _run("getBrokerEpoch", go, timeout)
+    run_client("getBrokerEpoch", go, timeout)
 
 
 @click.command("electMaster")
-@_common
+@namesrv_option
 @_controller_option("The address of controller")
 @click.option(
     "-b",
@@ -391,17 +352,17 @@ def elect_master(
         header, body = await ctl.elect_master(cluster, name, broker_id)
         group = body.brokerMemberGroup if body is not None else None
         members = dict(group.brokerAddrs) if group is not None else {}
-        _echo(
+        echo_lines(
             elect_master_lines(
                 cluster, name, header.masterAddress, header.masterEpoch, header.syncStateSetEpoch, members
             )
         )
 
-    _run("electMaster", go, timeout)
+    run_client("electMaster", go, timeout)
 
 
 @click.command("cleanBrokerMetadata")
-@_common
+@namesrv_option
 @_controller_option("The address of controller")
 @click.option(
     "-b",
@@ -450,7 +411,7 @@ def clean_broker_metadata(
         )
         click.echo(f"clear broker {name} metadata from controller success! ")
 
-    _run("cleanBrokerMetadata", go, timeout)
+    run_client("cleanBrokerMetadata", go, timeout)
 
 
 COMMANDS: tuple[click.Command, ...] = (

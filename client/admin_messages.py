@@ -17,6 +17,7 @@ import click
 import trio
 
 from client.admin import AdminError, MQAdmin, route_addrs
+from client.admin_common import DEFAULT_NAMESRV
 from client.message import Message, MessageExt, MQClientError, PullStatus
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
@@ -27,7 +28,6 @@ from remoting.errors import RemotingError
 from remoting.protocol.common import MessageQueue
 from remoting.protocol.message import StoredMessage, decode_offset_msg_id, iter_messages
 
-DEFAULT_NAMESRV = "127.0.0.1:9876"
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 
 

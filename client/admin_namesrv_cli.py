@@ -14,7 +14,7 @@ from __future__ import annotations
 import click
 
 from client.admin import AdminError, MQAdmin
-from client.admin_common import namesrv_option, run_admin
+from client.admin_common import echo_lines, namesrv_option, run_admin
 from remoting.errors import RemotingError
 
 __all__ = [
@@ -47,11 +47,6 @@ def namesrv_config_lines(configs: dict[str, dict[str, str]]) -> list[str]:
 def update_namesrv_config_lines(namesrvs: list[str], key: str, value: str) -> list[str]:
     """``updateNamesrvConfig`` output (the name server list as Java's ``List.toString``)."""
     return [f"update name server config success![{', '.join(namesrvs)}]", f"{key} : {value}"]
-
-
-def _echo(lines: list[str]) -> None:
-    for line in lines:
-        click.echo(line)
 
 
 # --- wipeWritePerm / addWritePerm -------------------------------------------------------------------
@@ -114,7 +109,7 @@ def get_namesrv_config(namesrv: str, timeout: float) -> None:
     async def go(admin: MQAdmin) -> None:
         # all first, as mqadmin: a name server that fails fails the command with nothing printed
         configs = {addr: await admin.get_namesrv_config(addr) for addr in admin.namesrv_addrs}
-        _echo(namesrv_config_lines(configs))
+        echo_lines(namesrv_config_lines(configs))
 
     run_admin("getNamesrvConfig", go, namesrv, timeout)
 
@@ -129,7 +124,7 @@ def update_namesrv_config(namesrv: str, timeout: float, key: str, value: str) ->
 
     async def go(admin: MQAdmin) -> None:
         await admin.update_namesrv_config({key: value})
-        _echo(update_namesrv_config_lines(admin.namesrv_addrs, key, value))
+        echo_lines(update_namesrv_config_lines(admin.namesrv_addrs, key, value))
 
     run_admin("updateNamesrvConfig", go, namesrv, timeout)
 
