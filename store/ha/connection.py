@@ -19,7 +19,8 @@ an epoch boundary (the epoch is looked up for every ``poll_send``, so a new epoc
 streaming is honoured), and carry the epoch, its start offset and the master's confirm offset. One
 ``poll_send`` returns up to ``MAX_SEND_BYTES`` of consecutive packets (the driver writes them with one
 vectored write). A header with an empty body is sent when nothing was written for
-``haSendHeartbeatInterval``.
+``haSendHeartbeatInterval``, and ``CONFIRM_PUSH_DELAY`` after the confirm offset moved past the one
+last sent to a slave that has every byte (not in upstream: see that constant).
 
 Ack clocking (Nagle-style; not in upstream, which streams whatever it has every loop): while the slave
 has not acked everything already sent, less than one full packet of new data is *held* — for at most
@@ -31,6 +32,7 @@ two. A slave far behind always has a full packet pending, so catch-up is never h
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING
 
 from store.config import MessageStoreConfig
@@ -56,6 +58,11 @@ log = logging.getLogger("store.ha.connection")
 MAX_HOLD = 0.02
 #: Most body bytes one ``poll_send`` returns (several packets, one vectored write).
 MAX_SEND_BYTES = 1024 * 1024
+#: A confirm offset that moved after the last packet reaches a slave that has every byte in a header
+#: of its own this long after (upstream: with the next data or heartbeat, up to
+#: ``haSendHeartbeatInterval`` later, so a slave served its last message's consume-queue entry 5 s
+#: late); data sent meanwhile carries it instead.
+CONFIRM_PUSH_DELAY = 0.01
 
 
 class HAConnection:
@@ -100,6 +107,9 @@ class HAConnection:
         self._last_write = now
         self._window_start = now
         self._window_bytes = 0
+        #: the confirm offset carried by the last header sent, and when a newer one is due alone
+        self._sent_confirm = -1
+        self._confirm_due = math.inf
 
     # ------------------------------------------------------------------ input
 
@@ -240,11 +250,23 @@ class HAConnection:
             and not self.is_async_learner
         ):
             self.group.update_caught_up_time(self.slave_id, now)
+        if self.next_offset >= max_offset and self._confirm_offset() > self._sent_confirm:
+            # the slave has every byte but not the confirm offset that makes the last ones readable
+            if self._confirm_due == math.inf:
+                self._confirm_due = now + CONFIRM_PUSH_DELAY
+            if now >= self._confirm_due:
+                return self._header_only(now)
         if now >= self._last_write + self.heartbeat_interval:
-            epoch, start = self._header_epoch(self.next_offset)
-            self._last_write = now
-            return [encode_transfer_header(self.next_offset, 0, epoch, start, self._confirm_offset())]
+            return self._header_only(now)
         return []
+
+    def _header_only(self, now: float) -> list[bytes | memoryview]:
+        """A heartbeat: a header at ``next_offset`` without body, with the current confirm offset."""
+        epoch, start = self._header_epoch(self.next_offset)
+        confirm = self._confirm_offset()
+        self._last_write = now
+        self._sent_confirm, self._confirm_due = confirm, math.inf
+        return [encode_transfer_header(self.next_offset, 0, epoch, start, confirm)]
 
     def _packets(self, max_offset: int, now: float) -> list[bytes | memoryview]:
         """Consecutive packets from ``next_offset``: up to ``MAX_SEND_BYTES``, within one epoch."""
@@ -277,6 +299,7 @@ class HAConnection:
             self.last_master_max_offset = max_offset
             self.last_transfer_time = self._sent_at = self._last_write = now
             self._window_bytes += sent
+            self._sent_confirm, self._confirm_due = confirm, math.inf
         return out
 
     @property
@@ -297,7 +320,7 @@ class HAConnection:
         """When ``tick``/``poll_send`` must run next even without new data."""
         deadline = self._last_read + self.housekeeping_interval
         if self.state == HAConnectionState.TRANSFER:
-            deadline = min(deadline, self._last_write + self.heartbeat_interval)
+            deadline = min(deadline, self._last_write + self.heartbeat_interval, self._confirm_due)
             if self.flow_control:
                 deadline = min(deadline, self._window_start + 1.0)
                 window_open = self._window_bytes < self.max_bytes_per_second

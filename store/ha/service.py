@@ -291,8 +291,14 @@ class HAService:
                 data = await stream.receive_some(RECEIVE_SIZE)
                 if not data:
                     return
+                confirm = group.confirm_offset()
                 conn.receive_data(data, trio.current_time())
                 wake.notify()
+                if group.confirm_offset() != confirm:
+                    # the other slaves' connections push the new confirm offset too (CONFIRM_PUSH_DELAY)
+                    for other, other_wake in self._writers.items():
+                        if other is not conn:
+                            other_wake.notify()
                 self._acks_changed()
                 if group.wants_proposal:
                     self._sss.notify()

@@ -525,3 +525,18 @@ async def test_brokers_outside_controller_mode_do_not_serve_the_epoch_cache(tmp_
         notify = request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, {"masterEpoch": 5, "masterBrokerId": 1})
         assert (await env.call(notify)).code == ResponseCode.SUCCESS
         assert env.broker.replicas_manager is None
+
+
+async def test_a_slave_serves_the_last_message_without_waiting_for_a_heartbeat(tmp_path: Path) -> None:
+    """The slave's consume queues follow the confirm offset, which an idle master pushes within
+    CONFIRM_PUSH_DELAY (rmq-container; upstream: with the next data or the haSendHeartbeatInterval
+    heartbeat, so the last message of a burst showed up on the slave 5 s late)."""
+    async with controller_mode(tmp_path) as env:
+        a, b = await master_and_slave(env, haSendHeartbeatInterval=60_000)
+        for round_ in range(3):
+            await send_all(env, a, [f"last-{round_}".encode()])
+            stored = a.broker.store.get_max_offset_in_queue(TOPIC, 0)
+            with trio.fail_after(2):  # far below the 60 s heartbeat
+                while b.broker.store.get_max_offset_in_queue(TOPIC, 0) < stored:
+                    await trio.sleep(0.005)
+        assert b.broker.store.get_max_offset_in_queue(TOPIC, 0) == 3

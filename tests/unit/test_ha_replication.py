@@ -9,7 +9,7 @@ import pytest
 from store.config import MessageStoreConfig
 from store.ha.classic import ClassicHAClient, ClassicHAConnection
 from store.ha.client import HAClient
-from store.ha.connection import HAConnection
+from store.ha.connection import CONFIRM_PUSH_DELAY, HAConnection
 from store.ha.events import (
     AckReceived,
     Appended,
@@ -316,6 +316,40 @@ def test_caught_up_slave_is_proposed_for_the_sync_state_set_and_confirm_follows_
     lb.pump(1.0)
     assert group.confirm_offset() == log.max_offset
     assert group.is_acked(log.max_offset)
+
+
+def test_an_idle_slave_gets_the_confirm_offset_of_its_last_ack_after_confirm_push_delay() -> None:
+    """rmq-container: a slave that has every byte learns the confirm offset its own ack moved in a
+    header of its own CONFIRM_PUSH_DELAY later (upstream: with the next data or heartbeat, so its
+    consume queues showed the last message up to haSendHeartbeatInterval late)."""
+    log, group, config = make_group(sync_state_set=(1, 2))
+    seen: list[MasterTransfer] = []
+    decoder = MasterPacketDecoder()
+    conn = HAConnection(log, config, now=0.0, group=group)
+    slave = MemLog(mapped_file_size=1024)
+    lb = connect(conn, HAClient(slave, config, broker_id=2), 0.0, tap=lambda c: seen.extend(decoder.feed(c)))
+    assert group.confirm_offset() == log.max_offset  # the slave acked everything
+    assert slave.max_offset == log.max_offset
+    assert slave.confirm_offset < log.max_offset  # the data carried the confirm offset before that ack
+    assert conn.next_deadline() == pytest.approx(CONFIRM_PUSH_DELAY)
+    assert conn.poll_send(CONFIRM_PUSH_DELAY / 2) == []
+    lb.tick(CONFIRM_PUSH_DELAY)
+    assert slave.confirm_offset == log.max_offset
+    assert [(h.offset, len(h.body), h.confirmOffset) for h in seen[-1:]] == [
+        (log.max_offset, 0, log.max_offset)
+    ]
+    assert conn.next_deadline() == pytest.approx(CONFIRM_PUSH_DELAY + 5.0)  # then the heartbeat only
+    # data within the delay carries the confirm offset itself: no header of its own
+    fill(log, 1)
+    lb.pump(6.0)
+    count = len(seen)
+    fill(log, 1)
+    lb.pump(6.001)
+    assert seen[count].body
+    assert seen[count].confirmOffset == log.max_offset - 60
+    lb.tick(6.001 + CONFIRM_PUSH_DELAY)
+    assert slave.confirm_offset == log.max_offset
+    assert sum(1 for h in seen[count:] if not h.body) == 1
 
 
 def test_learner_never_joins() -> None:
