@@ -66,6 +66,7 @@ class ConsumeQueue:
         "min_logic_offset",
         "next_offset",
         "queue_id",
+        "restart_at",
         "stage",
         "staged",
         "topic",
@@ -94,6 +95,9 @@ class ConsumeQueue:
         self.staged = 0
         #: whether the queue is on its store's staging list (ConsumeQueueStore.staging)
         self.listed = False
+        #: set by :meth:`put` when the queue started over where its messages were written (see
+        #: :meth:`_put_slow`): the async layer truncates it here (``store.truncation``) first
+        self.restart_at: int | None = None
 
     def __repr__(self) -> str:
         return f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset}, max={self.max_offset})"
@@ -180,7 +184,17 @@ class ConsumeQueue:
     def _put_slow(self, phys: int, size: int, tags_code: int, queue_offset: int) -> bool:
         if queue_offset < self.max_offset:
             unit = self.unit(queue_offset)
-            if unit is not None and unit[0] != phys:
+            if unit is not None and unit[0] == phys:
+                return True  # dispatched again (recovery): nothing to do
+            if phys >= self.max_physic_offset:
+                # a message newer than every unit here, yet below our max offset: its queue
+                # started over where it was written (the topic deleted and created again on the
+                # master while this replica kept its units, or re-dispatch after a crash met the
+                # old topic's units). The units from here on are stale: cut them, then put (False:
+                # the async layer truncates first, see restart_at).
+                self.restart_at = queue_offset
+                return False
+            if unit is not None:
                 log.error(
                     "%s: unit %d already points at %d, not %d; keeping the existing one",
                     self,

@@ -410,7 +410,10 @@ class DefaultMessageStore(PutPaths):
             await self._catch_up()
 
     async def create_cq_file(self, cq: ConsumeQueue, queue_offset: int) -> None:
-        """Create the consume-queue file ``queue_offset`` needs, in a worker thread."""
+        """Create the consume-queue file ``queue_offset`` needs, in a worker thread (after cutting
+        the queue's stale units when it started over: ``cq.restart_at``)."""
+        if cq.restart_at is not None:
+            await truncation.restart_queue(cq)
         off = cq.file_needed(queue_offset)
         last = cq.mfq.last
         if last is not None and last.file_from_offset >= off:

@@ -25,6 +25,7 @@ from store.flush import fsync_paths_sync
 from store.mapped_file import MappedFile, delete_paths_sync, zero_file_range_sync
 
 if TYPE_CHECKING:
+    from store.consume_queue import ConsumeQueue
     from store.message_store import DefaultMessageStore
 
 log = logging.getLogger("store.truncation")
@@ -146,6 +147,28 @@ async def delete_expired_logics(store: DefaultMessageStore) -> None:
         await trio.to_thread.run_sync(delete_paths_sync, paths)
     if store.index is not None:
         store.index.delete_files_before(min_phys)
+
+
+async def restart_queue(cq: ConsumeQueue) -> None:
+    """Cut a consume queue at ``cq.restart_at``: a message newer than all its units arrived for an
+    offset below its max (see ``ConsumeQueue._put_slow``), so the units from there on are stale."""
+    at = cq.restart_at
+    cq.restart_at = None
+    if at is None or at >= cq.max_offset:
+        return
+    stale = cq.max_offset - at
+    gone, cut = cq.truncate_to_offset(at)
+    log.warning(
+        "consume queue %s/%d started over at offset %d where its messages are written (topic deleted "
+        "and created again?): dropped %d stale unit(s) from there on",
+        cq.topic,
+        cq.queue_id,
+        at,
+        stale,
+    )
+    await trio.to_thread.run_sync(delete_paths_sync, cq.mfq.retire(gone))
+    if cut is not None:
+        await trio.to_thread.run_sync(fsync_paths_sync, [cut.path])
 
 
 async def delete_topics(store: DefaultMessageStore, topics: list[str]) -> None:

@@ -29,7 +29,7 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.protocol.controller import BrokerReplicasInfo, EpochEntryCache, SyncStateSet
-from remoting.protocol.message import encode_message
+from remoting.protocol.message import decode_message, encode_message
 from remoting.server import RemotingServer
 from tests.cluster.harness import free_ports
 from tests.integration.broker_env import broker_configs, broker_env, wait_until
@@ -540,3 +540,33 @@ async def test_a_slave_serves_the_last_message_without_waiting_for_a_heartbeat(t
                 while b.broker.store.get_max_offset_in_queue(TOPIC, 0) < stored:
                     await trio.sleep(0.005)
         assert b.broker.store.get_max_offset_in_queue(TOPIC, 0) == 3
+
+
+async def test_a_topic_deleted_and_created_again_before_the_slave_syncs_is_rebuilt_there(
+    tmp_path: Path,
+) -> None:
+    """The master deletes a topic and it is created again (auto-create on the next send) before
+    the slave's metadata sync notices the deletion: the new messages arrive on the slave for queue
+    offsets its old units still hold. The slave kept the old units (upstream too: "build consume
+    queue repeatedly, ignore"), so its queue pointed at the deleted messages; now a message newer
+    than every unit of its queue cuts the stale units and is stored at its offset."""
+    async with controller_mode(tmp_path) as env:
+        a, b = await master_and_slave(env)
+        await send_all(env, a, [b"old-0", b"old-1", b"old-2"])  # queues 0, 1, 2
+        await send_all(env, a, [b"old-3"])  # queue 0 again: offsets 0 and 1 there
+        await wait_until(lambda: b.broker.store.get_max_offset_in_queue(TOPIC, 0) == 2, 10, "slave has both")
+        deleted = await env.call(a.addr, request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": TOPIC}))
+        assert deleted.code == ResponseCode.SUCCESS, describe(deleted)
+        await env.create_topic(a)
+        await send_all(env, a, [b"new-0"])  # queue 0, offset 0 again
+        await wait_until(lambda: a.broker.store.get_max_offset_in_queue(TOPIC, 0) == 1, 10, "the master's")
+        await wait_until(
+            lambda: b.broker.store.get_max_offset_in_queue(TOPIC, 0) == 1, 10, "the slave's queue 0 rebuilt"
+        )
+        got = b.broker.store.get_message("G", TOPIC, 0, 0, 32)
+        assert got is not None
+        try:
+            bodies = [decode_message(view).body for view in got.message_views]
+        finally:
+            got.release()
+        assert bodies == [b"new-0"]
