@@ -18,6 +18,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from client.message import RETRY_GROUP_TOPIC_PREFIX
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
@@ -63,7 +64,6 @@ __all__ = [
 log = logging.getLogger("client.admin")
 
 DEFAULT_TIMEOUT = 5.0
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 #: mqadmin's message when a cluster name is not known to the name server.
 #: upstream ``CommandUtil.NO_MASTER_PLACEHOLDER``: the key of a broker group without a master
 NO_MASTER_PLACEHOLDER = "NO_MASTER"

@@ -12,12 +12,10 @@ import click
 from client.admin import NO_MASTER_PLACEHOLDER, AdminError, MQAdmin
 from client.admin_common import namesrv_option, run_admin
 from client.admin_output import version_desc
+from client.message import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from remoting.errors import RemotingError
 
 __all__ = ["BROKER_COMMANDS"]
-
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 
 
 def _one_of(broker_addr: str | None, cluster_name: str | None) -> None:

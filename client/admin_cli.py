@@ -32,14 +32,12 @@ from client.admin_output import (
     topic_config_str,
     topic_status_lines,
 )
+from client.message import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from remoting.errors import RemotingError
 from remoting.fastjson import dumps_pretty
 from remoting.protocol.broker import SubscriptionGroupConfig
 from remoting.protocol.common import KVTable, TopicConfig
 from remoting.protocol.namesrv import NAMESPACE_ORDER_TOPIC_CONFIG, ClusterInfo
-
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import codecs
 import os
-import sys
 import time
 from collections.abc import Awaitable, Callable
 
@@ -17,7 +16,7 @@ import click
 import trio
 
 from client.admin import AdminError, MQAdmin, route_addrs
-from client.admin_common import DEFAULT_NAMESRV
+from client.admin_common import DEFAULT_NAMESRV, fail
 from client.message import Message, MessageExt, MQClientError, PullStatus
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
@@ -33,11 +32,6 @@ UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 
 def _namesrv(value: str | None) -> str:
     return value or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
-
-
-def _fail(command: str, error: object) -> None:
-    click.echo(f"rmq-admin {command} command failed: {error}", err=True)
-    sys.exit(1)
 
 
 def _run(command: str, fn: Callable[[], Awaitable[None]]) -> None:
@@ -57,7 +51,7 @@ def _run(command: str, fn: Callable[[], Awaitable[None]]) -> None:
 
     trio.run(main)
     if errors:
-        _fail(command, errors[0])
+        fail(command, errors[0])
 
 
 def _fmt_ts(ms: int) -> str:
