@@ -17,6 +17,9 @@ module gives the same bytes with less work:
   and the queue offsets, physical offsets and store timestamp of the slot the store will append
   them at (``DefaultMessageStore.plain_batch_slot``), with their consume-queue units;
   items not in the client form get the general per-item treatment (the ``complete`` callback).
+  A batch of at least ``UNIFORM_MIN_ITEMS`` items of one layout (one size, body length and
+  properties shape, UNIQ_KEY values of one width -- what a producer sending same-size messages
+  gives) is encoded as the rows of a numpy array instead, column by column, three times faster.
   Anything the general path answers with an error (lengths that do not add up, a body over the
   limit, properties that are not UTF-8 or over 32767 bytes, an empty body) makes
   :meth:`BatchRecordEncoder.encode` return None, and the caller runs the general path, which
@@ -28,6 +31,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from typing import NamedTuple
+
+import numpy as np
 
 from remoting.crc import crc32
 from remoting.protocol.message import (
@@ -97,6 +102,11 @@ _UNIQ_AT = PROPERTY_UNIQ_KEY + "\x01"
 _UNIQ_AT_B = _UNIQ_AT.encode()
 _UNIQ_LEN = len(_UNIQ_AT)
 _SHAPE_LIMIT = 4096
+#: batches of at least this many items of one layout are encoded as numpy rows: about 21 us a
+#: batch plus 0.5 us an item against the item loop's 1.7 us an item (2026-11-26, 1 KiB bodies:
+#: even at 16 items, 37.5 against 58 us at 32, 54 against 114 us at 64)
+UNIFORM_MIN_ITEMS = 16
+_BE_I64 = np.dtype(">i8")
 _MISSING = object()
 
 
@@ -234,6 +244,8 @@ class BatchRecordEncoder:
         self._props = client_properties
         self._cluster_pair = client_properties.cluster_pair
         self._prefix_structs: dict[tuple[int, int], struct.Struct] = {}
+        #: batches of at least this many items of one layout take :meth:`_encode_uniform`
+        self.uniform_min_items = UNIFORM_MIN_ITEMS
 
     def encode(
         self,
@@ -273,6 +285,24 @@ class BatchRecordEncoder:
         prefix = self._prefix_structs.get(shape)
         if prefix is None:
             prefix = self._prefix_structs[shape] = struct.Struct(f">iiiiiqq{shape[0]}sq{shape[1]}si")
+        if n >= self.uniform_min_items * 22:
+            total = _I32.unpack_from(body, 0)[0]
+            if total >= 22 and not n % total and n // total >= self.uniform_min_items:
+                uniform = self._encode_uniform(
+                    body,
+                    total,
+                    topic_field,
+                    magic,
+                    queue_id,
+                    prefix,
+                    born_part,
+                    store_part,
+                    max_body_size,
+                    pair,
+                    slot,
+                )
+                if uniform is not None:
+                    return uniform
         pack_prefix = prefix.pack
         fixed = prefix.size + len(topic_field) + 2
         phys, qo, now = slot  # phys: the PHYSICALOFFSET of the record being encoded
@@ -394,3 +424,97 @@ class BatchRecordEncoder:
             qo += 1
             pos = pe
         return EncodedBatch(bytearray().join(parts), hints, uniqs, PlacedBatch(slot, units))
+
+    def _encode_uniform(
+        self,
+        body: bytes,
+        total: int,
+        topic_field: bytes,
+        magic: int,
+        queue_id: int,
+        prefix: struct.Struct,
+        born_part: bytes,
+        store_part: bytes,
+        max_body_size: int,
+        pair: bytes,
+        slot: Slot,
+    ) -> EncodedBatch | None:
+        """:meth:`encode` of a batch whose items all have ``total`` bytes, one body length and one
+        properties shape in client form (UNIQ_KEY values of one length, ASCII): the records then
+        have one layout too, and numpy builds them as the rows of one array, column by column,
+        instead of item by item. The same bytes, hints and units as the item loop; None when the
+        batch is not like that (the loop then decides)."""
+        n = len(body)
+        count = n // total
+        _total, _magic, _crc, _flag, body_len = _ITEM_HEAD.unpack_from(body, 0)
+        ps = 22 + body_len  # the first item's properties: ps .. total
+        props_len = total - ps
+        if (
+            body_len < 0
+            or body_len > max_body_size
+            or props_len < 0
+            or _I16.unpack_from(body, ps - 2)[0] != props_len
+        ):
+            return None
+        i = body.find(_UNIQ_AT_B, ps, total)
+        if not (i == ps or (i > ps and body[i - 1] == 2)):
+            return None
+        vs = i + _UNIQ_LEN
+        j = body.find(b"\x02", vs, total)
+        if j <= vs:
+            return None
+        shape = body[ps:vs] + body[j:total]
+        info = self._props.raw_shapes.get(shape, _MISSING)
+        if info is _MISSING:
+            info = self._props.learn_raw(shape)
+        if info is None:
+            return None
+        stored_len = props_len + len(pair)
+        if stored_len > MAX_PROPERTIES_LENGTH:
+            return None
+        rows = np.frombuffer(body, np.uint8).reshape(count, total)
+        # every item as the first: TOTALSIZE, BODYLEN, properties length + shape head, shape tail
+        # (then each starts where the first's size says, and its UNIQ_KEY value sits where the
+        # first's does -- what the item loop finds for it too)
+        for lo, hi in ((0, 4), (16, 20), (ps - 2, vs), (j, total)):
+            if rows[:, lo:hi].tobytes() != body[lo:hi] * count:
+                return None
+        uniq_bytes = rows[:, vs:j].tobytes()
+        if not uniq_bytes.isascii() or b"\x02" in uniq_bytes or b"\x00" in uniq_bytes:
+            return None
+        phys, qo, now = slot
+        size = prefix.size + len(topic_field) + 2 + body_len + stored_len
+        head = prefix.size
+        body_end = head + body_len
+        props_at = body_end + len(topic_field) + 2
+        out = np.empty((count, size), np.uint8)
+        out[:, :head] = np.frombuffer(
+            prefix.pack(size, magic, 0, queue_id, 0, 0, 0, born_part, now, store_part, body_len), np.uint8
+        )
+        mv = memoryview(body)
+        crcs = struct.pack(f">{count}I", *[crc32(mv[o : o + body_len]) for o in range(20, n, total)])
+        out[:, 8:12] = np.frombuffer(crcs, np.uint8).reshape(count, 4)
+        out[:, 8] &= 0x7F  # BODYCRC is masked to 31 bits
+        out[:, 16:20] = rows[:, 12:16]  # FLAG, the item's own
+        place = np.empty((count, 2), np.int64)  # QUEUEOFFSET, PHYSICALOFFSET
+        steps = np.arange(count, dtype=np.int64)
+        place[:, 0] = steps + qo
+        place[:, 1] = steps * size + phys
+        out[:, 20:36] = place.astype(_BE_I64).view(np.uint8).reshape(count, 16)
+        out[:, head:body_end] = rows[:, 20 : 20 + body_len]
+        out[:, body_end:props_at] = np.frombuffer(topic_field + _I16.pack(stored_len), np.uint8)
+        out[:, props_at : props_at + props_len] = rows[:, ps:total]
+        out[:, props_at + props_len :] = np.frombuffer(pair, np.uint8)
+        # fixed-width byte strings (no NUL in them, so none is cut short), decoded one by one
+        uniqs = [u.decode() for u in np.frombuffer(uniq_bytes, f"S{j - vs}").tolist()]
+        tags_code, keys = info[0], info[1]
+        units = np.empty((count, 3), np.int64)
+        units[:, 0] = place[:, 1]
+        units[:, 1] = size
+        units[:, 2] = tags_code
+        return EncodedBatch(
+            bytearray(out.data),
+            [(tags_code, keys, u) for u in uniqs],
+            uniqs,
+            PlacedBatch(slot, units.ravel().tolist()),
+        )

@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import itertools
 import struct
+from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from broker.send_records import NO_SLOT, BatchRecordEncoder, ClientProperties, Slot, encode_single, host_port
+from broker.send_records import (
+    NO_SLOT,
+    UNIFORM_MIN_ITEMS,
+    BatchRecordEncoder,
+    ClientProperties,
+    EncodedBatch,
+    Slot,
+    encode_single,
+    host_port,
+)
 from broker.send_response import offset_msg_ids
 from remoting.protocol.message import (
     PROPERTY_CLUSTER,
@@ -116,10 +126,17 @@ def general(
 
 
 def fast(
-    body: bytes, born: tuple[bytes, int], store: tuple[bytes, int], sys_flag: int, slot: Slot = NO_SLOT
+    body: bytes,
+    born: tuple[bytes, int],
+    store: tuple[bytes, int],
+    sys_flag: int,
+    slot: Slot = NO_SLOT,
+    encoder: BatchRecordEncoder | None = None,
 ) -> Encoded | None:
     topic_b, magic = topic_field("BatchTopic")
-    got = BatchRecordEncoder(UpstreamCompleter(), ClientProperties()).encode(
+    if encoder is None:
+        encoder = BatchRecordEncoder(UpstreamCompleter(), ClientProperties())
+    got = encoder.encode(
         body, topic_b, magic, 3, sys_flag, 1_700_000_000_000, born, store, MAX_BODY, CLUSTER, slot
     )
     if got is None:
@@ -220,6 +237,140 @@ def test_fast_batch_of_repeated_shapes_equals_general_path(
     ]
     batch = encode_batch_body(items)
     assert fast(batch, (V4, 1), (V4, 2), 0) == general(batch, (V4, 1), (V4, 2), 0)
+
+
+class RowPathSpy:
+    """An encoder whose row path (``_encode_uniform``) reports whether it gave the batch's records."""
+
+    def __init__(self, uniform: bool = True) -> None:
+        self.encoder = BatchRecordEncoder(UpstreamCompleter(), ClientProperties())
+        if not uniform:
+            self.encoder.uniform_min_items = 1 << 30
+        self.took: list[bool] = []
+        row_path = self.encoder._encode_uniform
+
+        def spy(*args: Any) -> EncodedBatch | None:
+            got = row_path(*args)
+            self.took.append(got is not None)
+            return got
+
+        self.encoder._encode_uniform = spy  # type: ignore[method-assign]
+
+
+# Batches of one layout (the row path's case): every item the same body length and properties
+# shape, UNIQ_KEY values of one width -- then one item changed in a way that keeps or breaks it.
+_CHANGES = st.one_of(
+    st.sampled_from(["none", "flag"]),
+    st.sampled_from(
+        ["wider uniq", "longer body, narrower uniq", "non-ASCII uniq", "0x02 in uniq", "NUL in uniq", "shape"]
+    ),
+)
+_LAYOUT_SHAPES = st.one_of(
+    st.sampled_from(
+        [
+            ("UNIQ_KEY\x01", "\x02TAGS\x01t\x02WAIT\x01true\x02"),
+            ("TAGS\x01t\x02UNIQ_KEY\x01", "\x02"),
+            ("KEYS\x01k1 k2\x02UNIQ_KEY\x01", "\x02名\x01v\x02"),
+        ]
+    ),
+    _SHAPES,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    data=st.data(),
+    count=st.integers(UNIFORM_MIN_ITEMS, UNIFORM_MIN_ITEMS + 8),
+    body_len=st.integers(0, MAX_BODY + 1),
+    shape=_LAYOUT_SHAPES,
+    width=st.integers(0, 6),
+    change=_CHANGES,
+    born=_HOST,
+    store=_HOST,
+    slot=_SLOT,
+)
+def test_batches_of_one_layout_equal_the_general_path(
+    data: st.DataObject,
+    count: int,
+    body_len: int,
+    shape: tuple[str, str],
+    width: int,
+    change: str,
+    born: tuple[bytes, int],
+    store: tuple[bytes, int],
+    slot: Slot,
+) -> None:
+    head, tail = shape
+    bodies = [data.draw(st.binary(min_size=body_len, max_size=body_len)) for _ in range(count)]
+    items = [
+        BatchItem(7, bodies[k], f"{head}{k:0{width}X}"[: len(head) + width] + tail) for k in range(count)
+    ]
+    at = data.draw(st.integers(0, count - 1))
+    item = items[at]
+    value = item.properties[len(head) : len(head) + width]
+    if change == "flag":
+        item = BatchItem(-3, item.body, item.properties)
+    elif change == "wider uniq":
+        item = BatchItem(7, item.body, head + value + "F" + tail)
+    elif change == "longer body, narrower uniq" and width:
+        item = BatchItem(7, item.body + b"x", head + value[1:] + tail)
+    elif change == "non-ASCII uniq" and width >= 3:
+        item = BatchItem(7, item.body, head + "标" + value[3:] + tail)
+    elif change == "0x02 in uniq" and width:
+        item = BatchItem(7, item.body, head + "\x02" + value[1:] + tail)
+    elif change == "NUL in uniq" and width:
+        item = BatchItem(7, item.body, head + value[:-1] + "\x00" + tail)
+    elif change == "shape" and head[:1].isascii():
+        item = BatchItem(7, item.body, "Q" + item.properties[1:])
+    items[at] = item
+    body = encode_batch_body(items)
+    rows = RowPathSpy()
+    assert fast(body, born, store, 0, slot, rows.encoder) == general(body, born, store, 0, slot)
+    event(f"row path: {'taken' if rows.took == [True] else 'declined' if rows.took else 'not tried'}")
+    assert fast(body, born, store, 0, slot, RowPathSpy(uniform=False).encoder) == general(
+        body, born, store, 0, slot
+    )
+
+
+def test_batches_of_one_layout_take_the_row_path_and_others_the_item_loop() -> None:
+    props = [f"UNIQ_KEY\x01{i:032X}\x02TAGS\x01t\x02WAIT\x01true\x02" for i in range(40)]
+    one_layout = encode_batch_body(BatchItem(0, b"%04d" % i, p) for i, p in enumerate(props))
+    rows = RowPathSpy()
+    got = fast(one_layout, (V4, 1), (V4, 2), 0, (1000, 5, 99), rows.encoder)
+    assert rows.took == [True]
+    assert got == general(one_layout, (V4, 1), (V4, 2), 0, (1000, 5, 99))
+    assert got is not None
+    assert got[2] == [f"{i:032X}" for i in range(40)]
+    # one item's body a byte longer: the sizes differ, the rows do not line up
+    mixed = encode_batch_body(BatchItem(0, b"%04d" % i + b"x" * (i == 9), p) for i, p in enumerate(props))
+    rows = RowPathSpy()
+    assert fast(mixed, (V4, 1), (V4, 2), 0, (1000, 5, 99), rows.encoder) == general(
+        mixed, (V4, 1), (V4, 2), 0, (1000, 5, 99)
+    )
+    assert rows.took in ([], [False])
+    # below UNIFORM_MIN_ITEMS the item loop is as fast: not tried
+    few = encode_batch_body(
+        BatchItem(0, b"%04d" % i, p) for i, p in enumerate(props[: UNIFORM_MIN_ITEMS - 1])
+    )
+    rows = RowPathSpy()
+    assert fast(few, (V4, 1), (V4, 2), 0, NO_SLOT, rows.encoder) is not None
+    assert rows.took == []
+
+
+def test_an_item_whose_longer_body_mimics_the_layout_is_not_taken_for_a_row() -> None:
+    """Item 5's body is 11 bytes longer and its UNIQ_KEY 11 shorter: the same TOTALSIZE, and its
+    body ends in the bytes the first item has where its properties begin (length + shape head),
+    so that only BODYLEN tells the rows apart (the properties lengths 782 and 771 are ASCII)."""
+    head, tail = "UNIQ_KEY\x01", "\x02"
+    width = 782 - len(head) - len(tail)
+    items = [BatchItem(0, bytes(20), head + f"{i:0{width}X}" + tail) for i in range(UNIFORM_MIN_ITEMS)]
+    items[5] = BatchItem(
+        0, bytes(20) + struct.pack(">h", 782) + head.encode(), head + "A" * (width - 11) + tail
+    )
+    body = encode_batch_body(items)
+    rows = RowPathSpy()
+    assert fast(body, (V4, 1), (V4, 2), 0, NO_SLOT, rows.encoder) == general(body, (V4, 1), (V4, 2), 0)
+    assert rows.took == [False]
 
 
 def test_client_style_batch_takes_the_shortcut_and_decodes() -> None:
