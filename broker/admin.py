@@ -309,11 +309,13 @@ class AdminProcessor:
         broker.topics.delete(topic)
         broker.offsets.remove_topic(topic)
         await broker.store.delete_topics([topic])
+        broker.deleted_topics.note(topic, broker.store.max_phy_offset)
         broker.request_register()
         return _ok(request)
 
     async def get_all_topic_config(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         wrapper = self.broker.topic_wrapper()
+        wrapper.deletedTopicOffsets = dict(self.broker.deleted_topics.offsets) or None
         response = _ok(request, wrapper.encode())
         response.ext_fields = encode_header(
             GetAllTopicConfigResponseHeader(totalTopicNum=len(wrapper.topicConfigTable))

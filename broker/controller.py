@@ -29,7 +29,7 @@ from broker.outer_api import BrokerIdentity, BrokerOuterAPI, split_addrs
 from broker.persist import write_async
 from broker.replication import Replication
 from broker.stats import BrokerStats
-from broker.topics import TopicConfigManager
+from broker.topics import DeletedTopics, TopicConfigManager
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection, ProcessorTable
@@ -97,6 +97,8 @@ class BrokerController:
             on_change=self.request_register,
             logger=self.log,
         )
+        #: topics deleted here lately, for the slaves (GET_ALL_TOPIC_CONFIG)
+        self.deleted_topics = DeletedTopics()
         self.groups = SubscriptionGroupManager(
             config_dir=config_dir, auto_create=bc.autoCreateSubscriptionGroup, now_ms=now_ms
         )

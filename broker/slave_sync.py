@@ -86,6 +86,8 @@ class SlaveSynchronize:
         #: completed full syncs (status and tests)
         self.rounds = 0
         self._wake = trio.Event()
+        #: the master's deletions (DeletedTopics) applied here: topic -> commit-log offset
+        self.deletions_applied: dict[str, int] = {}
 
     def master_changed(self) -> None:
         """Sync at the next opportunity (a new master, or the broker just became a slave)."""
@@ -166,6 +168,7 @@ class SlaveSynchronize:
             wrapper = TopicConfigAndMappingSerializeWrapper.decode(response.body_bytes)
         except (FastjsonError, ValueError) as exc:
             raise SlaveSyncError(f"GET_ALL_TOPIC_CONFIG: bad body: {exc}") from exc
+        await self._apply_deletions(wrapper.deletedTopicOffsets or {})
         topics = self.broker.topics
         if topics.data_version == wrapper.dataVersion:
             return
@@ -194,6 +197,35 @@ class SlaveSynchronize:
             for topic in deleted:
                 self.broker.offsets.remove_topic(topic)  # as the master did (merges keep ours otherwise)
             await self.broker.store.delete_topics(deleted)
+
+    async def _apply_deletions(self, deleted: dict[str, int]) -> None:
+        """The master's lately deleted topics (``broker.topics.DeletedTopics``): consume queues
+        of a topic that end below its deletion offset hold the deleted topic's messages --
+        the topic was created again before a sync could notice it missing -- and are emptied
+        (with the topic's consumer offsets), once per deletion. Waits (for a later sync) until this
+        store has dispatched up to the offset: a unit of the old topic dispatched afterwards
+        would come back."""
+        store, applied = self.broker.store, self.deletions_applied
+        for topic, end in deleted.items():
+            if applied.get(topic) == end:
+                continue
+            emptied = await store.empty_queues_ending_by(topic, end)
+            if emptied is None:
+                continue  # not dispatched that far yet: the next sync
+            applied[topic] = end
+            if emptied:
+                # the old topic's offsets (a consumer of the new one commits over them; where
+                # none has yet, they point past the new queues' ends)
+                self.broker.offsets.remove_topic(topic)
+                log.info(
+                    "slave sync: topic %s was deleted on the master (at offset %d) and created again; "
+                    "emptied its consume queues %s here and removed its consumer offsets",
+                    topic,
+                    end,
+                    emptied,
+                )
+        for topic in [t for t in applied if t not in deleted]:
+            del applied[topic]  # out of the master's table: never sent again
 
     async def sync_consumer_offset(self, master: str) -> None:
         response = await self._call(master, RequestCode.GET_ALL_CONSUMER_OFFSET, "GET_ALL_CONSUMER_OFFSET")

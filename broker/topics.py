@@ -42,6 +42,32 @@ GROUP_MAX_LENGTH = 120
 
 log = logging.getLogger("broker.topics")
 
+#: deletions a master remembers for its slaves (:class:`DeletedTopics`)
+DELETED_TOPICS_KEPT = 1024
+
+
+class DeletedTopics:
+    """The topics a master deleted lately, each with the commit-log end at its deletion: every
+    message of the deleted topic lies below it, every message of a topic of that name created
+    again above. A slave's metadata sync notices a deletion by the topic missing from the
+    master's table; when the topic was created again in between (a send auto-creates it; a test
+    suite deletes and recreates its topics), nothing is missing, and the slave's consume queues
+    of the old topic would live on -- and be served after a failover. Slaves get this table with
+    GET_ALL_TOPIC_CONFIG and drop their queues of such a topic that end below the offset.
+
+    In memory, the latest :data:`DELETED_TOPICS_KEPT`: a master restarted in between forgets it,
+    as upstream, which has no such table at all."""
+
+    def __init__(self, kept: int = DELETED_TOPICS_KEPT) -> None:
+        self.kept = kept
+        self.offsets: dict[str, int] = {}  # in deletion order
+
+    def note(self, topic: str, commit_log_end: int) -> None:
+        self.offsets.pop(topic, None)
+        self.offsets[topic] = commit_log_end
+        while len(self.offsets) > self.kept:
+            del self.offsets[next(iter(self.offsets))]
+
 
 def retry_topic(group: str) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + group

@@ -599,6 +599,14 @@ class DefaultMessageStore(PutPaths):
         """Drop the topics' consume queues (files and directories)."""
         await truncation.delete_topics(self, topics)
 
+    async def empty_queues_ending_by(self, topic: str, end: int) -> list[int] | None:
+        """Empty the topic's consume queues that end at or below commit-log offset ``end`` (see
+        :func:`store.truncation.empty_queues_ending_by`); their ids, or None -- nothing done --
+        while dispatch has not reached ``end``."""
+        if self.dispatcher.reput_offset < end:
+            return None
+        return await truncation.empty_queues_ending_by(self, topic, end)
+
     async def run_clean_once(self) -> list[str]:
         """One retention round now; returns deleted commit-log files."""
         return await self.clean_service.clean_once()

@@ -171,6 +171,28 @@ async def restart_queue(cq: ConsumeQueue) -> None:
         await trio.to_thread.run_sync(fsync_paths_sync, [cut.path])
 
 
+async def empty_queues_ending_by(store: DefaultMessageStore, topic: str, end: int) -> list[int]:
+    """Empty the consume queues of ``topic`` whose units all end at or below the commit-log offset
+    ``end`` (the queues of a topic deleted at ``end`` on the master and created again since: see
+    ``broker.topics.DeletedTopics``); they start over at offset 0, as the master's did. Returns
+    their queue ids. The caller makes sure everything below ``end`` is dispatched: a unit of the
+    old topic dispatched later would come back."""
+    emptied: list[int] = []
+    for cq in list(store.queues.tables.get(topic, {}).values()):
+        if cq.max_offset <= 0 or cq.max_physic_offset > end:
+            continue
+        gone, cut = cq.truncate_to_offset(0)
+        emptied.append(cq.queue_id)
+        await trio.to_thread.run_sync(delete_paths_sync, cq.mfq.retire(gone))
+        if cut is not None:
+            await trio.to_thread.run_sync(fsync_paths_sync, [cut.path])
+    if emptied:
+        log.info(
+            "emptied consume queues %s of %s: their messages predate its deletion at %d", emptied, topic, end
+        )
+    return emptied
+
+
 async def delete_topics(store: DefaultMessageStore, topics: list[str]) -> None:
     """Drop the topics' consume queues: maps closed, directories deleted, manifest rewritten."""
     gone = store.queues.detach_topics(topics)

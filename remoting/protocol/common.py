@@ -161,6 +161,9 @@ class TopicConfigAndMappingSerializeWrapper(TopicConfigSerializeWrapper, kw_only
     mappingDataVersion: DataVersion = msgspec.field(default_factory=DataVersion)
     topicQueueMappingInfoMap: dict[str, Any] = {}
     topicQueueMappingDetailMap: dict[str, Any] = {}
+    #: rmq-container's own, in GET_ALL_TOPIC_CONFIG answers only (upstream ignores it): topics the
+    #: broker deleted lately -> its commit-log end at the deletion (``broker.topics.DeletedTopics``)
+    deletedTopicOffsets: dict[str, int] | None = None
 
 
 class MessageQueue(msgspec.Struct, frozen=True, kw_only=True):

@@ -15,6 +15,7 @@ import trio
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import request
 from remoting.protocol.broker import SubscriptionGroupConfig
+from remoting.protocol.common import TopicConfigAndMappingSerializeWrapper
 from store.config import BrokerRole
 from tests.integration.broker_requests import describe, messages, pull_header, pull_request, send_header
 from tests.integration.replication_kit import (
@@ -170,6 +171,58 @@ async def test_slave_serves_pulls_and_suggests_the_master(tmp_path: Path) -> Non
         response = await g.call(slave.addr, pull_request("G1", TOPIC, 0, 10))
         assert response.code == ResponseCode.PULL_RETRY_IMMEDIATELY, describe(response)
         assert pull_header(response).suggestWhichBrokerId == 0
+
+
+async def test_a_topic_deleted_and_created_again_between_two_syncs_leaves_no_old_queue_on_the_slave(
+    tmp_path: Path,
+) -> None:
+    """The slave's sync cannot see such a deletion in the topic table (the topic is there again);
+    the master names it with its commit-log end in GET_ALL_TOPIC_CONFIG, and the slave empties
+    its queues that end below it: queues 1 and 2, which got no new message, held the deleted
+    topic's messages for a consumer of the slave -- and of a new master after a failover."""
+    async with replication_group(tmp_path) as g:
+        master = await g.start("m", brokerRole=BrokerRole.ASYNC_MASTER)
+        slave = await g.start("s", brokerRole=BrokerRole.SLAVE, brokerId=1)
+        await wait_until(lambda: slave.broker.master_addr == master.addr, 10, "slave knows its master")
+        await g.create_topic(master.addr, "Again", queues=3)
+        for i in range(6):
+            await g.send_ok(master.addr, b"old-%d" % i, queue_id=i % 3, topic="Again")
+        commit = {"consumerGroup": "G", "topic": "Again", "queueId": 1, "commitOffset": 2}
+        response = await g.call(master.addr, request(RequestCode.UPDATE_CONSUMER_OFFSET, commit))
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+        m, s = master.broker, slave.broker
+        sync = slave.broker.replication.slave_sync
+        await wait_until(
+            lambda: s.store.get_max_offset_in_queue("Again", 2) == 2, 10, "slave has the old topic"
+        )
+        await sync.sync_all()
+        assert s.offsets.queues_of("G", "Again") == {1: 2}
+
+        deleted = await g.call(master.addr, request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Again"}))
+        assert deleted.code == ResponseCode.SUCCESS, describe(deleted)
+        end = m.store.max_phy_offset
+        await g.create_topic(master.addr, "Again", queues=3)
+        await g.send_ok(master.addr, b"new-0", queue_id=0, topic="Again")
+        table = await g.call(master.addr, request(RequestCode.GET_ALL_TOPIC_CONFIG))
+        assert TopicConfigAndMappingSerializeWrapper.decode(table.body_bytes).deletedTopicOffsets == {
+            "Again": end
+        }
+        await wait_until(lambda: s.store.max_phy_offset == m.store.max_phy_offset, 10, "slave caught up")
+        await wait_until(lambda: s.store.get_max_offset_in_queue("Again", 0) == 1, 10, "queue 0 started over")
+        assert s.store.get_max_offset_in_queue("Again", 1) == 2  # the old topic's, until the sync
+
+        await sync.sync_all()
+        assert [s.store.get_max_offset_in_queue("Again", q) for q in range(3)] == [1, 0, 0]
+        assert s.offsets.queues_of("G", "Again") == {}
+        response = await g.call(slave.addr, pull_request("G", "Again", 0, 0))
+        assert [msg.body for msg in messages(response)] == [b"new-0"], describe(response)
+
+        # once per deletion: the new topic's messages stay at later syncs
+        await g.send_ok(master.addr, b"new-1", queue_id=1, topic="Again")
+        await wait_until(lambda: s.store.get_max_offset_in_queue("Again", 1) == 1, 10, "queue 1 on the slave")
+        await sync.sync_all()
+        await sync.sync_all()
+        assert [s.store.get_max_offset_in_queue("Again", q) for q in range(3)] == [1, 1, 0]
 
 
 async def test_slave_sync_copies_the_masters_metadata_with_data_versions(tmp_path: Path) -> None:

@@ -427,3 +427,36 @@ async def test_try_put_message_appends_in_the_plain_case_and_declines_otherwise(
         end = store.max_phy_offset
         assert attempt(store, 0, "U1") is None  # SYNC_FLUSH must wait for the flush
         assert store.max_phy_offset == end
+
+
+async def test_queues_of_a_deleted_topic_are_emptied_only_once_dispatched_past_the_deletion(
+    tmp_path: Path,
+) -> None:
+    """``empty_queues_ending_by``: the queues whose units all end at or below the offset start
+    over at 0; a queue with a later unit (the topic created again) stays; nothing happens while
+    dispatch is below the offset (controller mode: the confirm offset holds it back)."""
+    async with running_store(small_config(tmp_path), controller_mode=True, background=True) as store:
+        old = [await put(store, "TopicA", q, b"old-%d" % q) for q in (0, 1, 1)]
+        deleted_at = store.max_phy_offset
+        await put(store, "TopicA", 0, b"new")  # queue 0 of the topic created again
+        assert await store.empty_queues_ending_by("TopicA", deleted_at) is None  # nothing dispatched
+        store.set_confirm_offset(old[1].end_offset)
+        await store.reput()
+        assert await store.empty_queues_ending_by("TopicA", deleted_at) is None  # not yet past it
+        assert store.get_max_offset_in_queue("TopicA", 1) == 1
+        store.set_confirm_offset(store.max_phy_offset)
+        await store.reput()
+        assert store.get_max_offset_in_queue("TopicA", 1) == 2
+        # queue 0 holds old-0 and then "new" at offset 1 (no restart in this store): it ends past
+        # the deletion and stays; queue 1 ends below it
+        assert await store.empty_queues_ending_by("TopicA", deleted_at) == [1]
+        assert (store.get_min_offset_in_queue("TopicA", 1), store.get_max_offset_in_queue("TopicA", 1)) == (
+            0,
+            0,
+        )
+        assert store.get_max_offset_in_queue("TopicA", 0) == 2
+        await put(store, "TopicA", 1, b"again")
+        store.set_confirm_offset(store.max_phy_offset)
+        await store.reput()
+        assert [decode_message(b).body for b in read_queue(store, "TopicA", 1)] == [b"again"]
+        assert await store.empty_queues_ending_by("TopicA", deleted_at) == []
