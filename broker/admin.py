@@ -48,6 +48,8 @@ from remoting.protocol.broker import (
     GetTopicStatsInfoRequestHeader,
     OffsetWrapper,
     QueryTopicConsumeByWhoRequestHeader,
+    ResetOffsetBody,
+    ResetOffsetRequestHeader,
     SubscriptionGroupConfig,
     TopicOffset,
     TopicStatsTable,
@@ -62,6 +64,7 @@ from remoting.protocol.common import (
     TopicList,
 )
 from store.config import MessageStoreConfig
+from store.results import BoundaryType
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -227,6 +230,7 @@ class AdminProcessor:
             RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.get_subscription_group,
             RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
             RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
@@ -446,6 +450,70 @@ class AdminProcessor:
                     lastTimestamp=last,
                 )
         return _ok(request, ConsumeStats(offsetTable=table).encode())
+
+    async def reset_offset(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+        """INVOKE_BROKER_TO_RESET_OFFSET, upstream's server-side reset (``useServerSideResetOffset``,
+        on by default in 5.x): the offsets are committed and kept pending; the next pull of each
+        queue by the group answers PULL_OFFSET_MOVED with it, which every client follows (the C++
+        client as well), and the group's commits of older positions are ignored until then."""
+        h = decode_header(request, ResetOffsetRequestHeader)
+        broker = self.broker
+        log.info(
+            "[reset-offset] reset offset started by %s. topic=%s, group=%s, timestamp=%d, queueId=%d, offset=%s",
+            ctx.connection.remote_address,
+            h.topic,
+            h.group,
+            h.timestamp,
+            h.queueId,
+            h.offset,
+        )
+        if broker.is_slave:
+            return request.response(ResponseCode.SYSTEM_ERROR, "Can not reset offset in slave broker")
+        config = broker.topics.get(h.topic)
+        if config is None:
+            return request.response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {h.topic} does not exist")
+        if h.group not in broker.groups.table:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {h.group} does not exist"
+            )
+        store = broker.store
+
+        def by_time(qid: int) -> int:
+            if h.timestamp < 0:
+                return store.get_max_offset_in_queue(h.topic, qid)
+            return store.get_offset_in_queue_by_time(h.topic, qid, h.timestamp, BoundaryType.LOWER)
+
+        offsets: dict[int, int] = {}
+        if h.queueId >= 0:
+            if h.queueId >= config.readQueueNums:
+                return request.response(
+                    ResponseCode.INVALID_PARAMETER,
+                    f"queueId {h.queueId} is not a queue of topic {h.topic} (readQueueNums {config.readQueueNums})",
+                )
+            if h.offset is not None and h.offset != -1:
+                low = store.get_min_offset_in_queue(h.topic, h.queueId)
+                high = store.get_max_offset_in_queue(h.topic, h.queueId)
+                if (low >= 0 and h.offset < low) or h.offset > high + 1:
+                    return request.response(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"Target offset {h.offset} not in consume queue range [{low}-{high}]",
+                    )
+                offsets[h.queueId] = h.offset
+            else:
+                offsets[h.queueId] = by_time(h.queueId)
+        else:
+            offsets = {qid: by_time(qid) for qid in range(config.readQueueNums)}
+        if not offsets:
+            return request.response(ResponseCode.SYSTEM_ERROR, "No queues to reset.")
+        name = broker.broker_config.brokerName
+        table: dict[MessageQueue, int] = {}
+        for qid, offset in offsets.items():
+            if offset >= 0:
+                broker.offsets.assign_reset(h.group, h.topic, qid, offset)
+                broker.hold.wake_queue(h.topic, qid)  # held pulls see it now, not in up to 25 s
+            table[MessageQueue(topic=h.topic, brokerName=name, queueId=qid)] = offset
+        log.info("[reset-offset] topic=%s, group=%s, offsets=%s", h.topic, h.group, offsets)
+        return _ok(request, ResetOffsetBody(offsetTable=table).encode())
 
     async def get_all_consumer_offset(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         return _ok(request, self.broker.offsets.encode())

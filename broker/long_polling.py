@@ -66,13 +66,21 @@ class PullRequestHoldService:
 
     def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int) -> None:
         """Called by the store's dispatch: wake the pulls of this queue that can now find something."""
+        self._wake(topic, queue_id, max_offset)
+
+    def wake_queue(self, topic: str, queue_id: int) -> None:
+        """Re-run every pull held on the queue now (an admin reset offsets of the queue: the
+        group's consumers are answered at once, not when their hold ends)."""
+        self._wake(topic, queue_id, None)
+
+    def _wake(self, topic: str, queue_id: int, max_offset: int | None) -> None:
         waiting = self._held.get((topic, queue_id))
         if not waiting:
             return
-        ready = [h for h in waiting if max_offset > h.pull_from_offset]
+        ready = [h for h in waiting if max_offset is None or max_offset > h.pull_from_offset]
         if not ready:
             return
-        rest = [h for h in waiting if max_offset <= h.pull_from_offset]
+        rest = [h for h in waiting if max_offset is not None and max_offset <= h.pull_from_offset]
         if rest:
             self._held[(topic, queue_id)] = rest
         else:

@@ -26,6 +26,10 @@ class ConsumerOffsetManager:
         self.now_ms = now_ms
         self.version_step = max(1, version_step)
         self.table: dict[str, dict[int, int]] = {}
+        #: offsets reset by an admin (INVOKE_BROKER_TO_RESET_OFFSET) that the group's consumers have
+        #: not pulled since: the next pull of the queue is answered with the offset (upstream
+        #: ``resetOffsetTable``, ``useServerSideResetOffset``); in memory, as upstream
+        self.resets: dict[str, dict[int, int]] = {}
         self.data_version = DataVersion()
         self._commits_since_bump = 0
         self.dirty = False
@@ -56,8 +60,33 @@ class ConsumerOffsetManager:
             self.data_version = self.data_version.next_version(self.now_ms())
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
-        """The committed offset, or -1 when the group never committed one for that queue."""
-        return self.table.get(offset_key(topic, group), {}).get(queue_id, -1)
+        """The offset a consumer starts from: a pending reset, else the committed offset, else -1
+        (never committed)."""
+        key = offset_key(topic, group)
+        reset = self.resets.get(key)
+        if reset is not None and queue_id in reset:
+            return reset[queue_id]
+        return self.table.get(key, {}).get(queue_id, -1)
+
+    def assign_reset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """An admin's reset: committed now (consumers that are offline start there) and kept as
+        pending until a consumer of the group pulls the queue (:meth:`take_reset`)."""
+        self.resets.setdefault(offset_key(topic, group), {})[queue_id] = offset
+        self.commit(group, topic, queue_id, offset)
+
+    def has_reset(self, group: str, topic: str, queue_id: int) -> bool:
+        return queue_id in self.resets.get(offset_key(topic, group), {})
+
+    def take_reset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The pending reset of the queue, now no longer pending (None when there is none)."""
+        key = offset_key(topic, group)
+        reset = self.resets.get(key)
+        if reset is None or queue_id not in reset:
+            return None
+        offset = reset.pop(queue_id)
+        if not reset:
+            del self.resets[key]
+        return offset
 
     def queues_of(self, group: str, topic: str) -> dict[int, int]:
         return dict(self.table.get(offset_key(topic, group), {}))
@@ -74,12 +103,16 @@ class ConsumerOffsetManager:
         prefix = topic + TOPIC_GROUP_SEPARATOR
         for k in [k for k in self.table if k.startswith(prefix)]:
             del self.table[k]
+        for k in [k for k in self.resets if k.startswith(prefix)]:
+            del self.resets[k]
         self.dirty = True
 
     def remove_group(self, group: str) -> None:
         suffix = TOPIC_GROUP_SEPARATOR + group
         for k in [k for k in self.table if k.endswith(suffix)]:
             del self.table[k]
+        for k in [k for k in self.resets if k.endswith(suffix)]:
+            del self.resets[k]
         self.dirty = True
 
     def replace_all(self, wrapper: ConsumerOffsetWrapper) -> None:

@@ -112,6 +112,27 @@ class PullProcessor:
             )
 
         store = b.store
+        reset = b.offsets.take_reset(h.consumerGroup, h.topic, h.queueId) if b.offsets.resets else None
+        if reset is not None:
+            # an admin reset the group's offset: the consumer moves there (and commits nothing from
+            # before it); upstream's OFFSET_RESET
+            b.log.info(
+                "pull of %s/%d by %s: the queue was reset to offset %d",
+                h.topic,
+                h.queueId,
+                h.consumerGroup,
+                reset,
+            )
+            resp = cmd.response(ResponseCode.PULL_OFFSET_MOVED, "OFFSET_RESET")
+            resp.ext_fields = encode_header(
+                PullMessageResponseHeader(
+                    suggestWhichBrokerId=MASTER_ID,
+                    nextBeginOffset=reset,
+                    minOffset=store.get_min_offset_in_queue(h.topic, h.queueId),
+                    maxOffset=store.get_max_offset_in_queue(h.topic, h.queueId),
+                )
+            )
+            return resp
         max_count = max(1, min(h.maxMsgNums, 1024))
         max_bytes = h.maxMsgBytes if h.maxMsgBytes is not None else MAX_PULL_MSG_SIZE  # absent: no byte cap
         result = store.get_message(

@@ -62,6 +62,9 @@ class QueryProcessor:
             return cmd.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {h.consumerGroup} not exist!"
             )
+        if b.offsets.has_reset(h.consumerGroup, h.topic, h.queueId):
+            # the consumer has not seen the reset yet: its offset is the one from before (upstream)
+            return cmd.response(ResponseCode.SUCCESS, "Offset has been previously reset")
         b.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
         return cmd.response(ResponseCode.SUCCESS)
 

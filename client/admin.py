@@ -31,6 +31,8 @@ from remoting.protocol.broker import (
     DeleteSubscriptionGroupRequestHeader,
     GetConsumeStatsRequestHeader,
     ProducerConnection,
+    ResetOffsetBody,
+    ResetOffsetRequestHeader,
     SubscriptionGroupConfig,
     SubscriptionGroupWrapper,
     TopicStatsTable,
@@ -38,6 +40,7 @@ from remoting.protocol.broker import (
 from remoting.protocol.common import (
     GroupList,
     KVTable,
+    MessageQueue,
     TopicConfig,
     TopicConfigAndMappingSerializeWrapper,
     TopicList,
@@ -444,6 +447,49 @@ class MQAdmin:
                 "",
             )
         return merged
+
+    async def reset_offset(
+        self,
+        broker_addr: str,
+        group: str,
+        topic: str,
+        timestamp: int,
+        *,
+        queue_id: int = -1,
+        offset: int | None = None,
+        force: bool = True,
+    ) -> dict[MessageQueue, int]:
+        """INVOKE_BROKER_TO_RESET_OFFSET at one broker: the group's offsets of every queue of
+        ``topic`` to the first message stored at or after ``timestamp`` (negative: the queue's end),
+        or of queue ``queue_id`` to ``offset``; the offsets the broker assigned."""
+        header = ResetOffsetRequestHeader(
+            group=group, topic=topic, queueId=queue_id, offset=offset, timestamp=timestamp, isForce=force
+        )
+        response = await self._call(
+            broker_addr, request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, dict(encode_header(header)))
+        )
+        return ResetOffsetBody.decode(_body(response)).offsetTable
+
+    async def reset_offset_by_timestamp(
+        self, topic: str, group: str, timestamp: int, force: bool = True
+    ) -> dict[MessageQueue, int]:
+        """:meth:`reset_offset` at the master of every broker group of the topic's route."""
+        route = await self.examine_topic_route_info(topic)
+        table: dict[MessageQueue, int] = {}
+        for bd in route.brokerDatas:
+            addr = bd.brokerAddrs.get(MASTER_ID)
+            if addr is not None:
+                table.update(await self.reset_offset(addr, group, topic, timestamp, force=force))
+        return table
+
+    async def search_offset(self, broker_addr: str, topic: str, queue_id: int, timestamp: int) -> int:
+        """SEARCH_OFFSET_BY_TIMESTAMP: the queue offset of the first message stored at or after it."""
+        cmd = request(
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+            {"topic": topic, "queueId": str(queue_id), "timestamp": str(timestamp)},
+        )
+        response = await self._call(broker_addr, cmd)
+        return int((response.ext_fields or {}).get("offset", -1))
 
     async def examine_consumer_connection_info(
         self, group: str, broker_addr: str | None = None

@@ -438,6 +438,24 @@ class GetConsumeStatsRequestHeader(CommandHeader):
     topicList: str | None = None
 
 
+class ResetOffsetRequestHeader(CommandHeader, kw_only=True):
+    """INVOKE_BROKER_TO_RESET_OFFSET (222): every queue of the topic (``queueId`` -1) to the offset
+    of ``timestamp`` (negative: the queue's max), or one queue to ``offset``."""
+
+    group: str
+    topic: str
+    queueId: int = -1
+    offset: int | None = None
+    timestamp: int
+    isForce: bool = False
+
+
+class ResetOffsetBody(Body, kw_only=True):
+    """The offsets a reset assigned (upstream ``ResetOffsetBody``)."""
+
+    offsetTable: dict[MessageQueue, int] = {}
+
+
 class DeleteSubscriptionGroupRequestHeader(CommandHeader):
     groupName: str
     cleanOffset: bool = False
@@ -558,6 +576,8 @@ __all__ = [
     "QueryMessageRequestHeader",
     "QueryMessageResponseHeader",
     "QueryTopicConsumeByWhoRequestHeader",
+    "ResetOffsetBody",
+    "ResetOffsetRequestHeader",
     "SearchOffsetRequestHeader",
     "SendMessageRequestHeader",
     "SendMessageRequestHeaderV2",

@@ -1,0 +1,105 @@
+"""``rmq-admin resetOffsetByTime``: mqadmin's name, flag letters and output lines.
+
+The brokers reset the offsets themselves (upstream 5.x's server-side reset,
+``useServerSideResetOffset``): each master of the topic commits the offsets and answers the group's
+next pull of every queue with PULL_OFFSET_MOVED to it, so running consumers -- any client -- move
+there, and offline ones start there.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+import click
+
+from client.admin import MQAdmin
+from client.admin_common import namesrv_option, run_admin
+
+__all__ = ["COMMANDS", "parse_timestamp"]
+
+#: upstream ``UtilAll.YYYY_MM_DD_HH_MM_SS_SSS``, "yyyy-MM-dd#HH:mm:ss:SSS", local time
+_DATE_FORMAT = "%Y-%m-%d#%H:%M:%S:%f"
+
+
+def parse_timestamp(text: str) -> int:
+    """mqadmin's -s: ``now``, milliseconds since the epoch, or ``yyyy-MM-dd#HH:mm:ss:SSS`` (local)."""
+    text = text.strip()
+    if text == "now":
+        return int(time.time() * 1000)
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return int(datetime.strptime(text, _DATE_FORMAT).timestamp() * 1000)
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is neither 'now', milliseconds nor yyyy-MM-dd#HH:mm:ss:SSS", param_hint="'-s'"
+        ) from None
+
+
+@click.command("resetOffsetByTime")
+@namesrv_option
+@click.option("-g", "--group", required=True, help="set the consumer group")
+@click.option("-t", "--topic", required=True, help="set the topic")
+@click.option(
+    "-s",
+    "--timestamp",
+    "timestamp_text",
+    required=True,
+    help="set the timestamp[now|currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]",
+)
+@click.option(
+    "-f", "--force", default=None, help="set the force rollback by timestamp switch[true|false]. Deprecated."
+)
+@click.option(
+    "-b", "--broker", "broker_addr", default=None, help="broker addr (with -q: reset one queue there)"
+)
+@click.option("-q", "--queue", "queue_id", type=int, default=None, help="queue id")
+@click.option("-o", "--offset", type=int, default=None, help="Expect queue offset (with -b and -q)")
+def reset_offset_by_time(
+    namesrv: str,
+    timeout: float,
+    group: str,
+    topic: str,
+    timestamp_text: str,
+    force: str | None,
+    broker_addr: str | None,
+    queue_id: int | None,
+    offset: int | None,
+) -> None:
+    """Reset consumer offset by timestamp(without client restart)."""
+    group, topic = group.strip(), topic.strip()
+    timestamp = parse_timestamp(timestamp_text)
+    forced = force is None or force.strip().lower() == "true"
+
+    async def go(admin: MQAdmin) -> None:
+        if broker_addr is not None and queue_id is not None and queue_id >= 0:
+            click.echo(
+                f"start reset consumer offset by specified, group[{group}], topic[{topic}], queueId[{queue_id}], "
+                f"broker[{broker_addr}], timestamp(string)[{timestamp_text}], timestamp(long)[{timestamp}]"
+            )
+            target = (
+                offset
+                if offset is not None
+                else await admin.search_offset(broker_addr, topic, queue_id, timestamp)
+            )
+            click.echo(f"reset consumer offset to {target}")
+            await admin.reset_offset(
+                broker_addr, group, topic, timestamp, queue_id=queue_id, offset=target, force=forced
+            )
+            return
+        table = await admin.reset_offset_by_timestamp(topic, group, timestamp, forced)
+        click.echo(
+            f"start reset consumer offset by specified, group[{group}], topic[{topic}], force[{str(forced).lower()}], "
+            f"timestamp(string)[{timestamp_text}], timestamp(long)[{timestamp}]"
+        )
+        click.echo(f"{'#brokerName':<40}  {'#queueId':<40}  {'#offset':<40}")
+        for mq, at in sorted(table.items(), key=lambda e: (e[0].brokerName, e[0].queueId)):
+            click.echo(f"{mq.brokerName:<40}  {mq.queueId:<40}  {at:<40}")
+
+    run_admin("resetOffsetByTime", go, namesrv, timeout)
+
+
+COMMANDS = [reset_offset_by_time]
