@@ -11,6 +11,7 @@ from pathlib import Path
 
 import trio
 
+from client.admin import MQAdmin
 from client.instance import ClientInstance
 from client.message import (
     ConsumeStatus,
@@ -24,6 +25,7 @@ from client.message import (
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from client.push_consumer import PushConsumer
+from remoting.client import RemotingClient
 from remoting.protocol.broker import ConsumeFromWhere, MessageModel
 from tests.integration.broker_env import broker_env, wait_until
 
@@ -167,3 +169,42 @@ async def test_orderly_and_broadcasting_on_the_real_broker(tmp_path: Path) -> No
                 )
         # broadcasting starts at the max offset: the six earlier messages are not redelivered
         assert sorted(a) == sorted(b) == [b"bc0", b"bc1", b"bc2", b"bc3"]
+
+
+async def test_the_push_consumer_follows_an_admin_reset_without_a_restart(tmp_path: Path) -> None:
+    """rmq-admin resetOffsetByTime's request while the consumer runs: it consumes again from the
+    reset point (PULL_OFFSET_MOVED on its next pull of each queue) and commits from there."""
+    async with broker_env(tmp_path) as env:
+        async with Producer("PG", env.namesrv_addr) as producer:
+            for i in range(6):
+                await producer.send(Message(TOPIC, b"m%d" % i))
+        got: list[bytes] = []
+
+        async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+            got.extend(m.body for m in msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        async with fast_instance(env.namesrv_addr) as instance:
+            consumer = PushConsumer(
+                "ResetCG",
+                instance=instance,
+                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                rebalance_interval=0.3,
+                persist_offset_interval=0.2,
+                broker_suspend_max_time=1.0,
+            )
+            consumer.subscribe(TOPIC, "*")
+            consumer.register_listener(listener)
+            async with consumer:
+                await wait_until(lambda: len(got) == 6, timeout=20, what="the six messages")
+                async with RemotingClient(name="reset-admin") as rc:
+                    table = await MQAdmin(rc, env.namesrv_addr).reset_offset_by_timestamp(TOPIC, "ResetCG", 0)
+                assert sum(table.values()) == 0
+                await wait_until(lambda: len(got) == 12, timeout=20, what="the six messages again")
+                await trio.sleep(0.5)  # nothing more comes
+        assert sorted(got) == sorted([b"m%d" % i for i in range(6)] * 2)
+        async with PullConsumer("ResetCG", env.namesrv_addr) as reader:
+            committed = 0
+            for mq in await reader.fetch_subscribe_message_queues(TOPIC):
+                committed += max(await reader.query_consumer_offset(mq), 0)
+        assert committed == 6
