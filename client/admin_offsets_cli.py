@@ -1,4 +1,5 @@
-"""``rmq-admin resetOffsetByTime``: mqadmin's name, flag letters and output lines.
+"""``rmq-admin resetOffsetByTime`` and ``skipAccumulatedMessage``: mqadmin's names, flag letters
+and output lines.
 
 The brokers reset the offsets themselves (upstream 5.x's server-side reset,
 ``useServerSideResetOffset``): each master of the topic commits the offsets and answers the group's
@@ -15,6 +16,7 @@ import click
 
 from client.admin import MQAdmin
 from client.admin_common import namesrv_option, run_admin
+from remoting.protocol.common import MessageQueue
 
 __all__ = ["COMMANDS", "parse_timestamp"]
 
@@ -95,11 +97,30 @@ def reset_offset_by_time(
             f"start reset consumer offset by specified, group[{group}], topic[{topic}], force[{str(forced).lower()}], "
             f"timestamp(string)[{timestamp_text}], timestamp(long)[{timestamp}]"
         )
-        click.echo(f"{'#brokerName':<40}  {'#queueId':<40}  {'#offset':<40}")
-        for mq, at in sorted(table.items(), key=lambda e: (e[0].brokerName, e[0].queueId)):
-            click.echo(f"{mq.brokerName:<40}  {mq.queueId:<40}  {at:<40}")
+        _print_offsets(table)
 
     run_admin("resetOffsetByTime", go, namesrv, timeout)
 
 
-COMMANDS = [reset_offset_by_time]
+def _print_offsets(table: dict[MessageQueue, int]) -> None:
+    click.echo(f"{'#brokerName':<40}  {'#queueId':<40}  {'#offset':<40}")
+    for mq, at in sorted(table.items(), key=lambda e: (e[0].brokerName, e[0].queueId)):
+        click.echo(f"{mq.brokerName:<40}  {mq.queueId:<40}  {at:<40}")
+
+
+@click.command("skipAccumulatedMessage")
+@namesrv_option
+@click.option("-g", "--group", required=True, help="set the consumer group")
+@click.option("-t", "--topic", required=True, help="set the topic")
+@click.option("-f", "--force", default=None, help="set the force rollback by timestamp switch[true|false]")
+def skip_accumulated_message(namesrv: str, timeout: float, group: str, topic: str, force: str | None) -> None:
+    """Skip all messages that are accumulated (not consumed) currently."""
+    forced = force is None or force.strip().lower() == "true"
+
+    async def go(admin: MQAdmin) -> None:
+        _print_offsets(await admin.reset_offset_by_timestamp(topic.strip(), group.strip(), -1, forced))
+
+    run_admin("skipAccumulatedMessage", go, namesrv, timeout)
+
+
+COMMANDS = [reset_offset_by_time, skip_accumulated_message]

@@ -199,6 +199,15 @@ async def test_rmq_admin_reset_offset_by_time(tmp_path: object) -> None:
         assert result.exit_code == 0, result.output
         assert await committed(env) == 0
 
+        result = await cli("skipAccumulatedMessage", "-n", env.namesrv_addr, "-g", GROUP, "-t", TOPIC)
+        assert result.exit_code == 0, result.output
+        assert [line.split() for line in result.output.splitlines()] == [
+            ["#brokerName", "#queueId", "#offset"],
+            [BROKER_NAME, "0", "10"],
+            [BROKER_NAME, "1", "0"],
+        ]
+        assert await committed(env) == 10
+
         result = await cli(
             "resetOffsetByTime", "-n", env.namesrv_addr, "-g", "NoSuchGroup", "-t", TOPIC, "-s", "now"
         )
