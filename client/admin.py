@@ -36,6 +36,7 @@ from remoting.protocol.broker import (
     SubscriptionGroupConfig,
     SubscriptionGroupWrapper,
     TopicStatsTable,
+    UpdateConsumerOffsetRequestHeader,
 )
 from remoting.protocol.common import (
     GroupList,
@@ -55,6 +56,7 @@ from remoting.protocol.namesrv import (
 
 __all__ = [
     "CLUSTER_NOT_FOUND",
+    "NO_CONSUME_STATS",
     "NO_MASTER_PLACEHOLDER",
     "AdminError",
     "MQAdmin",
@@ -67,11 +69,16 @@ __all__ = [
 log = logging.getLogger("client.admin")
 
 DEFAULT_TIMEOUT = 5.0
-#: mqadmin's message when a cluster name is not known to the name server.
 #: upstream ``CommandUtil.NO_MASTER_PLACEHOLDER``: the key of a broker group without a master
 NO_MASTER_PLACEHOLDER = "NO_MASTER"
 
+#: mqadmin's message when a cluster name is not known to the name server.
 CLUSTER_NOT_FOUND = "Make sure the specified clusterName exists or the name server connected to is correct."
+#: mqadmin's message when a group's consume stats have no queue.
+NO_CONSUME_STATS = (
+    "Not found the consumer group consume stats, because return offset table is empty, "
+    "maybe the consumer not consume any message"
+)
 
 
 def attributes_to_string(attributes: dict[str, str]) -> str | None:
@@ -179,13 +186,31 @@ class MQAdmin:
             raise
         return (response.ext_fields or {}).get("value")
 
+    async def _call_every_namesrv(self, code: RequestCode, fields: dict[str, str]) -> None:
+        """``code`` to every configured name server in turn (a name server keeps its own KV table).
+
+        As upstream's ``putKVConfigValue``/``deleteKVConfigValue``: every name server is asked even
+        after one refuses, then the last refusal is raised as AdminError; a name server that cannot
+        be reached raises at once.
+        """
+        refused: AdminError | None = None
+        for addr in self.namesrv_addrs:
+            try:
+                await self._call(addr, request(code, fields))
+            except AdminError as e:
+                refused = e
+        if refused is not None:
+            raise refused
+
     async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
-        await self.call_namesrv(
-            request(RequestCode.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value})
+        """PUT_KV_CONFIG on every configured name server (see :meth:`_call_every_namesrv`)."""
+        await self._call_every_namesrv(
+            RequestCode.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value}
         )
 
     async def delete_kv_config(self, namespace: str, key: str) -> None:
-        await self.call_namesrv(request(RequestCode.DELETE_KV_CONFIG, {"namespace": namespace, "key": key}))
+        """DELETE_KV_CONFIG on every configured name server (see :meth:`_call_every_namesrv`)."""
+        await self._call_every_namesrv(RequestCode.DELETE_KV_CONFIG, {"namespace": namespace, "key": key})
 
     async def get_kv_list_by_namespace(self, namespace: str) -> KVTable | None:
         try:
@@ -323,6 +348,14 @@ class MQAdmin:
             slaves.extend(addr for bid, addr in sorted(bd.brokerAddrs.items()) if bid != MASTER_ID)
         return result
 
+    async def get_topic_cluster_list(self, topic: str) -> list[str]:
+        """Upstream ``getTopicClusterList``: the clusters holding the broker groups of ``topic``'s
+        route, sorted (upstream looks at the route's first broker group only; this at all of them)."""
+        info = await self.examine_broker_cluster_info()
+        route = await self.examine_topic_route_info(topic)
+        names = {bd.brokerName for bd in route.brokerDatas}
+        return sorted(cluster for cluster, members in info.clusterAddrTable.items() if names & set(members))
+
     async def fetch_broker_names_by_cluster(self, cluster: str) -> list[str]:
         info = await self.examine_broker_cluster_info()
         names = info.clusterAddrTable.get(cluster)
@@ -440,13 +473,19 @@ class MQAdmin:
             merged.offsetTable.update(stats.offsetTable)
             merged.consumeTps += stats.consumeTps
         if not merged.offsetTable and topic is None:
-            raise AdminError(
-                ResponseCode.SYSTEM_ERROR,
-                "Not found the consumer group consume stats, because return offset table is empty, "
-                "maybe the consumer not consume any message",
-                "",
-            )
+            raise AdminError(ResponseCode.SYSTEM_ERROR, NO_CONSUME_STATS, "")
         return merged
+
+    async def update_consumer_offset(
+        self, broker_addr: str, group: str, mq: MessageQueue, offset: int
+    ) -> None:
+        """UPDATE_CONSUMER_OFFSET: commit ``offset`` as ``group``'s position in queue ``mq``."""
+        header = UpdateConsumerOffsetRequestHeader(
+            consumerGroup=group, topic=mq.topic, queueId=mq.queueId, commitOffset=offset
+        )
+        await self._call(
+            broker_addr, request(RequestCode.UPDATE_CONSUMER_OFFSET, dict(encode_header(header)))
+        )
 
     async def reset_offset(
         self,

@@ -1,21 +1,26 @@
 """``rmq-admin`` broker commands: ``getBrokerConfig``, ``updateBrokerConfig``, ``consumerConnection``,
-``producerConnection``, ``deleteSubGroup``.
+``producerConnection``, ``deleteSubGroup``, ``updateTopicPerm``.
 
 Same names, flag letters and output lines as mqadmin. Where mqadmin walks a cluster (``-c``) and one
 broker fails, it prints the failure and goes on; so do these commands, then exit with status 1.
+``updateTopicPerm`` changes only the perm of each broker's own topic config (mqadmin rebuilds the
+config from the route's first queue data, losing the order flag and attributes, and with ``-c``
+creates the topic on masters that lack it; here those masters are left alone).
 """
 
 from __future__ import annotations
 
 import click
+import msgspec
 
 from client.admin import NO_MASTER_PLACEHOLDER, AdminError, MQAdmin
 from client.admin_common import namesrv_option, run_admin
-from client.admin_output import version_desc
+from client.admin_output import topic_config_str, version_desc
 from client.message import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from remoting.errors import RemotingError
+from remoting.protocol.namesrv import MASTER_ID
 
-__all__ = ["BROKER_COMMANDS"]
+__all__ = ["BROKER_COMMANDS", "NOT_A_MASTER_OF_TOPIC"]
 
 
 def _one_of(broker_addr: str | None, cluster_name: str | None) -> None:
@@ -248,10 +253,67 @@ def delete_sub_group(
     run_admin("deleteSubGroup", go, namesrv, timeout)
 
 
+# --- updateTopicPerm ----------------------------------------------------------------------------------
+
+#: mqadmin's refusal of a ``-b`` that is not the master of a broker group of the topic's route
+NOT_A_MASTER_OF_TOPIC = "updateTopicPerm error broker not exit or broker is not master!"
+
+
+@click.command("updateTopicPerm")
+@namesrv_option
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="create topic to which broker")
+@click.option("-c", "--clusterName", "cluster_name", default=None, help="create topic to which cluster")
+@click.option("-t", "--topic", required=True, help="topic name")
+@click.option(
+    "-p", "--perm", type=int, required=True, help="set topic's permission(2|4|6), intro[2:W; 4:R; 6:RW]"
+)
+def update_topic_perm(
+    namesrv: str, timeout: float, broker_addr: str | None, cluster_name: str | None, topic: str, perm: int
+) -> None:
+    """Update topic perm."""
+    _one_of(broker_addr, cluster_name)
+    name = topic.strip()
+
+    async def go(admin: MQAdmin) -> None:
+        route = await admin.examine_topic_route_info(name)
+        masters = {bd.brokerAddrs[MASTER_ID] for bd in route.brokerDatas if MASTER_ID in bd.brokerAddrs}
+        if broker_addr:
+            addr = broker_addr.strip()
+            if addr not in masters:
+                raise ValueError(NOT_A_MASTER_OF_TOPIC)
+            config = await admin.get_topic_config(addr, name)
+            if config.perm == perm:
+                click.echo("new perm equals to the old one!")
+                return
+            updated = msgspec.structs.replace(config, perm=perm)
+            await admin.create_and_update_topic_config(addr, updated)
+            click.echo(f"update topic perm from {config.perm} to {perm} in {addr} success.")
+            click.echo(f"{topic_config_str(updated, updated.attributes)}.")
+            return
+        assert cluster_name is not None
+        cluster = cluster_name.strip()
+        targets = [a for a in await admin.fetch_master_addrs_by_cluster(cluster) if a in masters]
+        if not targets:
+            raise ValueError(f"no master of cluster [{cluster}] holds topic [{name}]")
+        failures = _Failures()
+        for addr in targets:
+            try:
+                config = await admin.get_topic_config(addr, name)
+                await admin.create_and_update_topic_config(addr, msgspec.structs.replace(config, perm=perm))
+            except (AdminError, RemotingError) as e:
+                failures.add(f"update topic perm failed, {addr}", e)
+                continue
+            click.echo(f"update topic perm from {config.perm} to {perm} in {addr} success.")
+        failures.raise_if_any()
+
+    run_admin("updateTopicPerm", go, namesrv, timeout)
+
+
 BROKER_COMMANDS: list[click.Command] = [
     get_broker_config,
     update_broker_config,
     consumer_connection,
     producer_connection,
     delete_sub_group,
+    update_topic_perm,
 ]

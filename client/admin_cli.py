@@ -1,9 +1,11 @@
 """``rmq-admin``: mqadmin's command names and output shapes, against our (or any) name server.
 
 Commands: ``clusterList``, ``topicList``, ``topicRoute`` (name server; ``wipeWritePerm``,
-``addWritePerm``, ``getNamesrvConfig``, ``updateNamesrvConfig`` in :mod:`client.admin_namesrv_cli`); ``updateTopic``,
+``addWritePerm``, ``getNamesrvConfig``, ``updateNamesrvConfig``, ``updateKvConfig``, ``deleteKvConfig``,
+``updateOrderConf``, ``topicClusterList`` in :mod:`client.admin_namesrv_cli`); ``updateTopic``,
 ``deleteTopic``, ``topicStatus``, ``updateSubGroup``, ``consumerProgress``, ``brokerStatus`` (brokers;
-more in :mod:`client.admin_broker_cli`); messages (:mod:`client.admin_messages`);
+more in :mod:`client.admin_broker_cli`, offsets in :mod:`client.admin_offsets_cli`); messages
+(:mod:`client.admin_messages`);
 ``getControllerMetaData``, ``getControllerConfig``, ``updateControllerConfig``, ``getSyncStateSet``,
 ``electMaster``, ``cleanBrokerMetadata``, ``getBrokerEpoch`` (controllers, :mod:`client.admin_controller_cli`). The
 name server comes from ``-n`` (``host:port``, several separated by ``;``), else ``$NAMESRV_ADDR``,

@@ -1,10 +1,13 @@
-"""``rmq-admin resetOffsetByTime`` and ``skipAccumulatedMessage``: mqadmin's names, flag letters
-and output lines.
+"""``rmq-admin resetOffsetByTime``, ``skipAccumulatedMessage`` and ``cloneGroupOffset``: mqadmin's
+names, flag letters and output lines.
 
 The brokers reset the offsets themselves (upstream 5.x's server-side reset,
 ``useServerSideResetOffset``): each master of the topic commits the offsets and answers the group's
 next pull of every queue with PULL_OFFSET_MOVED to it, so running consumers -- any client -- move
 there, and offline ones start there.
+
+``cloneGroupOffset`` copies one group's committed offsets of a topic to another group, at the
+master of every broker group of the topic's route.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from datetime import datetime
 
 import click
 
-from client.admin import MQAdmin
+from client.admin import NO_CONSUME_STATS, AdminError, MQAdmin
 from client.admin_common import namesrv_option, run_admin
+from remoting.codes import ResponseCode
 from remoting.protocol.common import MessageQueue
+from remoting.protocol.namesrv import MASTER_ID
 
 __all__ = ["COMMANDS", "parse_timestamp"]
 
@@ -123,4 +128,37 @@ def skip_accumulated_message(namesrv: str, timeout: float, group: str, topic: st
     run_admin("skipAccumulatedMessage", go, namesrv, timeout)
 
 
-COMMANDS = [reset_offset_by_time, skip_accumulated_message]
+@click.command("cloneGroupOffset")
+@namesrv_option
+@click.option("-s", "--srcGroup", "src_group", required=True, help="set source consumer group")
+@click.option("-d", "--destGroup", "dest_group", required=True, help="set destination consumer group")
+@click.option("-t", "--topic", required=True, help="set the topic")
+@click.option(
+    "-o", "--offline", default=None, help="the group or the topic is offline (ignored, as by mqadmin)"
+)
+def clone_group_offset(
+    namesrv: str, timeout: float, src_group: str, dest_group: str, topic: str, offline: str | None
+) -> None:
+    """Clone offset from other group."""
+    src, dest, topic = src_group.strip(), dest_group.strip(), topic.strip()
+
+    async def go(admin: MQAdmin) -> None:
+        route = await admin.examine_topic_route_info(topic)
+        found = False
+        for bd in sorted(route.brokerDatas, key=lambda b: b.brokerName):
+            addr = bd.brokerAddrs.get(MASTER_ID)
+            if addr is None:
+                continue
+            stats = await admin.examine_consume_stats_of(addr, src, topic)
+            found = found or bool(stats.offsetTable)
+            for mq, wrapper in sorted(stats.offsetTable.items(), key=lambda e: e[0].queueId):
+                if wrapper.consumerOffset >= 0:
+                    await admin.update_consumer_offset(addr, dest, mq, wrapper.consumerOffset)
+        if not found:  # as mqadmin, whose examineConsumeStats refuses an empty table
+            raise AdminError(ResponseCode.SYSTEM_ERROR, NO_CONSUME_STATS, "")
+        click.echo(f"clone group offset success. srcGroup[{src}], destGroup=[{dest}], topic[{topic}]")
+
+    run_admin("cloneGroupOffset", go, namesrv, timeout)
+
+
+COMMANDS = [reset_offset_by_time, skip_accumulated_message, clone_group_offset]
