@@ -101,6 +101,7 @@ HEADER_OF: dict[int, type[CommandHeader]] = {
     RequestCode.GET_TOPIC_STATS_INFO: broker_headers.GetTopicStatsInfoRequestHeader,
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: broker_headers.QueryTopicConsumeByWhoRequestHeader,
     RequestCode.UNREGISTER_CLIENT: broker_headers.UnregisterClientRequestHeader,
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: broker_headers.ResetOffsetRequestHeader,
     RequestCode.NOTIFY_BROKER_ROLE_CHANGED: controller_headers.NotifyBrokerRoleChangedRequestHeader,
 }
 NAMES = [
