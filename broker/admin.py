@@ -36,12 +36,14 @@ from remoting.connection import ProcessorTable, RequestContext
 from remoting.headers import decode_header, encode_header
 from remoting.protocol.broker import (
     ConsumeStats,
+    ConsumeStatsList,
     CreateTopicRequestHeader,
     DelayOffsetWrapper,
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
     GetAllTopicConfigResponseHeader,
     GetBrokerConfigResponseHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetSubscriptionGroupConfigRequestHeader,
     GetTopicConfigRequestHeader,
@@ -229,6 +231,7 @@ class AdminProcessor:
             RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
             RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.get_subscription_group,
             RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
+            RequestCode.GET_BROKER_CONSUME_STATS: self.get_broker_consume_stats,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
             RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
@@ -429,27 +432,63 @@ class AdminProcessor:
     async def get_consume_stats(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         h = decode_header(request, GetConsumeStatsRequestHeader)
         broker = self.broker
-        store = broker.store
         table: dict[MessageQueue, OffsetWrapper] = {}
         for topic in self._consume_stats_topics(h):
             config = broker.topics.get(topic)
             if config is None:
                 log.warning("consume stats of %s: topic %s does not exist", h.consumerGroup, topic)
                 continue
-            for qid in range(config.readQueueNums):
-                broker_offset = max(store.get_max_offset_in_queue(topic, qid), 0)
-                consumer_offset = max(broker.offsets.query(h.consumerGroup, topic, qid), 0)
-                last = 0
-                if consumer_offset > 0:
-                    last = max(store.get_message_store_timestamp(topic, qid, consumer_offset - 1), 0)
-                mq = MessageQueue(topic=topic, brokerName=broker.broker_config.brokerName, queueId=qid)
-                table[mq] = OffsetWrapper(
-                    brokerOffset=broker_offset,
-                    consumerOffset=consumer_offset,
-                    pullOffset=consumer_offset,
-                    lastTimestamp=last,
-                )
+            table.update(self._offset_table(h.consumerGroup, config))
         return _ok(request, ConsumeStats(offsetTable=table).encode())
+
+    def _offset_table(self, group: str, config: TopicConfig) -> dict[MessageQueue, OffsetWrapper]:
+        """The group's progress in every queue of a topic: the queue's end, the group's offset and
+        the store time of the last message it consumed there (0 when none)."""
+        broker = self.broker
+        store = broker.store
+        topic = config.topicName
+        table: dict[MessageQueue, OffsetWrapper] = {}
+        for qid in range(config.readQueueNums):
+            broker_offset = max(store.get_max_offset_in_queue(topic, qid), 0)
+            consumer_offset = max(broker.offsets.query(group, topic, qid), 0)
+            last = 0
+            if consumer_offset > 0:
+                last = max(store.get_message_store_timestamp(topic, qid, consumer_offset - 1), 0)
+            mq = MessageQueue(topic=topic, brokerName=broker.broker_config.brokerName, queueId=qid)
+            table[mq] = OffsetWrapper(
+                brokerOffset=broker_offset,
+                consumerOffset=consumer_offset,
+                pullOffset=consumer_offset,
+                lastTimestamp=last,
+            )
+        return table
+
+    async def get_broker_consume_stats(
+        self, ctx: RequestContext, request: RemotingCommand
+    ) -> RemotingCommand:
+        """GET_BROKER_CONSUME_STATS (mqadmin ``brokerConsumeStats``): the consume stats of every
+        subscription group for each topic it has offsets of (with consumers online: of the topics
+        they subscribe), order topics only with ``isOrder``."""
+        h = decode_header(request, GetConsumeStatsInBrokerHeader)
+        broker = self.broker
+        groups: list[dict[str, list[ConsumeStats]]] = []
+        total_diff = 0
+        for group in sorted(broker.groups.table):
+            info = broker.consumers.get(group)
+            subscribed = info.subscriptions if info is not None and info.subscriptions else None
+            stats: list[ConsumeStats] = []
+            for topic in sorted(broker.offsets.topics_of_group(group)):
+                config = broker.topics.get(topic)
+                if config is None or (h.isOrder and not config.order):
+                    continue
+                if subscribed is not None and topic not in subscribed:
+                    continue
+                table = self._offset_table(group, config)
+                total_diff += sum(w.brokerOffset - w.consumerOffset for w in table.values())
+                stats.append(ConsumeStats(offsetTable=table))
+            groups.append({group: stats})
+        body = ConsumeStatsList(consumeStatsList=groups, brokerAddr=broker.addr, totalDiff=total_diff)
+        return _ok(request, body.encode())
 
     async def reset_offset(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         """INVOKE_BROKER_TO_RESET_OFFSET, upstream's server-side reset (``useServerSideResetOffset``,

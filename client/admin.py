@@ -27,6 +27,7 @@ from remoting.headers import encode_header
 from remoting.protocol.broker import (
     ConsumerConnection,
     ConsumeStats,
+    ConsumeStatsList,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     GetConsumeStatsRequestHeader,
@@ -475,6 +476,15 @@ class MQAdmin:
         if not merged.offsetTable and topic is None:
             raise AdminError(ResponseCode.SYSTEM_ERROR, NO_CONSUME_STATS, "")
         return merged
+
+    async def fetch_consume_stats_in_broker(
+        self, broker_addr: str, is_order: bool = False
+    ) -> ConsumeStatsList:
+        """GET_BROKER_CONSUME_STATS: the consume stats of every group on one broker."""
+        response = await self._call(
+            broker_addr, request(RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": str(is_order).lower()})
+        )
+        return ConsumeStatsList.decode(_body(response))
 
     async def update_consumer_offset(
         self, broker_addr: str, group: str, mq: MessageQueue, offset: int

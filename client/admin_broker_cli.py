@@ -1,5 +1,5 @@
 """``rmq-admin`` broker commands: ``getBrokerConfig``, ``updateBrokerConfig``, ``consumerConnection``,
-``producerConnection``, ``deleteSubGroup``, ``updateTopicPerm``.
+``producerConnection``, ``deleteSubGroup``, ``updateTopicPerm``, ``brokerConsumeStats``.
 
 Same names, flag letters and output lines as mqadmin. Where mqadmin walks a cluster (``-c``) and one
 broker fails, it prints the failure and goes on; so do these commands, then exit with status 1.
@@ -15,7 +15,7 @@ import msgspec
 
 from client.admin import NO_MASTER_PLACEHOLDER, AdminError, MQAdmin
 from client.admin_common import namesrv_option, run_admin
-from client.admin_output import topic_config_str, version_desc
+from client.admin_output import java_date, mq_key, topic_config_str, version_desc
 from client.message import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from remoting.errors import RemotingError
 from remoting.protocol.namesrv import MASTER_ID
@@ -309,6 +309,51 @@ def update_topic_perm(
     run_admin("updateTopicPerm", go, namesrv, timeout)
 
 
+# --- brokerConsumeStats ------------------------------------------------------------------------------
+
+
+@click.command("brokerConsumeStats")
+@namesrv_option
+@click.option("-b", "--brokerAddr", "broker_addr", required=True, help="Broker address")
+@click.option(
+    "-t", "--timeoutMillis", "timeout_millis", type=int, default=None, help="request timeout Millis"
+)
+@click.option(
+    "-l", "--level", "diff_level", type=int, default=0, show_default=True, help="threshold of print diff"
+)
+@click.option("-o", "--order", default=None, help="order topic (true|false)")
+def broker_consume_stats(
+    namesrv: str,
+    timeout: float,
+    broker_addr: str,
+    timeout_millis: int | None,
+    diff_level: int,
+    order: str | None,
+) -> None:
+    """Fetch broker consume stats data."""
+
+    async def go(admin: MQAdmin) -> None:
+        stats = await admin.fetch_consume_stats_in_broker(broker_addr.strip(), _java_bool(order))
+        click.echo(
+            f"{'#Topic':<64}  {'#Group':<64}  {'#Broker Name':<32}  {'#QID':<4}  {'#Broker Offset':<20}  "
+            f"{'#Consumer Offset':<20}  {'#Diff':<20}  #LastTime"
+        )
+        for groups in stats.consumeStatsList:
+            for group, per_topic in groups.items():
+                for topic_stats in per_topic:
+                    for mq, w in sorted(topic_stats.offsetTable.items(), key=lambda e: mq_key(e[0])):
+                        diff = w.brokerOffset - w.consumerOffset
+                        if diff < diff_level or w.lastTimestamp <= 0:  # mqadmin prints consumed queues only
+                            continue
+                        click.echo(
+                            f"{mq.topic:<64}  {group:<64}  {mq.brokerName:<32}  {mq.queueId:<4}  "
+                            f"{w.brokerOffset:<20}  {w.consumerOffset:<20}  {diff:<20}  {java_date(w.lastTimestamp)}"
+                        )
+        click.echo(f"\nDiff Total: {stats.totalDiff}")
+
+    run_admin("brokerConsumeStats", go, namesrv, timeout_millis / 1000 if timeout_millis else timeout)
+
+
 BROKER_COMMANDS: list[click.Command] = [
     get_broker_config,
     update_broker_config,
@@ -316,4 +361,5 @@ BROKER_COMMANDS: list[click.Command] = [
     producer_connection,
     delete_sub_group,
     update_topic_perm,
+    broker_consume_stats,
 ]

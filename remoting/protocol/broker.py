@@ -536,10 +536,27 @@ class ConsumeStats(Body, kw_only=True):
     consumeTps: float = 0.0
 
 
+class GetConsumeStatsInBrokerHeader(CommandHeader):
+    """GET_BROKER_CONSUME_STATS (317): ``isOrder`` limits the answer to order topics."""
+
+    isOrder: bool = False
+
+
+class ConsumeStatsList(Body, kw_only=True):
+    """Every group's consume stats on one broker (upstream ``ConsumeStatsList``): one
+    ``{group: [stats of each of its topics]}`` map per group."""
+
+    consumeStatsList: list[dict[str, list[ConsumeStats]]] = []
+    brokerAddr: str | None = None
+    totalDiff: int = 0
+    totalInflightDiff: int = 0
+
+
 __all__ = [
     "Connection",
     "ConsumeFromWhere",
     "ConsumeStats",
+    "ConsumeStatsList",
     "ConsumeType",
     "ConsumerConnection",
     "ConsumerData",
@@ -552,6 +569,7 @@ __all__ = [
     "EarliestMsgStoretimeResponseHeader",
     "GetAllTopicConfigResponseHeader",
     "GetBrokerConfigResponseHeader",
+    "GetConsumeStatsInBrokerHeader",
     "GetConsumeStatsRequestHeader",
     "GetConsumerConnectionListRequestHeader",
     "GetConsumerListByGroupRequestHeader",

@@ -1,5 +1,5 @@
-"""rmq-admin ``cloneGroupOffset``, ``updateTopicPerm``, ``topicClusterList`` (a real broker and name
-server), ``updateKvConfig``, ``deleteKvConfig`` and ``updateOrderConf`` (two real name servers, plus
+"""rmq-admin ``cloneGroupOffset``, ``updateTopicPerm``, ``brokerConsumeStats``, ``topicClusterList``
+(a real broker and name server), ``updateKvConfig``, ``deleteKvConfig`` and ``updateOrderConf`` (two real name servers, plus
 an address where nothing listens)."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import request
 from remoting.headers import encode_header
+from remoting.protocol.broker import ConsumeStatsList
 from remoting.protocol.common import DataVersion, PermName, TopicConfig, TopicConfigAndMappingSerializeWrapper
 from remoting.protocol.namesrv import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
@@ -253,6 +254,58 @@ async def test_update_topic_perm_refusals(tmp_path: os.PathLike[str]) -> None:
         assert result.exit_code == 2
         assert "Missing option '-p'" in result.output
         assert (await broker_topic_config(env)).perm == 6
+
+
+async def test_broker_consume_stats_lists_every_groups_consumed_queues(tmp_path: os.PathLike[str]) -> None:
+    async with broker_env(tmp_path) as env:
+        await create_topic(env)
+        await create_topic(env, "MoreCmdOrdered", queues=1, order=True)
+        for i in range(5):
+            await send_text(env, TOPIC, f"m{i}")
+        await send_text(env, "MoreCmdOrdered", "o0")
+        for group in (SRC, DEST):
+            await create_group(env, group)
+        await commit(env, SRC, 0, 3)  # DEST commits nothing: listed with no topic
+        fields = {"consumerGroup": SRC, "topic": "MoreCmdOrdered", "queueId": "0", "commitOffset": "1"}
+        assert (
+            await env.call(request(RequestCode.UPDATE_CONSUMER_OFFSET, fields))
+        ).code == ResponseCode.SUCCESS
+
+        raw = await env.call(request(RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "false"}))
+        assert raw.code == ResponseCode.SUCCESS, describe(raw)
+        stats = ConsumeStatsList.decode(raw.body_bytes)
+        assert (stats.brokerAddr, stats.totalDiff) == (env.addr, 2)
+        by_group = {g: per_topic for m in stats.consumeStatsList for g, per_topic in m.items()}
+        assert by_group[DEST] == []
+        assert sorted(mq.topic for st in by_group[SRC] for mq in st.offsetTable) == [
+            "MoreCmdOrdered",
+            TOPIC,
+            TOPIC,
+        ]
+
+        result = await cli("brokerConsumeStats", "-n", env.namesrv_addr, "-b", env.addr)
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        assert lines[0].split() == [
+            "#Topic", "#Group", "#Broker", "Name", "#QID", "#Broker", "Offset", "#Consumer", "Offset", "#Diff", "#LastTime"
+        ]  # fmt: skip
+        # queues the group consumed from (queue 1 of the topic: nothing consumed, not printed)
+        rows = [line.split()[:7] for line in lines[1:-2]]
+        assert rows == [
+            ["MoreCmdOrdered", SRC, BROKER_NAME, "0", "1", "1", "0"],
+            [TOPIC, SRC, BROKER_NAME, "0", "5", "3", "2"],
+        ]
+        assert lines[-2:] == ["", "Diff Total: 2"]
+
+        result = await cli("brokerConsumeStats", "-n", env.namesrv_addr, "-b", env.addr, "-l", "1")
+        assert [line.split()[0] for line in result.stdout.splitlines()[1:-2]] == [TOPIC]  # diff >= 1 only
+        result = await cli("brokerConsumeStats", "-n", env.namesrv_addr, "-b", env.addr, "-o", "true")
+        assert [line.split()[0] for line in result.stdout.splitlines()[1:-2]] == ["MoreCmdOrdered"]
+        assert result.stdout.splitlines()[-1] == "Diff Total: 0"
+
+        result = await cli("brokerConsumeStats", "-n", env.namesrv_addr, "-b", "127.0.0.1:1", "-t", "1000")
+        assert result.exit_code == 1
+        assert result.stderr.startswith("rmq-admin brokerConsumeStats command failed: ")
 
 
 async def register(
