@@ -30,6 +30,11 @@ async def cli(*args: str) -> Result:
     return await trio.to_thread.run_sync(lambda: CliRunner().invoke(main, list(args)))
 
 
+async def reset_cli(env: BrokerEnv, *args: str) -> Result:
+    """``rmq-admin resetOffsetByTime`` of GROUP and TOPIC with ``args``."""
+    return await cli("resetOffsetByTime", "-n", env.namesrv_addr, "-g", GROUP, "-t", TOPIC, *args)
+
+
 async def setup(env: BrokerEnv) -> int:
     """Topic of 2 queues, the group, 5 messages in queue 0, a moment, 5 more; the group has
     committed 10 there. Returns a store time between the two fives (ms)."""
@@ -150,9 +155,7 @@ async def test_reset_to_the_end_to_one_offset_and_the_refusals(tmp_path: object)
 async def test_rmq_admin_reset_offset_by_time(tmp_path: object) -> None:
     async with broker_env(tmp_path) as env:
         between = await setup(env)
-        result = await cli(
-            "resetOffsetByTime", "-n", env.namesrv_addr, "-g", GROUP, "-t", TOPIC, "-s", str(between)
-        )
+        result = await reset_cli(env, "-s", str(between))
         assert result.exit_code == 0, result.output
         lines = result.output.splitlines()
         assert lines[0] == (
@@ -163,39 +166,13 @@ async def test_rmq_admin_reset_offset_by_time(tmp_path: object) -> None:
         assert [line.split() for line in lines[2:]] == [[BROKER_NAME, "0", "5"], [BROKER_NAME, "1", "0"]]
         assert await committed(env) == 5
 
-        result = await cli(
-            "resetOffsetByTime",
-            "-n",
-            env.namesrv_addr,
-            "-g",
-            GROUP,
-            "-t",
-            TOPIC,
-            "-s",
-            "now",
-            "-b",
-            env.addr,
-            "-q",
-            "0",
-            "-o",
-            "8",
-        )
+        result = await reset_cli(env, "-s", "now", "-b", env.addr, "-q", "0", "-o", "8")
         assert result.exit_code == 0, result.output
         assert result.output.splitlines()[1] == "reset consumer offset to 8"
         assert await committed(env) == 8
 
         # a date in mqadmin's format, before every message: the start
-        result = await cli(
-            "resetOffsetByTime",
-            "-n",
-            env.namesrv_addr,
-            "-g",
-            GROUP,
-            "-t",
-            TOPIC,
-            "-s",
-            "2020-01-01#00:00:00:000",
-        )
+        result = await reset_cli(env, "-s", "2020-01-01#00:00:00:000")
         assert result.exit_code == 0, result.output
         assert await committed(env) == 0
 
@@ -213,9 +190,7 @@ async def test_rmq_admin_reset_offset_by_time(tmp_path: object) -> None:
         )
         assert result.exit_code == 1
         assert "Group NoSuchGroup does not exist" in result.output
-        result = await cli(
-            "resetOffsetByTime", "-n", env.namesrv_addr, "-g", GROUP, "-t", TOPIC, "-s", "yesterday"
-        )
+        result = await reset_cli(env, "-s", "yesterday")
         assert result.exit_code == 2
         assert "neither 'now', milliseconds nor yyyy-MM-dd#HH:mm:ss:SSS" in result.output
 

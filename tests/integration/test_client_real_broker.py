@@ -7,6 +7,7 @@ the name server is not awaited: the client finds routes on its own schedule, sho
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
@@ -48,6 +49,23 @@ def fast_instance(namesrv: str) -> ClientInstance:
     return ClientInstance(namesrv, heartbeat_interval=0.5, poll_name_server_interval=0.3)
 
 
+def fast_push_consumer(
+    group: str, instance: ClientInstance, listener: Callable[[list[MessageExt]], Awaitable[ConsumeStatus]]
+) -> PushConsumer:
+    """A push consumer of every message of TOPIC from the first offset, with short intervals."""
+    consumer = PushConsumer(
+        group,
+        instance=instance,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        rebalance_interval=0.3,
+        persist_offset_interval=0.2,
+        broker_suspend_max_time=1.0,
+    )
+    consumer.subscribe(TOPIC, "*")
+    consumer.register_listener(listener)
+    return consumer
+
+
 async def test_produce_then_pull_and_push_on_the_real_broker(tmp_path: Path) -> None:
     async with broker_env(tmp_path) as env:
         async with Producer("PG", env.namesrv_addr) as producer:
@@ -81,16 +99,7 @@ async def test_produce_then_pull_and_push_on_the_real_broker(tmp_path: Path) -> 
 
         instance = fast_instance(env.namesrv_addr)
         async with instance:
-            consumer = PushConsumer(
-                "CG",
-                instance=instance,
-                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-                rebalance_interval=0.3,
-                persist_offset_interval=0.2,
-                broker_suspend_max_time=1.0,
-            )
-            consumer.subscribe(TOPIC, "*")
-            consumer.register_listener(listener)
+            consumer = fast_push_consumer("CG", instance, listener)
             async with consumer:
                 await wait_until(lambda: len(got) == 5, timeout=20, what="the five stored messages")
                 async with Producer("PG2", instance=instance) as producer:
@@ -185,16 +194,7 @@ async def test_the_push_consumer_follows_an_admin_reset_without_a_restart(tmp_pa
             return ConsumeStatus.CONSUME_SUCCESS
 
         async with fast_instance(env.namesrv_addr) as instance:
-            consumer = PushConsumer(
-                "ResetCG",
-                instance=instance,
-                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-                rebalance_interval=0.3,
-                persist_offset_interval=0.2,
-                broker_suspend_max_time=1.0,
-            )
-            consumer.subscribe(TOPIC, "*")
-            consumer.register_listener(listener)
+            consumer = fast_push_consumer("ResetCG", instance, listener)
             async with consumer:
                 await wait_until(lambda: len(got) == 6, timeout=20, what="the six messages")
                 async with RemotingClient(name="reset-admin") as rc:
