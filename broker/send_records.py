@@ -487,7 +487,8 @@ class BatchRecordEncoder:
         head = prefix.size
         body_end = head + body_len
         props_at = body_end + len(topic_field) + 2
-        out = np.empty((count, size), np.uint8)
+        records = bytearray(count * size)
+        out = np.frombuffer(records, np.uint8).reshape(count, size)  # the rows, written in place
         out[:, :head] = np.frombuffer(
             prefix.pack(size, magic, 0, queue_id, 0, 0, 0, born_part, now, store_part, body_len), np.uint8
         )
@@ -512,8 +513,9 @@ class BatchRecordEncoder:
         units[:, 0] = place[:, 1]
         units[:, 1] = size
         units[:, 2] = tags_code
+        del out  # the bytearray's export ends here
         return EncodedBatch(
-            bytearray(out.data),
+            records,
             [(tags_code, keys, u) for u in uniqs],
             uniqs,
             PlacedBatch(slot, units.ravel().tolist()),
