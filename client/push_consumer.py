@@ -405,6 +405,29 @@ class PushConsumer(StartStop):
         log.info("group %s: stopped pulling %s", self.group, mq)
         return True
 
+    async def _start_over(self, qs: QueueState, offset: int) -> None:
+        """The broker moved the queue's offset (PULL_OFFSET_MOVED: an admin reset it, or the
+        messages at ours are gone). As upstream, the queue's messages in flight are dropped -- a
+        listener call still running on them no longer moves the offset, which would otherwise
+        jump back past a reset to an earlier point -- and the queue is pulled again from
+        ``offset`` with a new process queue (upstream waits 10 s and a rebalance for that)."""
+        mq, old = qs.mq, qs.pq
+        old.dropped = True
+        qs.wakeup.set()
+        self.offset_store.update(mq, offset)
+        await self.offset_store.persist(mq)
+        if self.orderly:
+            await qs.idle.wait()  # one listener call at a time per queue, also across the swap
+        if self._queues.get(mq) is not qs or self._main is None or self.stopping:
+            return  # handed back meanwhile
+        pq = ProcessQueue(trio.current_time())
+        pq.locked, pq.last_lock_time = old.locked, old.last_lock_time
+        fresh = QueueState(mq, pq)
+        fresh.next_offset = offset
+        self._queues[mq] = fresh
+        self._main.start_soon(self._pull_task, fresh)
+        self.service.start_queue(fresh)
+
     async def _compute_pull_from_where(self, mq: MessageQueue) -> int:
         """Upstream ``computePullFromWhereWithException``."""
         last = await self.offset_store.read_store(mq)
@@ -490,9 +513,8 @@ class PushConsumer(StartStop):
                     mq,
                     result.next_begin_offset,
                 )
-                qs.next_offset = result.next_begin_offset
-                self.offset_store.update(mq, result.next_begin_offset)
-                await self.offset_store.persist(mq)
+                await self._start_over(qs, result.next_begin_offset)
+                return
             else:
                 qs.next_offset = result.next_begin_offset
                 self._correct_offset(qs)

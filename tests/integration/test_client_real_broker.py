@@ -208,3 +208,43 @@ async def test_the_push_consumer_follows_an_admin_reset_without_a_restart(tmp_pa
             for mq in await reader.fetch_subscribe_message_queues(TOPIC):
                 committed += max(await reader.query_consumer_offset(mq), 0)
         assert committed == 6
+
+
+async def test_messages_in_flight_at_a_reset_do_not_move_the_offset_past_it(tmp_path: Path) -> None:
+    """A reset to an earlier point while the listener still works on messages after it: when
+    those calls end, the consumer's offset must stay at the reset (it moved back past it, so a
+    restart would have skipped the messages being consumed again)."""
+    async with broker_env(tmp_path) as env:
+        async with Producer("PG", env.namesrv_addr) as producer:
+            for i in range(6):
+                await producer.send(Message(TOPIC, b"m%d" % i))
+        first_pass, second_pass = trio.Event(), trio.Event()
+        calls: list[bytes] = []
+
+        async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+            again = any(m.body in calls for m in msgs)
+            calls.extend(m.body for m in msgs)
+            await (second_pass if again else first_pass).wait()
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        async with fast_instance(env.namesrv_addr) as instance:
+            consumer = fast_push_consumer("InFlightCG", instance, listener)
+            async with consumer:
+                await wait_until(lambda: len(calls) == 6, timeout=20, what="six calls in flight")
+                async with RemotingClient(name="reset-admin") as rc:
+                    reset = await MQAdmin(rc, env.namesrv_addr).reset_offset_by_timestamp(
+                        TOPIC, "InFlightCG", 0
+                    )
+                await wait_until(lambda: len(calls) == 12, timeout=20, what="the six again, in flight too")
+                first_pass.set()  # the calls from before the reset end
+                await trio.sleep(0.5)
+                mine = [mq for mq in reset if consumer.offset_store.read_memory(mq) >= 0]
+                assert mine, "no queue of the reset is the consumer's"
+                assert {mq: consumer.offset_store.read_memory(mq) for mq in mine} == {mq: 0 for mq in mine}
+                second_pass.set()
+                await wait_until(
+                    lambda: sum(max(consumer.offset_store.read_memory(mq), 0) for mq in reset) == 6,
+                    timeout=20,
+                    what="offsets after the second pass",
+                )
+        assert sorted(calls) == sorted([b"m%d" % i for i in range(6)] * 2)
