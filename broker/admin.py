@@ -33,6 +33,7 @@ from broker.topics import is_system_topic, validate_group, validate_topic
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import CURRENT_VERSION, RemotingCommand
 from remoting.connection import ProcessorTable, RequestContext
+from remoting.errors import RemotingError, RemotingTimeoutError
 from remoting.headers import decode_header, encode_header
 from remoting.protocol.broker import (
     ConsumeStats,
@@ -43,6 +44,7 @@ from remoting.protocol.broker import (
     DeleteTopicRequestHeader,
     GetAllTopicConfigResponseHeader,
     GetBrokerConfigResponseHeader,
+    GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetSubscriptionGroupConfigRequestHeader,
@@ -201,6 +203,13 @@ def _disk_usage(path: str) -> tuple[float, int, int]:
     return ((total - free) / total if total else -1.0), total, free
 
 
+#: upstream ``MQVersion.Version.V3_1_8_SNAPSHOT.ordinal()``: clients before it cannot answer
+#: GET_CONSUMER_RUNNING_INFO
+V3_1_8_SNAPSHOT = 62
+#: how long a broker waits for a client's answer to a request it passes on (upstream ``callClient``)
+CALL_CLIENT_TIMEOUT = 10.0
+
+
 def _format_runtime(ms: int) -> str:
     s = max(ms, 0) // 1000
     return f"[ {s // 86400} days, {s // 3600 % 24} hours, {s // 60 % 60} minutes, {s % 60} seconds ]"
@@ -232,6 +241,7 @@ class AdminProcessor:
             RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.get_subscription_group,
             RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
             RequestCode.GET_BROKER_CONSUME_STATS: self.get_broker_consume_stats,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: self.get_consumer_running_info,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
             RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
@@ -553,6 +563,43 @@ class AdminProcessor:
             table[MessageQueue(topic=h.topic, brokerName=name, queueId=qid)] = offset
         log.info("[reset-offset] topic=%s, group=%s, offsets=%s", h.topic, h.group, offsets)
         return _ok(request, ResetOffsetBody(offsetTable=table).encode())
+
+    async def get_consumer_running_info(
+        self, ctx: RequestContext, request: RemotingCommand
+    ) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO from an admin (mqadmin ``consumerStatus``): asked of the
+        client itself over its connection, its answer passed back as it is (upstream
+        ``callConsumer``)."""
+        h = decode_header(request, GetConsumerRunningInfoRequestHeader)
+        info = self.broker.consumers.get(h.consumerGroup)
+        channel = next(
+            (c for c in (info.channels.values() if info is not None else ()) if c.client_id == h.clientId),
+            None,
+        )
+        if channel is None or channel.connection.closed:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"The Consumer <{h.consumerGroup}> <{h.clientId}> not online"
+            )
+        if channel.version < V3_1_8_SNAPSHOT:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The Consumer <{h.clientId}> Version <{channel.version}> too low to finish, "
+                "please upgrade it to V3_1_8_SNAPSHOT",
+            )
+        ask = RemotingCommand(
+            code=RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields=dict(request.ext_fields or {})
+        )
+        try:
+            return await channel.connection.request(ask, CALL_CLIENT_TIMEOUT)
+        except RemotingTimeoutError as e:
+            return request.response(
+                ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{h.consumerGroup}> <{h.clientId}> Timeout: {e}"
+            )
+        except RemotingError as e:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"invoke consumer <{h.consumerGroup}> <{h.clientId}> Exception: {e}",
+            )
 
     async def get_all_consumer_offset(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         return _ok(request, self.broker.offsets.encode())

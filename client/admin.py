@@ -26,10 +26,12 @@ from remoting.errors import RemotingConnectError, RemotingError
 from remoting.headers import encode_header
 from remoting.protocol.broker import (
     ConsumerConnection,
+    ConsumerRunningInfo,
     ConsumeStats,
     ConsumeStatsList,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsRequestHeader,
     ProducerConnection,
     ResetOffsetBody,
@@ -70,6 +72,8 @@ __all__ = [
 log = logging.getLogger("client.admin")
 
 DEFAULT_TIMEOUT = 5.0
+#: GET_CONSUMER_RUNNING_INFO waits for a broker that waits up to 10 s for the client (upstream: 12 s)
+RUNNING_INFO_TIMEOUT = 12.0
 #: upstream ``CommandUtil.NO_MASTER_PLACEHOLDER``: the key of a broker group without a master
 NO_MASTER_PLACEHOLDER = "NO_MASTER"
 
@@ -558,6 +562,27 @@ class MQAdmin:
             if connection.connectionSet:
                 return connection
         raise AdminError(ResponseCode.CONSUMER_NOT_ONLINE, "Not found the consumer group connection", "")
+
+    async def get_consumer_running_info(
+        self, group: str, client_id: str, jstack: bool = False, broker_addr: str | None = None
+    ) -> ConsumerRunningInfo:
+        """GET_CONSUMER_RUNNING_INFO of one client of ``group``, asked through ``broker_addr`` or
+        the first broker of the group's retry topic route (the broker asks the client)."""
+        if broker_addr is None:
+            addrs = route_addrs(await self.examine_topic_route_info(RETRY_GROUP_TOPIC_PREFIX + group))
+            if not addrs:
+                raise AdminError(
+                    ResponseCode.SYSTEM_ERROR, f"no broker routes the retry topic of {group}", ""
+                )
+            broker_addr = addrs[0]
+        header = GetConsumerRunningInfoRequestHeader(
+            consumerGroup=group, clientId=client_id, jstackEnable=jstack
+        )
+        cmd = request(RequestCode.GET_CONSUMER_RUNNING_INFO, dict(encode_header(header)))
+        response = await self.client.invoke(broker_addr, cmd, max(self.timeout, RUNNING_INFO_TIMEOUT))
+        if response.code != ResponseCode.SUCCESS:
+            raise AdminError(response.code, response.remark, broker_addr)
+        return ConsumerRunningInfo.decode(_body(response))
 
     async def examine_producer_connection_info(self, group: str, topic: str) -> ProducerConnection:
         """The producers of ``group`` connected to the brokers of ``topic``'s route (the first broker

@@ -1,5 +1,6 @@
 """``rmq-admin`` broker commands: ``getBrokerConfig``, ``updateBrokerConfig``, ``consumerConnection``,
-``producerConnection``, ``deleteSubGroup``, ``updateTopicPerm``, ``brokerConsumeStats``.
+``producerConnection``, ``deleteSubGroup``, ``updateTopicPerm``, ``brokerConsumeStats``,
+``consumerStatus``.
 
 Same names, flag letters and output lines as mqadmin. Where mqadmin walks a cluster (``-c``) and one
 broker fails, it prints the failure and goes on; so do these commands, then exit with status 1.
@@ -10,14 +11,28 @@ creates the topic on masters that lack it; here those masters are left alone).
 
 from __future__ import annotations
 
+import os
+import tempfile
+import time
+
 import click
 import msgspec
+import trio
 
 from client.admin import NO_MASTER_PLACEHOLDER, AdminError, MQAdmin
 from client.admin_common import namesrv_option, run_admin
-from client.admin_output import java_date, mq_key, topic_config_str, version_desc
+from client.admin_output import (
+    java_date,
+    mq_key,
+    rebalance_ok,
+    running_info_str,
+    same_subscription,
+    topic_config_str,
+    version_desc,
+)
 from client.message import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from remoting.errors import RemotingError
+from remoting.protocol.broker import ConsumerRunningInfo
 from remoting.protocol.namesrv import MASTER_ID
 
 __all__ = ["BROKER_COMMANDS", "NOT_A_MASTER_OF_TOPIC"]
@@ -309,6 +324,64 @@ def update_topic_perm(
     run_admin("updateTopicPerm", go, namesrv, timeout)
 
 
+# --- consumerStatus ----------------------------------------------------------------------------------
+
+
+@click.command("consumerStatus")
+@namesrv_option
+@click.option("-g", "--consumerGroup", "group", required=True, help="consumer group name")
+@click.option("-i", "--clientId", "client_id", default=None, help="The consumer's client id")
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="broker address")
+@click.option(
+    "-s",
+    "--jstack",
+    "jstack",
+    is_flag=True,
+    default=False,
+    help="Run jstack command in the consumer progress",
+)
+def consumer_status(
+    namesrv: str, timeout: float, group: str, client_id: str | None, broker_addr: str | None, jstack: bool
+) -> None:
+    """Query consumer's internal data structure."""
+    group = group.strip()
+    broker = broker_addr.strip() if broker_addr else None
+
+    async def go(admin: MQAdmin) -> None:
+        if client_id:
+            info = await admin.get_consumer_running_info(group, client_id.strip(), jstack, broker)
+            click.echo(running_info_str(info), nl=False)
+            return
+        connection = await admin.examine_consumer_connection_info(group, broker)
+        now = int(time.time() * 1000)
+        # mqadmin writes each client's report to <now>/<clientId> under the working directory;
+        # here under the temporary directory, so that running it leaves nothing behind where it ran
+        folder = os.path.join(tempfile.gettempdir(), "rmq-admin-consumerStatus", str(now))
+        infos: dict[str, ConsumerRunningInfo] = {}
+        failures = _Failures()
+        click.echo(f"{'#Index':<10} {'#ClientId':<40} {'#Version':<20} #ConsumerRunningInfoFile")
+        for conn in sorted(connection.connectionSet, key=lambda c: c.clientId):
+            try:
+                info = await admin.get_consumer_running_info(group, conn.clientId, jstack, broker)
+            except (AdminError, RemotingError) as e:
+                failures.add(f"consumer {conn.clientId}", e)
+                continue
+            infos[conn.clientId] = info
+            path = os.path.join(folder, conn.clientId)
+            await trio.Path(folder).mkdir(parents=True, exist_ok=True)
+            await trio.Path(path).write_text(running_info_str(info))
+            click.echo(f"{len(infos):<10} {conn.clientId:<40} {version_desc(conn.version):<20} {path}")
+        if infos:
+            if same_subscription(infos):
+                click.echo("\n\nSame subscription in the same group of consumer", nl=False)
+                click.echo(f"\n\nRebalance {'OK' if rebalance_ok(infos) else 'Failed'}")
+            else:
+                click.echo("\n\nWARN: Different subscription in the same group of consumer!!!", nl=False)
+        failures.raise_if_any()
+
+    run_admin("consumerStatus", go, namesrv, timeout)
+
+
 # --- brokerConsumeStats ------------------------------------------------------------------------------
 
 
@@ -362,4 +435,5 @@ BROKER_COMMANDS: list[click.Command] = [
     delete_sub_group,
     update_topic_perm,
     broker_consume_stats,
+    consumer_status,
 ]

@@ -10,8 +10,14 @@ import logging
 import time
 
 from client.admin import RETRY_GROUP_TOPIC_PREFIX, AdminError, MQAdmin
+from remoting.command import version_desc
 from remoting.errors import RemotingError
-from remoting.protocol.broker import SubscriptionGroupConfig, TopicStatsTable
+from remoting.protocol.broker import (
+    ConsumerRunningInfo,
+    ProcessQueueInfo,
+    SubscriptionGroupConfig,
+    TopicStatsTable,
+)
 from remoting.protocol.common import MessageQueue, PermName, TopicConfig
 
 __all__ = [
@@ -19,10 +25,15 @@ __all__ = [
     "group_config_str",
     "group_progress_lines",
     "human_ms",
+    "human_time_digits",
     "java_date",
     "java_map_str",
     "mq_key",
     "parse_attribute_modification",
+    "process_queue_info_str",
+    "rebalance_ok",
+    "running_info_str",
+    "same_subscription",
     "topic_config_str",
     "topic_status_lines",
     "version_desc",
@@ -153,16 +164,6 @@ async def all_groups_progress_lines(admin: MQAdmin) -> list[str]:
     return lines
 
 
-def version_desc(version: int) -> str:
-    """Upstream ``MQVersion.getVersionDesc`` for versions from V4_0_0_SNAPSHOT (212) on."""
-    if version < 212:
-        return f"V_OLD({version})"
-    index = min(version, 611) - 212
-    n = index // 2
-    name = f"V{4 + n // 100}_{(n // 10) % 10}_{n % 10}"
-    return name if index % 2 else name + "_SNAPSHOT"
-
-
 def topic_status_lines(stats: TopicStatsTable) -> list[str]:
     """mqadmin ``topicStatus`` output."""
     lines = [f"{'#Broker Name':<32}  {'#QID':<4}  {'#Min Offset':<20}  {'#Max Offset':<20}    #Last Updated"]
@@ -176,3 +177,85 @@ def topic_status_lines(stats: TopicStatsTable) -> list[str]:
     # upstream's TopicStatsTable also carries topicPutTps; printed once our struct has it
     lines.append(f"Topic Put TPS: {getattr(stats, 'topicPutTps', 0.0)}")
     return lines
+
+
+def human_time_digits(ms: int) -> str:
+    """Upstream ``UtilAll.timeMillisToHumanString``: local time as ``yyyyMMddHHmmssSSS``."""
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(ms / 1000)) + f"{ms % 1000:03d}"
+
+
+def process_queue_info_str(p: ProcessQueueInfo) -> str:
+    """Upstream ``ProcessQueueInfo.toString``."""
+    return (
+        f"ProcessQueueInfo [commitOffset={p.commitOffset}, cachedMsgMinOffset={p.cachedMsgMinOffset}, "
+        f"cachedMsgMaxOffset={p.cachedMsgMaxOffset}, cachedMsgCount={p.cachedMsgCount}, "
+        f"cachedMsgSizeInMiB={p.cachedMsgSizeInMiB}, transactionMsgMinOffset={p.transactionMsgMinOffset}, "
+        f"transactionMsgMaxOffset={p.transactionMsgMaxOffset}, transactionMsgCount={p.transactionMsgCount}, "
+        f"locked={str(p.locked).lower()}, tryUnlockTimes={p.tryUnlockTimes}, "
+        f"lastLockTimestamp={human_time_digits(p.lastLockTimestamp)}, droped={str(p.droped).lower()}, "
+        f"lastPullTimestamp={human_time_digits(p.lastPullTimestamp)}, "
+        f"lastConsumeTimestamp={human_time_digits(p.lastConsumeTimestamp)}]"
+    )
+
+
+def _java_value(v: object) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def running_info_str(info: ConsumerRunningInfo) -> str:
+    """Upstream ``ConsumerRunningInfo.formatString`` (what ``mqadmin consumerStatus -i`` prints);
+    properties sorted by key (upstream: hash order), queues by topic, broker and id."""
+    out = ["#Consumer Properties#\n"]
+    out += [f"{k:<40}: {_java_value(v)}\n" for k, v in sorted(info.properties.items())]
+    out.append("\n\n#Consumer Subscription#\n")
+    subs = sorted(info.subscriptionSet, key=lambda s: f"{s.topic}@{s.subString}")
+    out += [
+        f"{i:03d} Topic: {s.topic:<40} ClassFilter: {str(s.classFilterMode).lower():<8} SubExpression: {s.subString}\n"
+        for i, s in enumerate(subs, 1)
+    ]
+    mqs = sorted(info.mqTable.items(), key=lambda e: mq_key(e[0]))
+    out.append("\n\n#Consumer Offset#\n")
+    out.append(f"{'#Topic':<64}  {'#Broker Name':<32}  {'#QID':<4}  {'#Consumer Offset':<20}\n")
+    out += [f"{mq.topic:<32}  {mq.brokerName:<32}  {mq.queueId:<4}  {p.commitOffset:<20}\n" for mq, p in mqs]
+    out.append("\n\n#Consumer MQ Detail#\n")
+    out.append(f"{'#Topic':<64}  {'#Broker Name':<32}  {'#QID':<4}  {'#ProcessQueueInfo':<20}\n")
+    out += [
+        f"{mq.topic:<64}  {mq.brokerName:<32}  {mq.queueId:<4}  {process_queue_info_str(p)}\n"
+        for mq, p in mqs
+    ]
+    out.append("\n\n#Consumer Pop Detail#\n")
+    out.append(f"{'#Topic':<32}  {'#Broker Name':<32}  {'#QID':<4}  {'#ProcessQueueInfo':<20}\n")
+    out.append("\n\n#Consumer RT&TPS#\n")
+    out.append(
+        f"{'#Topic':<64}  {'#Pull RT':>14} {'#Pull TPS':>14} {'#Consume RT':>14} {'#ConsumeOK TPS':>14} "
+        f"{'#ConsumeFailed TPS':>18} {'#ConsumeFailedMsgsInHour':>25}\n"
+    )
+    out += [
+        f"{topic:<32}  {s.pullRT:14.2f} {s.pullTPS:14.2f} {s.consumeRT:14.2f} {s.consumeOKTPS:14.2f} "
+        f"{s.consumeFailedTPS:18.2f} {s.consumeFailedMsgs:25d}\n"
+        for topic, s in sorted(info.statusTable.items())
+    ]
+    if info.userConsumerInfo is not None:
+        out.append("\n\n#User Consume Info#\n")
+        out += [f"{k:<40}: {v}\n" for k, v in sorted(info.userConsumerInfo.items())]
+    if info.jstack is not None:
+        out.append("\n\n#Consumer jstack#\n")
+        out.append(info.jstack)
+    return "".join(out)
+
+
+def rebalance_ok(infos: dict[str, ConsumerRunningInfo]) -> bool:
+    """No queue is pulled by two clients of the group (the check behind mqadmin's "Rebalance OK")."""
+    seen: set[tuple[str, str, int]] = set()
+    for info in infos.values():
+        for mq in info.mqTable:
+            if mq_key(mq) in seen:
+                return False
+            seen.add(mq_key(mq))
+    return True
+
+
+def same_subscription(infos: dict[str, ConsumerRunningInfo]) -> bool:
+    """Every client of the group subscribes the same topics with the same expressions."""
+    shapes = {frozenset((s.topic, s.subString) for s in info.subscriptionSet) for info in infos.values()}
+    return len(shapes) <= 1

@@ -152,10 +152,14 @@ class ClientInstance:
             if self._external_remoting is None:
                 table = ProcessorTable()
                 table.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_consumer_ids_changed)
+                table.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
                 self.remoting = await stack.enter_async_context(RemotingClient(processors=table))
             else:
                 self._external_remoting.processors.register(
                     RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_consumer_ids_changed
+                )
+                self._external_remoting.processors.register(
+                    RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info
                 )
             self._nursery = await stack.enter_async_context(trio.open_nursery())
         except BaseException:
@@ -454,6 +458,19 @@ class ClientInstance:
         if consumer is not None:
             consumer.request_rebalance()
         return None
+
+    async def _on_running_info(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO, passed on by a broker for an admin (mqadmin ``consumerStatus``)."""
+        group = (cmd.ext_fields or {}).get("consumerGroup", "")
+        consumer = self.consumers.get(group)
+        running_info = getattr(consumer, "running_info", None)
+        if running_info is None:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer"
+            )
+        response = cmd.response(ResponseCode.SUCCESS)
+        response.body = running_info().encode()
+        return response
 
 
 def own_or_shared(instance: ClientInstance | None, namesrv_addr: str | None) -> tuple[ClientInstance, bool]:

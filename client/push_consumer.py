@@ -73,12 +73,15 @@ from client.producer import Producer
 from client.pull_consumer import PullAPI
 from client.rebalance import ProcessQueue, allocate_averagely, mq_sort_key
 from remoting.codes import ResponseCode
+from remoting.command import CURRENT_VERSION, version_desc
 from remoting.errors import RemotingError
 from remoting.protocol.broker import (
     ConsumeFromWhere,
     ConsumerData,
+    ConsumerRunningInfo,
     ConsumeType,
     MessageModel,
+    ProcessQueueInfo,
     PullSysFlag,
     SubscriptionData,
 )
@@ -147,6 +150,7 @@ class PushConsumer(StartStop):
             max_reconsume_times = sys.maxsize if orderly else 16
         self.max_reconsume_times = max_reconsume_times
         self.consume_concurrency = consume_concurrency
+        self._started_at_ms = 0
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_interval = pull_interval
         self.rebalance_interval = rebalance_interval
@@ -227,6 +231,51 @@ class PushConsumer(StartStop):
         """Rebalance now (called on NOTIFY_CONSUMER_IDS_CHANGED)."""
         self._rebalance_event.set()
 
+    def running_info(self) -> ConsumerRunningInfo:
+        """The answer to GET_CONSUMER_RUNNING_INFO (mqadmin ``consumerStatus``): configuration,
+        subscriptions and the state of every queue it pulls. No pull / consume rates (upstream's
+        ``statusTable``): this client does not measure them."""
+        now_wall, now = time.time() * 1000, trio.current_time()
+
+        def wall_ms(t: float) -> int:  # a trio-clock time as epoch milliseconds
+            return int(now_wall - (now - t) * 1000)
+
+        props = {
+            "consumerGroup": self.group,
+            "messageModel": self.message_model.name,
+            "consumeFromWhere": self.consume_from_where.name,
+            "consumeMessageBatchMaxSize": str(self.consume_batch_size),
+            "pullBatchSize": str(self.pull_batch_size),
+            "pullThresholdForQueue": str(self.pull_threshold_for_queue),
+            "maxReconsumeTimes": str(self.max_reconsume_times),
+            "PROP_CONSUMEORDERLY": str(self.orderly).lower(),
+            "PROP_CONSUME_TYPE": ConsumeType.CONSUME_PASSIVELY.name,
+            "PROP_CLIENT_VERSION": version_desc(CURRENT_VERSION),
+            "PROP_CONSUMER_START_TIMESTAMP": str(self._started_at_ms),
+            "PROP_NAMESERVER_ADDR": ";".join(self.instance.namesrv_addrs),
+            "PROP_THREADPOOL_CORE_SIZE": str(self.consume_concurrency),
+        }
+        table: dict[MessageQueue, ProcessQueueInfo] = {}
+        for mq, qs in self._queues.items():
+            pq = qs.pq
+            table[mq] = ProcessQueueInfo(
+                commitOffset=self.offset_store.read_memory(mq),
+                cachedMsgMinOffset=max(pq.min_offset, 0),
+                cachedMsgMaxOffset=max(pq.queue_offset_max, 0) if pq.msg_count else 0,
+                cachedMsgCount=pq.msg_count,
+                cachedMsgSizeInMiB=pq.msg_size >> 20,
+                locked=pq.locked,
+                lastLockTimestamp=wall_ms(pq.last_lock_time),
+                droped=pq.dropped,
+                lastPullTimestamp=wall_ms(pq.last_pull_time),
+                lastConsumeTimestamp=wall_ms(pq.last_consume_time),
+            )
+        return ConsumerRunningInfo(
+            properties=props,
+            subscriptionSet=sorted(self._subs.values(), key=lambda s: s.topic),
+            mqTable=table,
+        )
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
@@ -267,6 +316,7 @@ class PushConsumer(StartStop):
                 await self.instance.shutdown()
             raise
         self._started = True
+        self._started_at_ms = int(time.time() * 1000)
 
     async def shutdown(self) -> None:
         """Stop pulling, finish running listeners (bounded), commit offsets, unlock, unregister."""

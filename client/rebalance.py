@@ -108,6 +108,11 @@ class ProcessQueue:
         return self.queue_offset_max + 1
 
     @property
+    def min_offset(self) -> int:
+        """The lowest offset held, or -1 when none is."""
+        return self._msgs.keys()[0] if self._msgs else -1
+
+    @property
     def max_span(self) -> int:
         """Distance between the lowest and highest held offsets (flow-control input)."""
         if not self._msgs:

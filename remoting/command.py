@@ -19,6 +19,16 @@ FLAG_ONEWAY = 0x2
 CURRENT_VERSION = 479
 
 
+def version_desc(version: int) -> str:
+    """Upstream ``MQVersion.getVersionDesc`` for versions from V4_0_0_SNAPSHOT (212) on."""
+    if version < 212:
+        return f"V_OLD({version})"
+    index = min(version, 611) - 212
+    n = index // 2
+    name = f"V{4 + n // 100}_{(n // 10) % 10}_{n % 10}"
+    return name if index % 2 else name + "_SNAPSHOT"
+
+
 class SerializeType(enum.IntEnum):
     """Header serialization, the top byte of the second frame word (upstream ``SerializeType``)."""
 

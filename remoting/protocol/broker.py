@@ -9,6 +9,7 @@ ordinals where Java sends enum names; the types here accept both (see
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import msgspec
 
@@ -536,6 +537,56 @@ class ConsumeStats(Body, kw_only=True):
     consumeTps: float = 0.0
 
 
+class GetConsumerRunningInfoRequestHeader(CommandHeader):
+    """GET_CONSUMER_RUNNING_INFO (307): an admin asks a broker, the broker asks the client."""
+
+    consumerGroup: str
+    clientId: str
+    jstackEnable: bool = False
+
+
+class ProcessQueueInfo(Body, kw_only=True):
+    """One queue of a consumer's running info (upstream ``ProcessQueueInfo``; ``droped`` sic)."""
+
+    commitOffset: int = 0
+    cachedMsgMinOffset: int = 0
+    cachedMsgMaxOffset: int = 0
+    cachedMsgCount: int = 0
+    cachedMsgSizeInMiB: int = 0
+    transactionMsgMinOffset: int = 0
+    transactionMsgMaxOffset: int = 0
+    transactionMsgCount: int = 0
+    locked: bool = False
+    tryUnlockTimes: int = 0
+    lastLockTimestamp: int = 0
+    droped: bool = False
+    lastPullTimestamp: int = 0
+    lastConsumeTimestamp: int = 0
+
+
+class ConsumeStatusBody(Body, kw_only=True):
+    """Pull and consume rates of one topic in a consumer's running info (upstream ``ConsumeStatus``)."""
+
+    pullRT: float = 0.0
+    pullTPS: float = 0.0
+    consumeRT: float = 0.0
+    consumeOKTPS: float = 0.0
+    consumeFailedTPS: float = 0.0
+    consumeFailedMsgs: int = 0
+
+
+class ConsumerRunningInfo(Body, kw_only=True):
+    """A consumer's answer to GET_CONSUMER_RUNNING_INFO (upstream ``ConsumerRunningInfo``). The
+    C++ client sends property values that are not strings; they are kept as sent."""
+
+    properties: dict[str, Any] = {}
+    subscriptionSet: list[SubscriptionData] = []
+    mqTable: dict[MessageQueue, ProcessQueueInfo] = {}
+    statusTable: dict[str, ConsumeStatusBody] = {}
+    userConsumerInfo: dict[str, str] | None = None
+    jstack: str | None = None
+
+
 class GetConsumeStatsInBrokerHeader(CommandHeader):
     """GET_BROKER_CONSUME_STATS (317): ``isOrder`` limits the answer to order topics."""
 
@@ -557,10 +608,12 @@ __all__ = [
     "ConsumeFromWhere",
     "ConsumeStats",
     "ConsumeStatsList",
+    "ConsumeStatusBody",
     "ConsumeType",
     "ConsumerConnection",
     "ConsumerData",
     "ConsumerOffsetWrapper",
+    "ConsumerRunningInfo",
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
     "DelayOffsetWrapper",
@@ -574,6 +627,7 @@ __all__ = [
     "GetConsumerConnectionListRequestHeader",
     "GetConsumerListByGroupRequestHeader",
     "GetConsumerListByGroupResponseBody",
+    "GetConsumerRunningInfoRequestHeader",
     "GetProducerConnectionListRequestHeader",
     "GetSubscriptionGroupConfigRequestHeader",
     "GetTopicConfigRequestHeader",
@@ -585,6 +639,7 @@ __all__ = [
     "NotifyConsumerIdsChangedRequestHeader",
     "OffsetResponseHeader",
     "OffsetWrapper",
+    "ProcessQueueInfo",
     "ProducerConnection",
     "ProducerData",
     "PullMessageRequestHeader",

@@ -1,5 +1,5 @@
-"""``rmq-admin resetOffsetByTime`` while the real C++ push consumer runs: it consumes the topic again
-from the reset point, without a restart (the broker answers its next pull of each queue with
+"""``rmq-admin consumerStatus`` and ``resetOffsetByTime`` while the real C++ push consumer runs: it
+reports its state when the broker asks, and consumes the topic again from the reset point, without a restart (the broker answers its next pull of each queue with
 PULL_OFFSET_MOVED to the reset offset, which the client follows)."""
 
 from __future__ import annotations
@@ -32,6 +32,18 @@ def consumed(broker: str) -> int:
     response = invoke(broker, cmd)
     assert response.code == ResponseCode.SUCCESS, response.remark
     return sum(w.consumerOffset for w in ConsumeStats.decode(response.body_bytes).offsetTable.values())
+
+
+def rmq_admin(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "client.admin_cli", *args],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_cpp_push_consumer_follows_a_reset_offset_by_time(
@@ -69,28 +81,16 @@ def test_cpp_push_consumer_follows_a_reset_offset_by_time(
         assert time.monotonic() < end, f"the consumer committed {consumed(broker)} of {COUNT}"
         time.sleep(0.2)
 
-    admin = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "client.admin_cli",
-            "resetOffsetByTime",
-            "-n",
-            cluster.namesrv,
-            "-g",
-            GROUP,
-            "-t",
-            TOPIC,
-            "-s",
-            str(before),
-        ],
-        cwd=PROJECT_ROOT,
-        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    # while it runs: what the C++ consumer reports about itself (GET_CONSUMER_RUNNING_INFO)
+    status = rmq_admin("consumerStatus", "-n", cluster.namesrv, "-g", GROUP)
+    assert status.returncode == 0, status.stdout + status.stderr
+    lines = status.stdout.splitlines()
+    assert lines[1].split()[0] == "1", status.stdout  # one client, its report written to a file
+    report_text = Path(lines[1].split()[-1]).read_text()
+    assert f"Topic: {TOPIC}" in report_text, report_text
+    assert lines[-1] == "Rebalance OK", status.stdout
+
+    admin = rmq_admin("resetOffsetByTime", "-n", cluster.namesrv, "-g", GROUP, "-t", TOPIC, "-s", str(before))
     assert admin.returncode == 0, admin.stdout + admin.stderr
     rows = [line.split() for line in admin.stdout.splitlines()[2:]]
     assert [(row[0], row[2]) for row in rows] == [("broker-a", "0")] * len(rows), admin.stdout

@@ -102,6 +102,7 @@ HEADER_OF: dict[int, type[CommandHeader]] = {
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: broker_headers.QueryTopicConsumeByWhoRequestHeader,
     RequestCode.UNREGISTER_CLIENT: broker_headers.UnregisterClientRequestHeader,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: broker_headers.ResetOffsetRequestHeader,
+    RequestCode.GET_CONSUMER_RUNNING_INFO: broker_headers.GetConsumerRunningInfoRequestHeader,
     RequestCode.NOTIFY_BROKER_ROLE_CHANGED: controller_headers.NotifyBrokerRoleChangedRequestHeader,
 }
 NAMES = [
