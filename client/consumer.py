@@ -13,6 +13,7 @@ import inspect
 import logging
 import math
 import random
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -225,7 +226,7 @@ class ConsumeService:
                 continue
             self._enter()
             try:
-                status = await self.call_listener(msgs)
+                status = await self.call_listener(msgs, qs.mq.topic)
                 await self._process_result(qs, msgs, status is ConsumeStatus.CONSUME_SUCCESS)
             finally:
                 self._leave()
@@ -247,18 +248,26 @@ class ConsumeService:
         if self.in_flight == 0:
             self.idle.set()
 
-    async def call_listener(self, msgs: list[MessageExt]) -> ConsumeStatus | None:
+    async def call_listener(self, msgs: list[MessageExt], topic: str) -> ConsumeStatus | None:
+        """The listener's verdict on ``msgs`` (pulled from a queue of ``topic``); None when it
+        raised or returned nothing. Its time and outcome go into the consumer's stats."""
         listener = self.c.listener
         assert listener is not None
+        started = time.perf_counter()
+        r: ConsumeStatus | None = None
         try:
-            r = listener(msgs)
-            if inspect.isawaitable(r):
-                r = await r
+            got = listener(msgs)
+            if inspect.isawaitable(got):
+                got = await got
+            r = got
         except Exception:
             log.exception("group %s: message listener raised; treating as failure", self.c.group)
-            return None
-        if r is None:
-            log.warning("group %s: message listener returned None; treating as failure", self.c.group)
+        else:
+            if r is None:
+                log.warning("group %s: message listener returned None; treating as failure", self.c.group)
+        ok = r is ConsumeStatus.CONSUME_SUCCESS
+        rt_ms = (time.perf_counter() - started) * 1000
+        self.c.stats.on_consume(topic, rt_ms, len(msgs) if ok else 0, 0 if ok else len(msgs))
         return r
 
     def submit(self, qs: QueueState, msgs: list[MessageExt]) -> None:
@@ -374,7 +383,7 @@ class ConsumeService:
                 self._enter()
                 try:
                     msgs = pq.take_messages(c.consume_batch_size)
-                    status = await self.call_listener(msgs)
+                    status = await self.call_listener(msgs, mq.topic)
                     if status is ConsumeStatus.CONSUME_SUCCESS or await self._give_up(msgs):
                         offset = pq.commit()
                     else:

@@ -72,6 +72,7 @@ from client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from client.producer import Producer
 from client.pull_consumer import PullAPI
 from client.rebalance import ProcessQueue, allocate_averagely, mq_sort_key
+from client.stats import ConsumerStats
 from remoting.codes import ResponseCode
 from remoting.command import CURRENT_VERSION, version_desc
 from remoting.errors import RemotingError
@@ -151,6 +152,8 @@ class PushConsumer(StartStop):
         self.max_reconsume_times = max_reconsume_times
         self.consume_concurrency = consume_concurrency
         self._started_at_ms = 0
+        #: pull and consume figures per topic (the running info's "Consumer RT&TPS")
+        self.stats = ConsumerStats()
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_interval = pull_interval
         self.rebalance_interval = rebalance_interval
@@ -233,8 +236,7 @@ class PushConsumer(StartStop):
 
     def running_info(self) -> ConsumerRunningInfo:
         """The answer to GET_CONSUMER_RUNNING_INFO (mqadmin ``consumerStatus``): configuration,
-        subscriptions and the state of every queue it pulls. No pull / consume rates (upstream's
-        ``statusTable``): this client does not measure them."""
+        subscriptions, the state of every queue it pulls and its pull / consume figures per topic."""
         now_wall, now = time.time() * 1000, trio.current_time()
 
         def wall_ms(t: float) -> int:  # a trio-clock time as epoch milliseconds
@@ -274,6 +276,7 @@ class PushConsumer(StartStop):
             properties=props,
             subscriptionSet=sorted(self._subs.values(), key=lambda s: s.topic),
             mqTable=table,
+            statusTable=self.stats.status_table(),
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -528,6 +531,7 @@ class PushConsumer(StartStop):
                     sys_flag |= PullSysFlag.COMMIT_OFFSET
                 else:
                     commit_offset = 0
+            pull_started = time.perf_counter()
             try:
                 result = await self.api.pull(
                     mq,
@@ -547,6 +551,11 @@ class PushConsumer(StartStop):
                 return
             pq.last_pull_time = trio.current_time()
             status = result.status
+            self.stats.on_pull(
+                mq.topic,
+                (time.perf_counter() - pull_started) * 1000,
+                len(result.messages) if status is PullStatus.FOUND else 0,
+            )
             if status is PullStatus.FOUND:
                 qs.next_offset = result.next_begin_offset
                 if result.messages:

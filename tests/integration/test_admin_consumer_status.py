@@ -58,6 +58,10 @@ async def test_consumer_status_shows_the_clients_subscriptions_and_queues(tmp_pa
             detail = text.split("#Consumer MQ Detail#\n")[1]
             assert "ProcessQueueInfo [commitOffset=" in detail
             assert "droped=false" in detail
+            rates = text.split("#Consumer RT&TPS#\n")[1].splitlines()[1:]
+            topic_rates = [r.split() for r in rates if r.startswith(TOPIC)]
+            # pulled and consumed 4 messages within the last minute: 4/60 a second
+            assert [(r[2], r[4], r[5], r[6]) for r in topic_rates] == [("0.07", "0.07", "0.00", "0")]
 
             table = await cli("consumerStatus", "-n", ns, "-g", GROUP)
             assert table.exit_code == 0, table.output
