@@ -31,7 +31,7 @@ from broker.config import IGNORED_BROKER_KEYS, BrokerConfig
 from broker.topic_attributes import alter_attributes, parse_attribute_modification
 from broker.topics import is_system_topic, validate_group, validate_topic
 from remoting.codes import RequestCode, ResponseCode
-from remoting.command import CURRENT_VERSION, RemotingCommand
+from remoting.command import CURRENT_VERSION, RemotingCommand, version_desc
 from remoting.connection import ProcessorTable, RequestContext
 from remoting.errors import RemotingError, RemotingTimeoutError
 from remoting.headers import decode_header, encode_header
@@ -79,20 +79,9 @@ __all__ = [
     "config_properties",
     "parse_properties_text",
     "register",
-    "version_desc",
 ]
 
 log = logging.getLogger("broker.admin")
-
-
-def version_desc(version: int) -> str:
-    """Upstream ``MQVersion.getVersionDesc`` for versions from V4_0_0_SNAPSHOT (212) on."""
-    if version < 212:
-        return f"V_OLD({version})"
-    index = min(version, 611) - 212
-    n = index // 2
-    name = f"V{4 + n // 100}_{(n // 10) % 10}_{n % 10}"
-    return name if index % 2 else name + "_SNAPSHOT"
 
 
 # --- broker configuration as properties -------------------------------------------------------------
@@ -583,7 +572,7 @@ class AdminProcessor:
         if channel.version < V3_1_8_SNAPSHOT:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
-                f"The Consumer <{h.clientId}> Version <{channel.version}> too low to finish, "
+                f"The Consumer <{h.clientId}> Version <{version_desc(channel.version)}> too low to finish, "
                 "please upgrade it to V3_1_8_SNAPSHOT",
             )
         ask = RemotingCommand(
