@@ -20,8 +20,9 @@ import msgspec
 import trio
 
 from client.admin import NO_MASTER_PLACEHOLDER, AdminError, MQAdmin
-from client.admin_common import namesrv_option, run_admin
+from client.admin_common import echo_lines, namesrv_option, run_admin
 from client.admin_output import (
+    analyze_process_queues,
     java_date,
     mq_key,
     rebalance_ok,
@@ -375,6 +376,8 @@ def consumer_status(
             if same_subscription(infos):
                 click.echo("\n\nSame subscription in the same group of consumer", nl=False)
                 click.echo(f"\n\nRebalance {'OK' if rebalance_ok(infos) else 'Failed'}")
+                for cid, info in infos.items():
+                    echo_lines(analyze_process_queues(cid, info, int(time.time() * 1000)))
             else:
                 click.echo("\n\nWARN: Different subscription in the same group of consumer!!!", nl=False)
         failures.raise_if_any()

@@ -22,6 +22,7 @@ from remoting.protocol.common import MessageQueue, PermName, TopicConfig
 
 __all__ = [
     "all_groups_progress_lines",
+    "analyze_process_queues",
     "group_config_str",
     "group_progress_lines",
     "human_ms",
@@ -244,8 +245,33 @@ def running_info_str(info: ConsumerRunningInfo) -> str:
     return "".join(out)
 
 
+def analyze_process_queues(client_id: str, info: ConsumerRunningInfo, now_ms: int) -> list[str]:
+    """Upstream ``ConsumerRunningInfo.analyzeProcessQueue``: a push consumer's queues that look
+    stuck -- orderly: not locked, or dropped with unlock attempts; concurrent: messages cached
+    and nothing consumed for over a minute."""
+    if str(info.properties.get("PROP_CONSUME_TYPE", "CONSUME_PASSIVELY")) != "CONSUME_PASSIVELY":
+        return []
+    orderly = _java_value(info.properties.get("PROP_CONSUMEORDERLY", "false")) == "true"
+    lines: list[str] = []
+    for mq, p in sorted(info.mqTable.items(), key=lambda e: mq_key(e[0])):
+        where = (
+            f"{client_id} MessageQueue [topic={mq.topic}, brokerName={mq.brokerName}, queueId={mq.queueId}]"
+        )
+        if orderly:
+            if not p.locked:
+                lines.append(f"{where} can't lock for a while, {now_ms - p.lastLockTimestamp}ms")
+            elif p.droped and p.tryUnlockTimes > 0:
+                lines.append(f"{where} unlock {p.tryUnlockTimes} times, still failed")
+        else:
+            idle = now_ms - p.lastConsumeTimestamp
+            if idle > 60_000 and p.cachedMsgCount > 0:
+                lines.append(f"{where} can't consume for a while, maybe blocked, {idle}ms")
+    return lines
+
+
 def rebalance_ok(infos: dict[str, ConsumerRunningInfo]) -> bool:
-    """No queue is pulled by two clients of the group (the check behind mqadmin's "Rebalance OK")."""
+    """No queue is pulled by two clients of the group (mqadmin's "Rebalance OK"; upstream's
+    ``analyzeRebalance`` always says OK)."""
     seen: set[tuple[str, str, int]] = set()
     for info in infos.values():
         for mq in info.mqTable:

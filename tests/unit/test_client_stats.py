@@ -1,9 +1,12 @@
 """A push consumer's pull and consume figures (client.stats): per-second rates over the last minute,
-failures over the last hour, bounded memory."""
+failures over the last hour, bounded memory; and how consumerStatus reads a running info."""
 
 from __future__ import annotations
 
+from client.admin_output import analyze_process_queues
 from client.stats import ConsumerStats
+from remoting.protocol.broker import ConsumerRunningInfo, ProcessQueueInfo
+from remoting.protocol.common import MessageQueue
 
 
 class Clock:
@@ -49,3 +52,32 @@ def test_a_busy_second_is_one_bucket() -> None:
         stats.on_consume("T", 1.0, 1, 0)
     assert len(stats._topics["T"].ok.buckets) <= 61
     assert stats.status_table()["T"].consumeOKTPS == 1.0
+
+
+def test_stuck_queues_are_named_as_mqadmin_does() -> None:
+    info = ConsumerRunningInfo(
+        properties={"PROP_CONSUME_TYPE": "CONSUME_PASSIVELY", "PROP_CONSUMEORDERLY": "false"},
+        mqTable={
+            MessageQueue(topic="T", brokerName="b", queueId=0): ProcessQueueInfo(
+                cachedMsgCount=3, lastConsumeTimestamp=1_000
+            ),
+            MessageQueue(topic="T", brokerName="b", queueId=1): ProcessQueueInfo(
+                cachedMsgCount=0, lastConsumeTimestamp=1_000
+            ),
+            MessageQueue(topic="T", brokerName="b", queueId=2): ProcessQueueInfo(
+                cachedMsgCount=3, lastConsumeTimestamp=50_000
+            ),
+        },
+    )
+    assert analyze_process_queues("c1", info, 100_000) == [
+        "c1 MessageQueue [topic=T, brokerName=b, queueId=0] can't consume for a while, maybe blocked, 99000ms"
+    ]
+    info.properties["PROP_CONSUMEORDERLY"] = True  # the C++ client sends a JSON boolean
+    info.mqTable[MessageQueue(topic="T", brokerName="b", queueId=1)].locked = True
+    info.mqTable[MessageQueue(topic="T", brokerName="b", queueId=2)].locked = True
+    info.mqTable[MessageQueue(topic="T", brokerName="b", queueId=2)].droped = True
+    info.mqTable[MessageQueue(topic="T", brokerName="b", queueId=2)].tryUnlockTimes = 2
+    assert analyze_process_queues("c1", info, 100_000) == [
+        "c1 MessageQueue [topic=T, brokerName=b, queueId=0] can't lock for a while, 100000ms",
+        "c1 MessageQueue [topic=T, brokerName=b, queueId=2] unlock 2 times, still failed",
+    ]
