@@ -46,7 +46,8 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.connection import ProcessorTable, RequestContext
 from remoting.errors import RemotingError
-from remoting.protocol.broker import ConsumerData, HeartbeatData, ProducerData
+from remoting.fastjson import FastjsonError
+from remoting.protocol.broker import ConsumerData, HeartbeatData, ProducerData, ResetOffsetBody
 from remoting.protocol.common import MessageQueue
 from remoting.protocol.namesrv import TopicRouteData
 
@@ -153,6 +154,7 @@ class ClientInstance:
                 table = ProcessorTable()
                 table.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_consumer_ids_changed)
                 table.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
+                table.register(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
                 self.remoting = await stack.enter_async_context(RemotingClient(processors=table))
             else:
                 self._external_remoting.processors.register(
@@ -160,6 +162,9 @@ class ClientInstance:
                 )
                 self._external_remoting.processors.register(
                     RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info
+                )
+                self._external_remoting.processors.register(
+                    RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset
                 )
             self._nursery = await stack.enter_async_context(trio.open_nursery())
         except BaseException:
@@ -457,6 +462,29 @@ class ClientInstance:
         log.info("broker %s: consumer ids of group %s changed", ctx.connection.remote_address, group)
         if consumer is not None:
             consumer.request_rebalance()
+        return None
+
+    async def _on_reset_offset(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
+        """RESET_CONSUMER_CLIENT_OFFSET (oneway, from a broker applying an admin's reset through
+        its clients): the group's consumer moves its queues to the offsets of the body."""
+        group = (cmd.ext_fields or {}).get("group", "")
+        consumer = self.consumers.get(group)
+        reset_offsets = getattr(consumer, "reset_offsets", None)
+        if reset_offsets is None:
+            log.info(
+                "broker %s: offset reset for group %s, not consumed here",
+                ctx.connection.remote_address,
+                group,
+            )
+            return None
+        try:
+            body = ResetOffsetBody.decode(cmd.body_bytes)
+        except (FastjsonError, ValueError) as e:
+            log.warning(
+                "broker %s: unreadable offset reset for group %s: %s", ctx.connection.remote_address, group, e
+            )
+            return None
+        await reset_offsets(body.offsetTable)
         return None
 
     async def _on_running_info(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:

@@ -458,6 +458,18 @@ class PushConsumer(StartStop):
         log.info("group %s: stopped pulling %s", self.group, mq)
         return True
 
+    async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET from a broker: an admin reset the group's offsets on a
+        broker that leaves applying them to the clients (``useServerSideResetOffset=false``, and
+        every RocketMQ 4.x broker). Each of our queues in ``offsets`` starts over there."""
+        for mq, offset in offsets.items():
+            qs = self._queues.get(mq)
+            if qs is None or offset < 0:
+                continue
+            log.info("group %s: %s reset to offset %d by an admin", self.group, mq, offset)
+            qs.pull_scope.cancel()  # its pull may be held at the broker for seconds
+            await self._start_over(qs, offset)
+
     async def _start_over(self, qs: QueueState, offset: int) -> None:
         """The broker moved the queue's offset (PULL_OFFSET_MOVED: an admin reset it, or the
         messages at ours are gone). As upstream, the queue's messages in flight are dropped -- a

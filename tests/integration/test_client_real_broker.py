@@ -27,7 +27,9 @@ from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from client.push_consumer import PushConsumer
 from remoting.client import RemotingClient
-from remoting.protocol.broker import ConsumeFromWhere, MessageModel
+from remoting.codes import RequestCode
+from remoting.command import RemotingCommand
+from remoting.protocol.broker import ConsumeFromWhere, MessageModel, ResetOffsetBody
 from tests.integration.broker_env import broker_env, wait_until
 
 TOPIC = "ClientTopic"
@@ -248,3 +250,38 @@ async def test_messages_in_flight_at_a_reset_do_not_move_the_offset_past_it(tmp_
                     what="offsets after the second pass",
                 )
         assert sorted(calls) == sorted([b"m%d" % i for i in range(6)] * 2)
+
+
+async def test_the_push_consumer_applies_a_reset_its_broker_leaves_to_the_clients(tmp_path: Path) -> None:
+    """RESET_CONSUMER_CLIENT_OFFSET, what a broker with useServerSideResetOffset=false (every
+    RocketMQ 4.x broker) sends to the group's clients for mqadmin resetOffsetByTime; sent here
+    over the broker's real connection to the client."""
+    async with broker_env(tmp_path) as env:
+        async with Producer("PG", env.namesrv_addr) as producer:
+            for i in range(6):
+                await producer.send(Message(TOPIC, b"m%d" % i))
+        got: list[bytes] = []
+
+        async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+            got.extend(m.body for m in msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        async with (
+            fast_instance(env.namesrv_addr) as instance,
+            fast_push_consumer("ClientSideResetCG", instance, listener) as consumer,
+        ):
+            await wait_until(lambda: len(got) == 6, timeout=20, what="the six messages")
+            queues = [mq for mq in consumer.running_info().mqTable if mq.topic == TOPIC]
+            assert queues
+            body = ResetOffsetBody(offsetTable=dict.fromkeys(queues, 0)).encode()
+            fields = {"topic": TOPIC, "group": "ClientSideResetCG", "timestamp": "0", "isForce": "true"}
+            info = env.broker.consumers.get("ClientSideResetCG")
+            assert info is not None
+            for channel in info.channels.values():
+                await channel.connection.oneway(
+                    RemotingCommand(
+                        code=RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ext_fields=fields, body=body
+                    )
+                )
+            await wait_until(lambda: len(got) == 12, timeout=20, what="the six messages again")
+        assert sorted(got) == sorted([b"m%d" % i for i in range(6)] * 2)
