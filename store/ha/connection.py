@@ -256,6 +256,11 @@ class HAConnection:
                 self._confirm_due = now + CONFIRM_PUSH_DELAY
             if now >= self._confirm_due:
                 return self._header_only(now)
+        else:
+            # nothing to push on its own (data waits to be sent, held for a batch, and carries the
+            # confirm offset): a due time left from before would be a deadline in the past, and
+            # the writer would wake again and again until the held data goes out
+            self._confirm_due = math.inf
         if now >= self._last_write + self.heartbeat_interval:
             return self._header_only(now)
         return []

@@ -536,3 +536,20 @@ def test_persisted_applies_the_held_batch_and_the_backlog() -> None:
     assert [e for e in events if isinstance(e, Appended)] == [Appended(600, 660), Appended(660, 720)]
     assert slave.epoch_file.pairs() == [(1, 0), (2, 600)]
     assert client.data_to_send().endswith(SlaveAck(720).encode())
+
+
+def test_a_confirm_push_that_is_no_longer_due_leaves_no_deadline_in_the_past() -> None:
+    """A confirm push was due, then data came that waits for the slave's ack (held for a batch):
+    the push is moot (the data will carry the confirm offset), and a due time left in place made
+    next_deadline() a moment in the past -- the connection's writer woke again and again, never
+    sleeping, until the held data went out (the trio simulation hung on it with a mock clock)."""
+    log, group, config = make_group(sync_state_set=(1, 2))
+    conn = HAConnection(log, config, now=0.0, group=group)
+    connect(conn, HAClient(MemLog(mapped_file_size=1024), config, broker_id=2), 0.0)
+    fill(log, 1)
+    assert conn.poll_send(1.0)  # sent; the slave's ack is not read yet
+    fill(log, 1)  # less than a batch: held until that ack
+    conn._confirm_due = 1.0  # due from before the data came
+    assert conn.poll_send(1.005) == []
+    assert conn.holding()
+    assert conn.next_deadline() > 1.005
