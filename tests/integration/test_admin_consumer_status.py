@@ -9,10 +9,14 @@ import trio
 from click.testing import CliRunner, Result
 
 from client.admin_cli import main
-from client.message import ConsumeStatus, Message, MessageExt
-from client.producer import Producer
 from tests.integration.broker_env import BROKER_NAME, broker_env, wait_until
-from tests.integration.test_client_real_broker import TOPIC, fast_instance, fast_push_consumer
+from tests.integration.test_client_real_broker import (
+    TOPIC,
+    collecting_listener,
+    fast_instance,
+    fast_push_consumer,
+    send_bodies,
+)
 
 GROUP = "StatusCG"
 
@@ -23,14 +27,8 @@ async def cli(*args: str) -> Result:
 
 async def test_consumer_status_shows_the_clients_subscriptions_and_queues(tmp_path: Path) -> None:
     async with broker_env(tmp_path) as env:
-        async with Producer("PG", env.namesrv_addr) as producer:
-            for i in range(4):
-                await producer.send(Message(TOPIC, b"s%d" % i))
-        got: list[bytes] = []
-
-        async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
-            got.extend(m.body for m in msgs)
-            return ConsumeStatus.CONSUME_SUCCESS
+        await send_bodies(env.namesrv_addr, [b"s%d" % i for i in range(4)])
+        got, listener = collecting_listener()
 
         async with (
             fast_instance(env.namesrv_addr) as instance,

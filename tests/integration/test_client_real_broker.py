@@ -68,6 +68,24 @@ def fast_push_consumer(
     return consumer
 
 
+async def send_bodies(namesrv: str, bodies: list[bytes]) -> None:
+    """Send each body to TOPIC with one producer."""
+    async with Producer("PG", namesrv) as producer:
+        for body in bodies:
+            await producer.send(Message(TOPIC, body))
+
+
+def collecting_listener() -> tuple[list[bytes], Callable[[list[MessageExt]], Awaitable[ConsumeStatus]]]:
+    """A listener that records the bodies it is given and reports success, with its record."""
+    got: list[bytes] = []
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        got.extend(m.body for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    return got, listener
+
+
 async def test_produce_then_pull_and_push_on_the_real_broker(tmp_path: Path) -> None:
     async with broker_env(tmp_path) as env:
         async with Producer("PG", env.namesrv_addr) as producer:
@@ -186,14 +204,8 @@ async def test_the_push_consumer_follows_an_admin_reset_without_a_restart(tmp_pa
     """rmq-admin resetOffsetByTime's request while the consumer runs: it consumes again from the
     reset point (PULL_OFFSET_MOVED on its next pull of each queue) and commits from there."""
     async with broker_env(tmp_path) as env:
-        async with Producer("PG", env.namesrv_addr) as producer:
-            for i in range(6):
-                await producer.send(Message(TOPIC, b"m%d" % i))
-        got: list[bytes] = []
-
-        async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
-            got.extend(m.body for m in msgs)
-            return ConsumeStatus.CONSUME_SUCCESS
+        await send_bodies(env.namesrv_addr, [b"m%d" % i for i in range(6)])
+        got, listener = collecting_listener()
 
         async with fast_instance(env.namesrv_addr) as instance:
             consumer = fast_push_consumer("ResetCG", instance, listener)
@@ -257,14 +269,8 @@ async def test_the_push_consumer_applies_a_reset_its_broker_leaves_to_the_client
     RocketMQ 4.x broker) sends to the group's clients for mqadmin resetOffsetByTime; sent here
     over the broker's real connection to the client."""
     async with broker_env(tmp_path) as env:
-        async with Producer("PG", env.namesrv_addr) as producer:
-            for i in range(6):
-                await producer.send(Message(TOPIC, b"m%d" % i))
-        got: list[bytes] = []
-
-        async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
-            got.extend(m.body for m in msgs)
-            return ConsumeStatus.CONSUME_SUCCESS
+        await send_bodies(env.namesrv_addr, [b"m%d" % i for i in range(6)])
+        got, listener = collecting_listener()
 
         async with (
             fast_instance(env.namesrv_addr) as instance,
