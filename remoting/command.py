@@ -19,11 +19,40 @@ FLAG_ONEWAY = 0x2
 CURRENT_VERSION = 479
 
 
+#: the first 16 names of upstream's ``MQVersion.Version`` (3.0.0's pre-releases); from V3_0_1 on
+#: every release is a ``_SNAPSHOT`` name followed by the release's
+_V3_0_0 = (
+    "SNAPSHOT",
+    "ALPHA1",
+    *(f"BETA{b}" for b in range(1, 6)),
+    *(f"BETA{b}{s}" for b in range(6, 10) for s in ("_SNAPSHOT", "")),
+    "FINAL",
+)
+#: (minor, first patch, last patch) of the 3.x releases after 3.0.0, in enum order
+_V3_PATCHES = ((0, 1, 15), (1, 0, 9), (2, 0, 9), *((m, 1, 9) for m in range(3, 10)))
+
+
+def _v3_names() -> tuple[str, ...]:
+    names = [f"V3_0_0_{n}" for n in _V3_0_0]
+    for minor, first, last in _V3_PATCHES:
+        for patch in range(first, last + 1):
+            names += [f"V3_{minor}_{patch}_SNAPSHOT", f"V3_{minor}_{patch}"]
+    return tuple(names)
+
+
+_V3_NAMES = _v3_names()  # 212 names: V4_0_0_SNAPSHOT is 212
+
+
 def version_desc(version: int) -> str:
-    """Upstream ``MQVersion.getVersionDesc`` for versions from V4_0_0_SNAPSHOT (212) on."""
-    if version < 212:
-        return f"V_OLD({version})"
-    index = min(version, 611) - 212
+    """Upstream ``MQVersion.getVersionDesc``: the enum name of a client's or broker's version
+    number (the C++ client 2.x reports 63, ``V3_1_8``); past V5_9_9, ``HIGHER_VERSION``."""
+    if version < 0:
+        return f"V_UNKNOWN({version})"
+    if version < len(_V3_NAMES):
+        return _V3_NAMES[version]
+    if version >= 612:
+        return "HIGHER_VERSION"
+    index = version - 212
     n = index // 2
     name = f"V{4 + n // 100}_{(n // 10) % 10}_{n % 10}"
     return name if index % 2 else name + "_SNAPSHOT"

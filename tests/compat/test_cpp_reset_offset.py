@@ -86,6 +86,10 @@ def test_cpp_push_consumer_follows_a_reset_offset_by_time(
     assert status.returncode == 0, status.stdout + status.stderr
     lines = status.stdout.splitlines()
     assert lines[1].split()[0] == "1", status.stdout  # one client, its report written to a file
+    assert lines[1].split()[2] == "V3_1_8", status.stdout  # the version the C++ client 2.x sends
+    connection = rmq_admin("consumerConnection", "-n", cluster.namesrv, "-g", GROUP)
+    assert connection.returncode == 0, connection.stdout + connection.stderr
+    assert connection.stdout.splitlines()[1].split()[2:] == ["CPP", "V3_1_8"], connection.stdout
     report_text = Path(lines[1].split()[-1]).read_text()
     assert f"Topic: {TOPIC}" in report_text, report_text
     assert lines[-1] == "Rebalance OK", status.stdout
