@@ -236,6 +236,7 @@ class AdminProcessor:
             RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
+            RequestCode.GET_BROKER_HA_STATUS: self.get_broker_ha_status,
             RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
             RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config,
         }
@@ -610,6 +611,16 @@ class AdminProcessor:
     async def get_broker_runtime_info(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         table = await self.runtime_info()
         return _ok(request, KVTable(table=table).encode())
+
+    async def get_broker_ha_status(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+        info = self.broker.replication.ha_runtime_info()
+        if info is None:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"broker {self.broker.name} has no replication role yet: the controller has not made "
+                "it master or slave",
+            )
+        return _ok(request, info.encode())
 
     async def runtime_info(self) -> dict[str, str]:
         """The GET_BROKER_RUNTIME_INFO table (upstream key names; every value a string)."""

@@ -42,19 +42,24 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from broker.slave_sync import SlaveSynchronize
+from remoting.protocol.broker import HAClientRuntimeInfo, HAConnectionRuntimeInfo, HARuntimeInfo
 from store.config import BrokerRole
 from store.ha.ack_waiters import AckWaiters
+from store.ha.classic import ClassicHAConnection
 from store.ha.classic_service import ClassicHAService
+from store.ha.connection import HAConnection
 from store.ha.gating import rip34_check_before_put, rip34_in_sync_replicas, rip34_need_ack_nums
 from store.ha.role import RoleChangeError
 from store.ha.service import HAService
 from store.ha.store_log import DrainingStream, StoreReplicaLog
+from store.ha.streams import Link
 from store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -416,6 +421,55 @@ class Replication:
             return dict(enumerate(self.classic.slave_acks))
         return {}
 
+    def ha_runtime_info(self) -> HARuntimeInfo | None:
+        """GET_BROKER_HA_STATUS (mqadmin ``haStatus``), upstream ``HAService.getRuntimeInfo``: a
+        master lists its slave connections against its commit-log end, in sync meaning in the
+        SyncStateSet (auto-switch) or acknowledged and within ``haMaxGapNotInSync`` (classic); a
+        slave describes its link to the master. None for an auto-switch broker without a role
+        yet (nothing to describe until the controller gives it one)."""
+        store = self.broker.store
+        now = trio.current_time()
+        role = self.role
+        if role == "slave":
+            service = self.ha if self.ha is not None else self.classic
+            link = service.client_link if service is not None else None
+            now_ms = self.broker.now_ms()
+
+            def wall_ms(t: float) -> int:
+                return now_ms - round((now - t) * 1000) if link is not None and t > -math.inf else 0
+
+            return HARuntimeInfo(
+                master=False,
+                haClientRuntimeInfo=HAClientRuntimeInfo(
+                    masterAddr=service.master_address if service is not None else None,
+                    transferredByteInSecond=link.meter.per_second(now) if link is not None else 0,
+                    maxOffset=store.max_phy_offset,
+                    lastReadTimestamp=wall_ms(link.last_read) if link is not None else 0,
+                    lastWriteTimestamp=wall_ms(link.last_write) if link is not None else 0,
+                    masterFlushOffset=store.checkpoint.data.masterFlushedOffset,
+                ),
+            )
+        if role != "master":
+            return None
+        put_where = store.max_phy_offset
+        rows: list[HAConnectionRuntimeInfo] = []
+        if self.ha is not None and self.ha.group is not None:
+            in_sync_set = self.ha.group.sync_state_set
+            for conn, link in self.ha.links.items():
+                rows.append(_connection_info(conn, link, put_where, now, conn.slave_id in in_sync_set))
+            in_sync = len(in_sync_set) - 1
+        elif self.classic is not None:
+            gap = self.broker.store_config.haMaxGapNotInSync
+            for cconn, link in self.classic.links.items():
+                ok = cconn.ack_offset > 0 and put_where - cconn.ack_offset < gap
+                rows.append(_connection_info(cconn, link, put_where, now, ok))
+            in_sync = sum(row.inSync for row in rows)
+        else:
+            return None
+        return HARuntimeInfo(
+            master=True, masterCommitLogMaxOffset=put_where, inSyncSlaveNums=in_sync, haConnectionInfo=rows
+        )
+
     async def _alter(self, proposal: set[int]) -> tuple[set[int], int] | None:
         if self.alter_sync_state_set is not None:
             return await self.alter_sync_state_set(proposal)
@@ -516,3 +570,16 @@ class Replication:
             b.broker_config.brokerId,
         )
         b.request_register()
+
+
+def _connection_info(
+    conn: HAConnection | ClassicHAConnection, link: Link, put_where: int, now: float, in_sync: bool
+) -> HAConnectionRuntimeInfo:
+    return HAConnectionRuntimeInfo(
+        addr=link.address,
+        slaveAckOffset=conn.ack_offset,
+        diff=put_where - conn.ack_offset,
+        inSync=in_sync,
+        transferredByteInSecond=link.meter.per_second(now),
+        transferFromWhere=conn.next_offset,
+    )

@@ -33,6 +33,7 @@ from remoting.protocol.broker import (
     DeleteSubscriptionGroupRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsRequestHeader,
+    HARuntimeInfo,
     ProducerConnection,
     ResetOffsetBody,
     ResetOffsetRequestHeader,
@@ -290,6 +291,14 @@ class MQAdmin:
     async def fetch_broker_runtime_stats(self, broker_addr: str) -> KVTable:
         response = await self._call(broker_addr, request(RequestCode.GET_BROKER_RUNTIME_INFO))
         return KVTable.decode(_body(response))
+
+    async def get_broker_ha_status(self, broker_addr: str) -> HARuntimeInfo:
+        """GET_BROKER_HA_STATUS: the broker's replication status (mqadmin ``haStatus``)."""
+        response = await self._call(broker_addr, request(RequestCode.GET_BROKER_HA_STATUS))
+        try:
+            return HARuntimeInfo.decode(_body(response))
+        except (ValueError, msgspec.ValidationError) as e:
+            raise AdminError(ResponseCode.SYSTEM_ERROR, f"bad HARuntimeInfo body: {e}", broker_addr) from None
 
     async def query_topic_consume_by_who(self, topic: str) -> GroupList | None:
         """Consumer groups of ``topic``, asked of the first broker group of its route."""

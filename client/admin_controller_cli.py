@@ -4,10 +4,12 @@
 ``electMaster``, ``cleanBrokerMetadata`` talk to a controller group given with ``-a`` (one or more
 peer addresses, ``;``-separated); leader-only requests follow the leader
 (:mod:`client.admin_controller`); the config commands ask every listed peer.
-``getBrokerEpoch`` asks brokers (found through the name server, ``-n``) for their epoch entries.
+``getBrokerEpoch`` asks brokers (found through the name server, ``-n``) for their epoch entries,
+``haStatus`` for their replication status (a master's slaves, a slave's link to its master).
 
 Deviations from mqadmin, all additive: ``-a`` may list several peers for every command (mqadmin
 uses the first one only for some); ``getBrokerEpoch -b`` also accepts a broker address; with ``-i``
+(``getSyncStateSet``, ``getBrokerEpoch``, ``haStatus``)
 the repetition stops after ``--count`` rounds (default 10, 0 = until interrupted; mqadmin repeats
 forever).
 
@@ -17,6 +19,7 @@ forever).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec
 
@@ -27,6 +30,7 @@ from client.admin import MQAdmin
 from client.admin_common import echo_lines, namesrv_option, run_client
 from client.admin_controller import ControllerAdmin, EpochEntry, EpochEntryCache, get_broker_epoch_cache
 from remoting.client import RemotingClient
+from remoting.protocol.broker import HARuntimeInfo
 from remoting.protocol.controller import BrokerReplicasInfo, ReplicaIdentity
 
 __all__ = [
@@ -34,6 +38,7 @@ __all__ = [
     "broker_epoch_lines",
     "controller_config_lines",
     "elect_master_lines",
+    "ha_status_lines",
     "metadata_lines",
     "sync_state_set_lines",
     "update_controller_config_lines",
@@ -146,6 +151,42 @@ def broker_epoch_lines(broker_addr: str, cache: EpochEntryCache) -> list[str]:
         if i == len(cache.epochList) - 1:
             entry = EpochEntry(epoch=entry.epoch, startOffset=entry.startOffset, endOffset=cache.maxOffset)
         lines.append(f"#Epoch: {entry}")
+    return lines
+
+
+def _human_ms(ms: int) -> str:
+    """Upstream ``UtilAll.timeMillisToHumanString2``: local ``yyyy-MM-dd HH:mm:ss,SSS``."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) + f",{ms % 1000:03d}"
+
+
+def ha_status_lines(broker_addr: str, info: HARuntimeInfo) -> list[str]:
+    """``haStatus`` output for one broker: a master's slave table, or a slave's link."""
+    if not info.master:
+        c = info.haClientRuntimeInfo
+        return [
+            "",
+            f"#MasterAddr\t{_java(c.masterAddr)}",
+            f"#CommitLogMaxOffset\t{c.maxOffset}",
+            f"#TransferSpeed(KB/s)\t{c.transferredByteInSecond / 1024:.2f}",
+            f"#LastReadTime\t{_human_ms(c.lastReadTimestamp)}",
+            f"#LastWriteTime\t{_human_ms(c.lastWriteTimestamp)}",
+            f"#MasterFlushOffset\t{c.masterFlushOffset}",
+        ]
+    lines = [
+        "",
+        f"#MasterAddr\t{broker_addr}",
+        f"#MasterCommitLogMaxOffset\t{info.masterCommitLogMaxOffset}",
+        f"#SlaveNum\t{len(info.haConnectionInfo)}",
+        f"#InSyncSlaveNum\t{info.inSyncSlaveNums}",
+        f"{'#SlaveAddr':<32}  {'#SlaveAckOffset':<16} {'#Diff':>16} {'#TransferSpeed(KB/s)':>16} "
+        f"{'#Status':>16} {'#TransferFromWhere':>16}",
+    ]
+    for c in info.haConnectionInfo:
+        status = "OK" if c.inSync else "Fall Behind"
+        lines.append(
+            f"{c.addr:<32}  {c.slaveAckOffset:<16} {c.diff:>16} {c.transferredByteInSecond / 1024:>16.2f} "
+            f"{status:>16} {c.transferFromWhere:>16}"
+        )
     return lines
 
 
@@ -322,6 +363,40 @@ def get_broker_epoch(
     run_client("getBrokerEpoch", go, timeout)
 
 
+@click.command("haStatus")
+@namesrv_option
+@click.option("-c", "--clusterName", "cluster_name", default=None, help="which cluster")
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="which broker to fetch")
+@_interval_options
+def ha_status(
+    namesrv: str,
+    timeout: float,
+    cluster_name: str | None,
+    broker_addr: str | None,
+    interval: int | None,
+    count: int,
+) -> None:
+    """Fetch ha runtime status data."""
+    if not broker_addr and not cluster_name:
+        raise click.UsageError("one of -b/--brokerAddr or -c/--clusterName is required")
+
+    async def go(rc: RemotingClient) -> None:
+        admin = MQAdmin(rc, namesrv, timeout=timeout)
+
+        async def once() -> None:
+            if broker_addr:
+                targets = [broker_addr.strip()]
+            else:
+                assert cluster_name is not None
+                targets = await admin.fetch_master_addrs_by_cluster(cluster_name.strip())
+            for addr in targets:
+                echo_lines(ha_status_lines(addr, await admin.get_broker_ha_status(addr)))
+
+        await _rounds(interval, count, once)
+
+    run_client("haStatus", go, timeout)
+
+
 @click.command("electMaster")
 @namesrv_option
 @_controller_option("The address of controller")
@@ -420,6 +495,7 @@ COMMANDS: tuple[click.Command, ...] = (
     update_controller_config,
     get_sync_state_set,
     get_broker_epoch,
+    ha_status,
     elect_master,
     clean_broker_metadata,
 )

@@ -668,3 +668,44 @@ __all__ = [
     "ViewMessageRequestHeader",
     "enum_of",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Replication status (GET_BROKER_HA_STATUS, 907; mqadmin haStatus)
+
+
+class HAConnectionRuntimeInfo(Body, kw_only=True):
+    """One slave connection of a master: its address, what it acknowledged, how far behind the
+    master's end, whether it counts as in sync, the bytes per second sent to it and the offset
+    its next transfer starts at (upstream ``HARuntimeInfo.HAConnectionRuntimeInfo``)."""
+
+    addr: str = ""
+    slaveAckOffset: int = 0
+    diff: int = 0
+    inSync: bool = False
+    transferredByteInSecond: int = 0
+    transferFromWhere: int = 0
+
+
+class HAClientRuntimeInfo(Body, kw_only=True):
+    """A slave's side: its master's HA address, its own max offset, the bytes per second it
+    receives, when it last read from and wrote to the master (epoch ms) and the master flush
+    offset it keeps (upstream ``HARuntimeInfo.HAClientRuntimeInfo``)."""
+
+    masterAddr: str | None = None
+    transferredByteInSecond: int = 0
+    maxOffset: int = 0
+    lastReadTimestamp: int = 0
+    lastWriteTimestamp: int = 0
+    masterFlushOffset: int = 0
+
+
+class HARuntimeInfo(Body, kw_only=True):
+    """A broker's replication status (upstream ``HARuntimeInfo``): a master fills the first four
+    fields, a slave ``haClientRuntimeInfo``."""
+
+    master: bool = False
+    masterCommitLogMaxOffset: int = 0
+    inSyncSlaveNums: int = 0
+    haConnectionInfo: list[HAConnectionRuntimeInfo] = []
+    haClientRuntimeInfo: HAClientRuntimeInfo = msgspec.field(default_factory=HAClientRuntimeInfo)

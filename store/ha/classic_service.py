@@ -30,7 +30,7 @@ from store.ha.classic import ClassicHAClient, ClassicHAConnection
 from store.ha.events import CloseConnection
 from store.ha.gating import acked_by_count, classic_slave_available
 from store.ha.replica_log import ReplicaLog
-from store.ha.streams import send_buffers
+from store.ha.streams import Link, peer_address, send_buffers
 from store.results import PutMessageStatus
 
 log = logging.getLogger("store.ha.classic_service")
@@ -67,6 +67,10 @@ class ClassicHAService:
         self.reconnect_interval = reconnect_interval
         self._connect = connect
         self.connections: set[ClassicHAConnection] = set()
+        #: master: every slave's connection with its address and send rate (``haStatus``)
+        self.links: dict[ClassicHAConnection, Link] = {}
+        #: slave: the current or last connection to the master
+        self.client_link: Link | None = None
         self.client: ClassicHAClient | None = None
         #: sessions with a master that ended (slave side; tests and status)
         self.sessions = 0
@@ -129,6 +133,7 @@ class ClassicHAService:
             await trio.aclose_forcefully(stream)
             return
         conn = ClassicHAConnection(self.log, self.config, now=trio.current_time())
+        link = Link(peer_address(stream))
         wake = trio.Event()
         wakes = self._wakes
         holder = [wake]
@@ -160,18 +165,21 @@ class ClassicHAService:
                     return
                 while not conn.closed and (bufs := conn.poll_send(now)):
                     await send_buffers(stream, bufs)
+                    link.meter.add(sum(map(len, bufs)), trio.current_time())
                 if conn.closed:
                     return
                 with trio.move_on_at(conn.next_deadline()):
                     await event.wait()
 
         self.connections.add(conn)
+        self.links[conn] = link
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_run_then_cancel, reader, nursery.cancel_scope)
                 nursery.start_soon(_run_then_cancel, writer, nursery.cancel_scope)
         finally:
             self.connections.discard(conn)
+            self.links.pop(conn, None)
             wakes.discard(holder[0])
             conn.connection_lost()
             self._notify_acked()
@@ -214,6 +222,7 @@ class ClassicHAService:
 
     async def _session(self, stream: trio.abc.Stream, client: ClassicHAClient, address: str) -> None:
         scope = self._session_scope = trio.CancelScope()
+        link = self.client_link = Link(address)
         try:
             with scope:
                 client.connection_made(trio.current_time())
@@ -222,6 +231,7 @@ class ClassicHAService:
                     out = client.data_to_send()
                     if out:
                         await stream.send_all(out)
+                        link.last_write = trio.current_time()
                     data: bytes | bytearray | None = None
                     deadline = client.next_deadline()
                     with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf):
@@ -233,6 +243,8 @@ class ClassicHAService:
                         log.info("master %s closed the classic HA connection", address)
                         return
                     else:
+                        link.last_read = now
+                        link.meter.add(len(data), now)
                         events = client.receive_data(data, now)
                     if any(isinstance(e, CloseConnection) for e in events):
                         return

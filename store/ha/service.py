@@ -41,7 +41,7 @@ from store.ha.events import CloseConnection, PersistRequired
 from store.ha.master import HAMasterState
 from store.ha.replica_log import ReplicaLog
 from store.ha.role import become_master, become_slave
-from store.ha.streams import send_buffers
+from store.ha.streams import Link, peer_address, send_buffers
 from store.results import PutMessageStatus
 
 log = logging.getLogger("store.ha.service")
@@ -114,6 +114,10 @@ class HAService:
         self._role_scope: trio.CancelScope | None = None
         self._connection_scopes: set[trio.CancelScope] = set()
         self._writers: dict[HAConnection, _Signal] = {}
+        #: master: every slave's connection with its address and send rate (``haStatus``)
+        self.links: dict[HAConnection, Link] = {}
+        #: slave: the current or last connection to the master
+        self.client_link: Link | None = None
         #: run whenever what is acknowledged may have changed (see the module docstring)
         self.ack_listeners: list[Callable[[], None]] = []
         self._acked = _Signal()
@@ -285,6 +289,7 @@ class HAService:
         scope = trio.CancelScope()
         self._connection_scopes.add(scope)
         self._writers[conn] = wake
+        link = self.links[conn] = Link(peer_address(stream))
 
         async def reader() -> None:
             while not conn.closed:
@@ -311,6 +316,7 @@ class HAService:
                 conn.tick(now)
                 while not conn.closed and (bufs := conn.poll_send(now)):
                     await send_buffers(stream, bufs)
+                    link.meter.add(sum(map(len, bufs)), trio.current_time())
                 if conn.closed:
                     return
                 wake.until = conn.next_deadline()
@@ -327,6 +333,7 @@ class HAService:
         finally:
             self._connection_scopes.discard(scope)
             self._writers.pop(conn, None)
+            self.links.pop(conn, None)
             conn.connection_lost()
             self._acks_changed()
             self._sss.notify()
@@ -358,6 +365,7 @@ class HAService:
         scope = trio.CancelScope()
         self._connection_scopes.add(scope)
         retry = RECONNECT_RETRY
+        link = self.client_link = Link(self.master_address or "?")
         try:
             with scope:
                 client.connection_made(trio.current_time())
@@ -365,6 +373,7 @@ class HAService:
                     out = client.data_to_send()
                     if out:
                         await stream.send_all(out)
+                        link.last_write = trio.current_time()
                     data: bytes | bytearray | None = None
                     deadline = client.next_deadline()
                     with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf):
@@ -376,6 +385,8 @@ class HAService:
                         log.info("master %s closed the HA connection", self.master_address)
                         return retry
                     else:
+                        link.last_read = now
+                        link.meter.add(len(data), now)
                         events = client.receive_data(data, now)
                     while events:
                         event = events.pop(0)

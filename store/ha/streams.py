@@ -1,4 +1,5 @@
-"""Master-side HA transport: one vectored write per batch of packets, without copying the log.
+"""HA transport: one vectored write per batch of packets, without copying the log; the per-link
+figures of ``haStatus`` (:class:`Link`).
 
 A TRANSFER packet is a small header plus a body that is a view of the mapped commit log, and one
 ``HAConnection.poll_send`` returns several such packets. Writing each buffer with its own
@@ -8,6 +9,7 @@ bodies. :func:`send_buffers` hands them all to the kernel at once with scatter/g
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import trio
@@ -40,3 +42,54 @@ async def send_buffers(stream: trio.abc.Stream, buffers: Sequence[Buffer]) -> No
                 break
             sent -= size
             i += 1
+
+
+class TransferMeter:
+    """Bytes moved per second (upstream ``FlowMonitor``'s ``transferredByteInSecond``): what went
+    through in the last whole second of the clock; 0 once a second passed without any."""
+
+    __slots__ = ("_count", "_last", "_second")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._count = 0
+        self._last = 0
+
+    def add(self, nbytes: int, now: float) -> None:
+        second = int(now)
+        if second != self._second:
+            self._last = self._count if second == self._second + 1 else 0
+            self._second = second
+            self._count = 0
+        self._count += nbytes
+
+    def per_second(self, now: float) -> int:
+        second = int(now)
+        if second == self._second:
+            return self._last
+        return self._count if second == self._second + 1 else 0
+
+
+class Link:
+    """What the status of one HA connection shows besides its protocol state (upstream
+    ``HARuntimeInfo``): the peer's address, the bytes per second it moves (a master counts what
+    it sends, a slave what it receives) and, on a slave, when it last read from and wrote to its
+    master (trio clock; -inf before the first)."""
+
+    __slots__ = ("address", "last_read", "last_write", "meter")
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.meter = TransferMeter()
+        self.last_read = -math.inf
+        self.last_write = -math.inf
+
+
+def peer_address(stream: trio.abc.Stream) -> str:
+    """``host:port`` of the other end of a socket stream ("?" for other streams)."""
+    sock = getattr(stream, "socket", None)
+    try:
+        host, port = sock.getpeername()[:2] if sock is not None else ("?", None)
+    except OSError:
+        return "?"
+    return host if port is None else f"{host}:{port}"
