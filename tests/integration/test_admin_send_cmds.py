@@ -12,7 +12,7 @@ from client.admin_cli import main
 from client.admin_send_cli import COMMANDS
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import request
-from tests.integration.broker_env import BROKER_NAME, broker_env
+from tests.integration.broker_env import BROKER_NAME, CLUSTER, broker_env
 from tests.integration.broker_requests import describe, messages, pull_request
 from tests.integration.test_admin_more_commands import create_topic
 
@@ -78,3 +78,34 @@ async def test_send_msg_status_sends_to_the_brokers_own_topic(tmp_path: Path) ->
         assert r.code == ResponseCode.SUCCESS, describe(r)
         bodies = {m.body for m in messages(r)}
         assert b"hello jodie" * 5 in bodies, bodies
+
+
+async def test_cluster_rt_one_line_per_broker(tmp_path: Path) -> None:
+    async with broker_env(tmp_path) as env:
+        result = await cli("clusterRT", "-n", env.namesrv_addr, "-a", "4", "--count", "1")
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()
+        assert lines[0].split() == [
+            "#Cluster",
+            "Name",
+            "#Broker",
+            "Name",
+            "#RT",
+            "#successCount",
+            "#failCount",
+        ]
+        (row,) = [line.split() for line in lines[1:]]
+        assert (row[0], row[1], row[3], row[4]) == (CLUSTER, BROKER_NAME, "4", "0"), lines
+        assert re.fullmatch(r"\d+\.\d\d", row[2]), row
+
+        result = await cli(
+            "clusterRT", "-n", env.namesrv_addr, "-a", "2", "-p", "true", "-m", "room1", "--count", "1"
+        )
+        assert result.exit_code == 0, result.output
+        assert re.fullmatch(
+            rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\|room1\|{CLUSTER}\|{BROKER_NAME}\|\d+", result.output.strip()
+        ), result.output
+
+        result = await cli("clusterRT", "-n", env.namesrv_addr, "-c", "NoCluster", "--count", "1")
+        assert result.exit_code == 0, result.output
+        assert result.output.splitlines()[1:] == ["cluster [NoCluster] not exist"]
