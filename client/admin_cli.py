@@ -550,9 +550,17 @@ def _add_commands() -> None:
     from client.admin_messages import COMMANDS as MESSAGE_COMMANDS
     from client.admin_namesrv_cli import NAMESRV_COMMANDS
     from client.admin_offsets_cli import COMMANDS as OFFSET_COMMANDS
+    from client.admin_print_cli import COMMANDS as PRINT_COMMANDS
     from client.admin_send_cli import COMMANDS as SEND_COMMANDS
 
-    for command in (*NAMESRV_COMMANDS, *BROKER_COMMANDS, *MESSAGE_COMMANDS, *OFFSET_COMMANDS, *SEND_COMMANDS):
+    for command in (
+        *NAMESRV_COMMANDS,
+        *BROKER_COMMANDS,
+        *MESSAGE_COMMANDS,
+        *OFFSET_COMMANDS,
+        *SEND_COMMANDS,
+        *PRINT_COMMANDS,
+    ):
         main.add_command(command)
 
 
