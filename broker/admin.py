@@ -5,6 +5,7 @@ GET_TOPIC_CONFIG (351), GET_TOPIC_STATS_INFO (202), GET_SYSTEM_TOPIC_LIST_FROM_B
 Groups and offsets: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG
 (201), DELETE_SUBSCRIPTIONGROUP (207), GET_SUBSCRIPTIONGROUP_CONFIG (352), GET_CONSUME_STATS (208),
 GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), QUERY_TOPIC_CONSUME_BY_WHO (300).
+Queues: QUERY_CONSUME_QUEUE (321, in :mod:`broker.consume_queue_query`).
 Broker: GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26), UPDATE_BROKER_CONFIG (25).
 
 Response codes and remarks are upstream's. Deviations, each deliberate:
@@ -22,12 +23,14 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
 
 from broker.config import IGNORED_BROKER_KEYS, BrokerConfig
+from broker.consume_queue_query import query_consume_queue
 from broker.topic_attributes import alter_attributes, parse_attribute_modification
 from broker.topics import is_system_topic, validate_group, validate_topic
 from remoting.codes import RequestCode, ResponseCode
@@ -235,6 +238,7 @@ class AdminProcessor:
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
             RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
+            RequestCode.QUERY_CONSUME_QUEUE: partial(query_consume_queue, self.broker),
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
             RequestCode.GET_BROKER_HA_STATUS: self.get_broker_ha_status,
             RequestCode.GET_BROKER_CONFIG: self.get_broker_config,

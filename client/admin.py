@@ -35,6 +35,8 @@ from remoting.protocol.broker import (
     GetConsumeStatsRequestHeader,
     HARuntimeInfo,
     ProducerConnection,
+    QueryConsumeQueueRequestHeader,
+    QueryConsumeQueueResponseBody,
     ResetOffsetBody,
     ResetOffsetRequestHeader,
     SubscriptionGroupConfig,
@@ -436,6 +438,32 @@ class MQAdmin:
         if not merged.offsetTable:
             raise AdminError(ResponseCode.TOPIC_NOT_EXIST, "Not found the topic stats info", "")
         return merged
+
+    async def query_consume_queue(
+        self,
+        broker_addr: str,
+        topic: str,
+        queue_id: int,
+        index: int,
+        count: int,
+        consumer_group: str | None = None,
+    ) -> QueryConsumeQueueResponseBody:
+        """QUERY_CONSUME_QUEUE (mqadmin ``queryCq``): ``count`` consume-queue units of the queue
+        from ``index``. A broker answers an index outside the queue with a success without body
+        and a remark (upstream does); that raises ValueError with the remark."""
+        header = QueryConsumeQueueRequestHeader(
+            topic=topic, queueId=queue_id, index=index, count=count, consumerGroup=consumer_group
+        )
+        cmd = request(RequestCode.QUERY_CONSUME_QUEUE, dict(encode_header(header)))
+        response = await self._call(broker_addr, cmd)
+        if not response.body:
+            raise ValueError(f"{response.remark or 'no consume queue data'} (broker {broker_addr})")
+        try:
+            return QueryConsumeQueueResponseBody.decode(_body(response))
+        except (ValueError, msgspec.ValidationError) as e:
+            raise AdminError(
+                ResponseCode.SYSTEM_ERROR, f"bad QueryConsumeQueueResponseBody: {e}", broker_addr
+            ) from None
 
     # --- subscription groups and consumers ----------------------------------------------------------
 

@@ -587,6 +587,42 @@ class ConsumerRunningInfo(Body, kw_only=True):
     jstack: str | None = None
 
 
+class QueryConsumeQueueRequestHeader(CommandHeader):
+    """QUERY_CONSUME_QUEUE (321, mqadmin ``queryCq``): ``count`` units of a queue from ``index``,
+    with the subscription of ``consumerGroup`` when given."""
+
+    topic: str
+    queueId: int
+    index: int
+    count: int
+    consumerGroup: str | None = None
+
+
+class ConsumeQueueData(Body, kw_only=True):
+    """One consume-queue unit as QUERY_CONSUME_QUEUE reports it (upstream ``ConsumeQueueData``):
+    the message's commit-log offset and size, its tags code; the other fields describe the
+    consume-queue extension, which this store does not keep."""
+
+    physicOffset: int = 0
+    physicSize: int = 0
+    tagsCode: int = 0
+    extendDataJson: str | None = None
+    bitMap: str | None = None
+    eval: bool = False
+    msg: str | None = None
+
+
+class QueryConsumeQueueResponseBody(Body, kw_only=True):
+    """QUERY_CONSUME_QUEUE's answer (upstream ``QueryConsumeQueueResponseBody``): the units, the
+    queue's index range, and for a consumer group its subscription and filter data."""
+
+    subscriptionData: SubscriptionData | None = None
+    filterData: str | None = None
+    queueData: list[ConsumeQueueData] | None = None
+    maxQueueIndex: int = 0
+    minQueueIndex: int = 0
+
+
 class GetConsumeStatsInBrokerHeader(CommandHeader):
     """GET_BROKER_CONSUME_STATS (317): ``isOrder`` limits the answer to order topics."""
 
@@ -606,6 +642,7 @@ class ConsumeStatsList(Body, kw_only=True):
 __all__ = [
     "Connection",
     "ConsumeFromWhere",
+    "ConsumeQueueData",
     "ConsumeStats",
     "ConsumeStatsList",
     "ConsumeStatusBody",
@@ -645,6 +682,8 @@ __all__ = [
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
     "PullSysFlag",
+    "QueryConsumeQueueRequestHeader",
+    "QueryConsumeQueueResponseBody",
     "QueryConsumerOffsetRequestHeader",
     "QueryMessageRequestHeader",
     "QueryMessageResponseHeader",

@@ -100,6 +100,7 @@ HEADER_OF: dict[int, type[CommandHeader]] = {
     RequestCode.GET_PRODUCER_CONNECTION_LIST: broker_headers.GetProducerConnectionListRequestHeader,
     RequestCode.GET_TOPIC_STATS_INFO: broker_headers.GetTopicStatsInfoRequestHeader,
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: broker_headers.QueryTopicConsumeByWhoRequestHeader,
+    RequestCode.QUERY_CONSUME_QUEUE: broker_headers.QueryConsumeQueueRequestHeader,
     RequestCode.UNREGISTER_CLIENT: broker_headers.UnregisterClientRequestHeader,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: broker_headers.ResetOffsetRequestHeader,
     RequestCode.GET_CONSUMER_RUNNING_INFO: broker_headers.GetConsumerRunningInfoRequestHeader,
