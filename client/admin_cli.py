@@ -551,6 +551,7 @@ def _add_commands() -> None:
     from client.admin_namesrv_cli import NAMESRV_COMMANDS
     from client.admin_offsets_cli import COMMANDS as OFFSET_COMMANDS
     from client.admin_print_cli import COMMANDS as PRINT_COMMANDS
+    from client.admin_queue_cli import COMMANDS as QUEUE_COMMANDS
     from client.admin_send_cli import COMMANDS as SEND_COMMANDS
 
     for command in (
@@ -560,6 +561,7 @@ def _add_commands() -> None:
         *OFFSET_COMMANDS,
         *SEND_COMMANDS,
         *PRINT_COMMANDS,
+        *QUEUE_COMMANDS,
     ):
         main.add_command(command)
 
