@@ -3,6 +3,7 @@ that turns an admin failure into mqadmin's one-line message and exit status 1.""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec
@@ -11,10 +12,20 @@ import click
 import trio
 
 from client.admin import AdminError, MQAdmin
+from client.message import MQClientError
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 
-__all__ = ["DEFAULT_NAMESRV", "echo_lines", "fail", "namesrv_option", "run_admin", "run_client"]
+__all__ = [
+    "DEFAULT_NAMESRV",
+    "echo_lines",
+    "fail",
+    "namesrv_addr",
+    "namesrv_option",
+    "run_admin",
+    "run_client",
+    "run_command",
+]
 
 P = ParamSpec("P")
 
@@ -45,6 +56,33 @@ def run_client(command: str, fn: Callable[[RemotingClient], Awaitable[None]], ti
         sys.exit(130)
     if failures:
         fail(command, failures[0])
+
+
+def namesrv_addr(value: str | None) -> str:
+    """The name server list of a command: its ``-n``, else ``$NAMESRV_ADDR``, else the default."""
+    return value or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
+
+
+def run_command(command: str, fn: Callable[[], Awaitable[None]]) -> None:
+    """Run ``fn`` in one trio loop (commands that open a producer or consumer of their own); an
+    AdminError, RemotingError, MQClientError or ValueError -- also one raised inside a client's
+    nursery, which arrives wrapped in exception groups -- ends the command with :func:`fail`."""
+    errors: list[BaseException] = []
+
+    def leaves(exc: BaseException) -> list[BaseException]:
+        if isinstance(exc, BaseExceptionGroup):
+            return [leaf for sub in exc.exceptions for leaf in leaves(sub)]
+        return [exc]
+
+    async def main() -> None:
+        try:
+            await fn()
+        except* (AdminError, RemotingError, MQClientError, ValueError) as group:
+            errors.extend(leaves(group))
+
+    trio.run(main)
+    if errors:
+        fail(command, errors[0])
 
 
 def run_admin(command: str, fn: Callable[[MQAdmin], Awaitable[None]], namesrv: str, timeout: float) -> None:

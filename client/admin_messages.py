@@ -8,50 +8,22 @@ Same names and flag letters as mqadmin. They are click commands added to the ``r
 from __future__ import annotations
 
 import codecs
-import os
 import time
-from collections.abc import Awaitable, Callable
 
 import click
-import trio
 
 from client.admin import AdminError, MQAdmin, route_addrs
-from client.admin_common import DEFAULT_NAMESRV, fail
-from client.message import Message, MessageExt, MQClientError, PullStatus
+from client.admin_common import namesrv_addr, run_command
+from client.message import Message, MessageExt, PullStatus
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
-from remoting.errors import RemotingError
 from remoting.protocol.common import MessageQueue
 from remoting.protocol.message import StoredMessage, decode_offset_msg_id, iter_messages
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
-
-
-def _namesrv(value: str | None) -> str:
-    return value or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
-
-
-def _run(command: str, fn: Callable[[], Awaitable[None]]) -> None:
-    errors: list[BaseException] = []
-
-    def leaves(exc: BaseException) -> list[BaseException]:
-        if isinstance(exc, BaseExceptionGroup):
-            return [leaf for sub in exc.exceptions for leaf in leaves(sub)]
-        return [exc]
-
-    async def main() -> None:
-        # Errors raised inside a client's nursery arrive wrapped in exception groups.
-        try:
-            await fn()
-        except* (AdminError, RemotingError, MQClientError, ValueError) as group:
-            errors.extend(leaves(group))
-
-    trio.run(main)
-    if errors:
-        fail(command, errors[0])
 
 
 def _fmt_ts(ms: int) -> str:
@@ -146,7 +118,7 @@ def query_msg_by_id(namesrv: str | None, msg_id: str, topic: str | None, timeout
             # A unique key and an offset id are both 32 hex digits: with a topic, look the id up
             # as a unique key first (no connection to a made-up address), then as an offset id.
             if topic is not None:
-                admin = MQAdmin(rc, _namesrv(namesrv), timeout=timeout)
+                admin = MQAdmin(rc, namesrv_addr(namesrv), timeout=timeout)
                 hits = await query_by_key(admin, topic, msg_id, 0, 2**63 - 1, unique=True)
                 if hits:
                     print_message(hits[0])
@@ -160,7 +132,7 @@ def query_msg_by_id(namesrv: str | None, msg_id: str, topic: str | None, timeout
                 ) from None
             print_message(msg)
 
-    _run("queryMsgById", go)
+    run_command("queryMsgById", go)
 
 
 @click.command("queryMsgByUniqueKey")
@@ -178,7 +150,7 @@ def query_msg_by_unique_key(
 
     async def go() -> None:
         async with RemotingClient(connect_timeout=min(timeout, 3.0), name="rmq-admin") as rc:
-            admin = MQAdmin(rc, _namesrv(namesrv), timeout=timeout)
+            admin = MQAdmin(rc, namesrv_addr(namesrv), timeout=timeout)
             route_topic = cluster_name.strip() if cluster_name else None
             hits = await query_by_key(
                 admin, topic, msg_id, 0, 2**63 - 1, 32, unique=True, route_topic=route_topic
@@ -191,7 +163,7 @@ def query_msg_by_unique_key(
                     click.echo("")
                 print_message(msg)
 
-    _run("queryMsgByUniqueKey", go)
+    run_command("queryMsgByUniqueKey", go)
 
 
 @click.command("queryMsgByKey")
@@ -206,12 +178,14 @@ def query_msg_by_key(namesrv: str | None, topic: str, key: str, begin: int, end:
 
     async def go() -> None:
         async with RemotingClient(connect_timeout=min(timeout, 3.0), name="rmq-admin") as rc:
-            hits = await query_by_key(MQAdmin(rc, _namesrv(namesrv), timeout=timeout), topic, key, begin, end)
+            hits = await query_by_key(
+                MQAdmin(rc, namesrv_addr(namesrv), timeout=timeout), topic, key, begin, end
+            )
             click.echo(f"{'#Message ID':<50}{'#QID':<6}#Offset")
             for msg in hits:
                 click.echo(f"{msg.msg_id:<50}{msg.queue_id:<6}{msg.queue_offset}")
 
-    _run("queryMsgByKey", go)
+    run_command("queryMsgByKey", go)
 
 
 @click.command("queryMsgByOffset")
@@ -235,7 +209,7 @@ def query_msg_by_offset(
             raise click.BadParameter(f"unknown charset {body_format!r}", param_hint="-f") from None
 
     async def go() -> None:
-        async with PullConsumer("TOOLS_CONSUMER", _namesrv(namesrv)) as consumer:
+        async with PullConsumer("TOOLS_CONSUMER", namesrv_addr(namesrv)) as consumer:
             queues = await consumer.fetch_subscribe_message_queues(topic)
             mq = MessageQueue(topic=topic, brokerName=broker_name, queueId=queue_id)
             if mq not in queues:
@@ -255,7 +229,7 @@ def query_msg_by_offset(
             if body_format is not None:
                 click.echo(f"{'Message Body:':<20}{msg.body.decode(body_format.strip(), 'replace')}")
 
-    _run("queryMsgByOffset", go)
+    run_command("queryMsgByOffset", go)
 
 
 @click.command("sendMessage")
@@ -278,7 +252,7 @@ def send_message(
     """Send one message and print the result like mqadmin."""
 
     async def go() -> None:
-        async with Producer("TOOLS_PRODUCER", _namesrv(namesrv)) as producer:
+        async with Producer("TOOLS_PRODUCER", namesrv_addr(namesrv)) as producer:
             msg = Message(topic, body, tags=tags, keys=key)
             queue = None
             if broker_name is not None:
@@ -299,7 +273,7 @@ def send_message(
             mq = result.message_queue
             click.echo(f"{mq.brokerName:<32}{mq.queueId:<6}{result.send_status.name:<16}{result.msg_id}")
 
-    _run("sendMessage", go)
+    run_command("sendMessage", go)
 
 
 @click.command("consumeMessage")
@@ -322,7 +296,7 @@ def consume_message(
     """Pull and print up to -c messages of a topic (or one queue) without committing offsets."""
 
     async def go() -> None:
-        async with PullConsumer(group, _namesrv(namesrv)) as consumer:
+        async with PullConsumer(group, namesrv_addr(namesrv)) as consumer:
             queues: list[MessageQueue] = await consumer.fetch_subscribe_message_queues(topic)
             queues = [
                 q
@@ -347,7 +321,7 @@ def consume_message(
                     pos = result.next_begin_offset
             click.echo(f"Consumed {count - left} message(s) from {len(queues)} queue(s)")
 
-    _run("consumeMessage", go)
+    run_command("consumeMessage", go)
 
 
 COMMANDS = (

@@ -32,8 +32,7 @@ from contextlib import asynccontextmanager
 
 import click
 
-from client.admin_common import namesrv_option
-from client.admin_messages import _run
+from client.admin_common import namesrv_option, run_command
 from client.admin_offsets_cli import parse_timestamp
 from client.instance import ClientInstance
 from client.message import MessageExt, MQClientError, PullStatus
@@ -310,7 +309,7 @@ def print_msg(
             if failed:
                 raise _unread(failed)
 
-    _run("printMsg", go)
+    run_command("printMsg", go)
 
 
 @click.command("printMsgByQueue")
@@ -392,7 +391,7 @@ def print_msg_by_queue(
             if not ok:
                 raise _unread(1)
 
-    _run("printMsgByQueue", go)
+    run_command("printMsgByQueue", go)
 
 
 COMMANDS = [print_msg, print_msg_by_queue]

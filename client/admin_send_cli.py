@@ -17,7 +17,7 @@ import click
 import trio
 
 from client.admin import MQAdmin
-from client.admin_messages import _namesrv, _run
+from client.admin_common import namesrv_addr, run_command
 from client.message import Message, MQClientError, SendResult
 from client.producer import Producer
 from remoting.client import RemotingClient
@@ -52,7 +52,7 @@ def check_msg_send_rt(namesrv: str | None, topic: str, amount: int, size: int) -
         raise click.UsageError("-a and -s must be positive")
 
     async def go() -> None:
-        async with Producer(str(int(time.time() * 1000)), _namesrv(namesrv)) as producer:
+        async with Producer(str(int(time.time() * 1000)), namesrv_addr(namesrv)) as producer:
             chosen: list[MessageQueue] = []
 
             def by_index(queues: list[MessageQueue], _msg: Message, arg: int) -> MessageQueue:
@@ -81,7 +81,7 @@ def check_msg_send_rt(namesrv: str | None, topic: str, amount: int, size: int) -
             avg = f"{elapsed_ns / (amount - 1) / 1e6:.2f}" if amount > 1 else "NaN"
             click.echo(f"Avg RT: {avg}")
 
-    _run("checkMsgSendRT", go)
+    run_command("checkMsgSendRT", go)
 
 
 @click.command("sendMsgStatus")
@@ -105,7 +105,7 @@ def send_msg_status(namesrv: str | None, broker_name: str, size: int, count: int
         return b"hello jodie" * -(-nbytes // 11)
 
     async def go() -> None:
-        async with Producer("PID_SMSC", _namesrv(namesrv)) as producer:
+        async with Producer("PID_SMSC", namesrv_addr(namesrv)) as producer:
             await producer.send(Message(name, body(16)))
             for _ in range(count):
                 start = time.monotonic_ns()
@@ -113,7 +113,7 @@ def send_msg_status(namesrv: str | None, broker_name: str, size: int, count: int
                 rt = (time.monotonic_ns() - start) // 1_000_000
                 click.echo(f"rt={rt}ms, SendResult={send_result_str(result)}")
 
-    _run("sendMsgStatus", go)
+    run_command("sendMsgStatus", go)
 
 
 #: the time zone of mqadmin's ``clusterRT -p true`` lines (fixed upstream, whatever the host's)
@@ -147,7 +147,7 @@ def cluster_rt(
     tlog = print_log.strip().lower() == "true"
 
     async def go() -> None:
-        addr = _namesrv(namesrv)
+        addr = namesrv_addr(namesrv)
         async with RemotingClient(name="rmq-admin") as rc:
             info = await MQAdmin(rc, addr).examine_broker_cluster_info()
         async with Producer(str(int(time.time() * 1000)), addr) as producer:
@@ -186,7 +186,7 @@ def cluster_rt(
                     return
                 await trio.sleep(interval)
 
-    _run("clusterRT", go)
+    run_command("clusterRT", go)
 
 
 COMMANDS = [check_msg_send_rt, send_msg_status, cluster_rt]
