@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any, ParamSpec
 
 import click
 
@@ -59,6 +60,8 @@ _PROPERTIES_CAPACITY = 128
 #: a pull that does not move the offset this many times in a row ends the queue (a lagging slave
 #: answers "retry" without moving it; mqadmin would spin)
 _MAX_STALLED_PULLS = 3
+
+P = ParamSpec("P")
 
 SEPARATOR = "--------------------------------------------------------"
 
@@ -229,27 +232,44 @@ def _unread(failed: int) -> ValueError:
 # --- commands --------------------------------------------------------------------------------
 
 
+def _read_options(f: Callable[P, Any]) -> Callable[P, Any]:
+    """The options both commands share: -c charset, -s subscription expression, -b / -e window."""
+    for option in reversed(
+        (
+            click.option(
+                "-c", "--charsetName", "charset_name", default=None, help="CharsetName(eg: UTF-8,GBK)"
+            ),
+            click.option(
+                "-s",
+                "--subExpression",
+                "sub_expression",
+                default=None,
+                help="Subscribe Expression(eg: TagA || TagB)",
+            ),
+            click.option(
+                "-b",
+                "--beginTimestamp",
+                "begin_text",
+                default=None,
+                help="Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]",
+            ),
+            click.option(
+                "-e",
+                "--endTimestamp",
+                "end_text",
+                default=None,
+                help="End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]",
+            ),
+        )
+    ):
+        f = option(f)
+    return f
+
+
 @click.command("printMsg")
 @namesrv_option
 @click.option("-t", "--topic", required=True, help="topic name")
-@click.option("-c", "--charsetName", "charset_name", default=None, help="CharsetName(eg: UTF-8,GBK)")
-@click.option(
-    "-s", "--subExpression", "sub_expression", default=None, help="Subscribe Expression(eg: TagA || TagB)"
-)
-@click.option(
-    "-b",
-    "--beginTimestamp",
-    "begin_text",
-    default=None,
-    help="Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]",
-)
-@click.option(
-    "-e",
-    "--endTimestamp",
-    "end_text",
-    default=None,
-    help="End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]",
-)
+@_read_options
 @click.option("-d", "--printBody", "print_body_text", default=None, help="print body (default true)")
 @click.option(
     "-l",
@@ -317,24 +337,7 @@ def print_msg(
 @click.option("-t", "--topic", required=True, help="topic name")
 @click.option("-a", "--brokerName", "broker_name", required=True, help="broker name")
 @click.option("-i", "--queueId", "queue_id", type=int, required=True, help="queue id")
-@click.option("-c", "--charsetName", "charset_name", default=None, help="CharsetName(eg: UTF-8,GBK)")
-@click.option(
-    "-s", "--subExpression", "sub_expression", default=None, help="Subscribe Expression(eg: TagA || TagB)"
-)
-@click.option(
-    "-b",
-    "--beginTimestamp",
-    "begin_text",
-    default=None,
-    help="Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]",
-)
-@click.option(
-    "-e",
-    "--endTimestamp",
-    "end_text",
-    default=None,
-    help="End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]",
-)
+@_read_options
 @click.option("-p", "--printMsg", "print_msg_text", default=None, help="print msg. eg: true | false(default)")
 @click.option(
     "-d", "--printBody", "print_body_text", default=None, help="print body. eg: true | false(default)"
