@@ -17,6 +17,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import request
 from tests.integration.broker_env import BROKER_NAME, BrokerEnv, broker_env, wait_until
 from tests.integration.broker_requests import describe, send_text
+from tests.integration.test_admin_more_commands import create_topic as create_routed_topic
 
 TOPIC = "PrintMsgTopic"
 SEPARATOR = "-" * 56
@@ -30,16 +31,7 @@ async def cli(command: click.Command, *args: str) -> Result:
 
 
 async def create_topic(env: BrokerEnv, topic: str = TOPIC, *, queues: int = 2) -> None:
-    fields = {
-        "topic": topic,
-        "readQueueNums": str(queues),
-        "writeQueueNums": str(queues),
-        "perm": "6",
-        "defaultTopic": "TBW102",
-    }
-    response = await env.call(request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields))
-    assert response.code == ResponseCode.SUCCESS, describe(response)
-    await wait_until(lambda: topic in env.namesrv.routes.topicQueueTable, what=f"route of {topic}")
+    await create_routed_topic(env, topic, queues=queues)
 
 
 def mq(queue_id: int, topic: str = TOPIC) -> str:
