@@ -424,9 +424,10 @@ class Replication:
     def ha_runtime_info(self) -> HARuntimeInfo | None:
         """GET_BROKER_HA_STATUS (mqadmin ``haStatus``), upstream ``HAService.getRuntimeInfo``: a
         master lists its slave connections against its commit-log end, in sync meaning in the
-        SyncStateSet (auto-switch) or acknowledged and within ``haMaxGapNotInSync`` (classic); a
-        slave describes its link to the master. None for an auto-switch broker without a role
-        yet (nothing to describe until the controller gives it one)."""
+        SyncStateSet (auto-switch) or reported and within ``haMaxGapNotInSync`` (classic;
+        upstream also counts a slave that has not reported yet); a slave describes its link to
+        the master. None for an auto-switch broker without a role yet (nothing to describe until
+        the controller gives it one)."""
         store = self.broker.store
         now = trio.current_time()
         role = self.role
@@ -461,7 +462,7 @@ class Replication:
         elif self.classic is not None:
             gap = self.broker.store_config.haMaxGapNotInSync
             for cconn, link in self.classic.links.items():
-                ok = cconn.ack_offset > 0 and put_where - cconn.ack_offset < gap
+                ok = cconn.ack_offset >= 0 and put_where - cconn.ack_offset < gap
                 rows.append(_connection_info(cconn, link, put_where, now, ok))
             in_sync = sum(row.inSync for row in rows)
         else:

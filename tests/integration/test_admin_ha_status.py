@@ -91,11 +91,16 @@ async def test_classic_status_and_the_command_lines(tmp_path: Path) -> None:
         master = await g.start("m", brokerRole=BrokerRole.ASYNC_MASTER, haMaxGapNotInSync=10_000)
         await g.create_topic(master.addr, queues=1)
         slave = await g.start("s", brokerRole=BrokerRole.SLAVE, brokerId=1)
+        classic = master.broker.replication.classic
+        assert classic is not None
+        # nothing stored yet: a slave that reported offset 0 is in sync
+        await wait_until(lambda: classic.slave_acks == [0], 10, "the slave reported offset 0")
+        info = await ha_status(g, master)
+        assert [(r.slaveAckOffset, r.diff, r.inSync) for r in info.haConnectionInfo] == [(0, 0, True)]
+        assert info.inSyncSlaveNums == 1
         for i in range(30):
             await g.send_ok(master.addr, b"classic %d " % i + bytes(1000))
         end = master.store.max_phy_offset
-        classic = master.broker.replication.classic
-        assert classic is not None
         await wait_until(lambda: classic.slave_acks == [end], 10, "the slave acknowledged everything")
 
         # a second "slave" that reported an offset far behind: connected, but falls behind
