@@ -1,5 +1,5 @@
 """``rmq-admin`` message commands: ``queryMsgById``, ``queryMsgByUniqueKey``, ``queryMsgByKey``,
-``queryMsgByOffset``, ``sendMessage``, ``consumeMessage``.
+``queryMsgByOffset``, ``sendMessage``, ``consumeMessage``, ``DecodeMessageId``.
 
 Same names and flag letters as mqadmin. They are click commands added to the ``rmq-admin`` group by
 :mod:`client.admin_cli`; each runs one trio loop with a remoting client or the Python client.
@@ -13,7 +13,7 @@ import time
 import click
 
 from client.admin import AdminError, MQAdmin, route_addrs
-from client.admin_common import namesrv_addr, run_command
+from client.admin_common import fail, namesrv_addr, run_command
 from client.message import Message, MessageExt, PullStatus
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
@@ -21,7 +21,7 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.protocol.common import MessageQueue
-from remoting.protocol.message import StoredMessage, decode_offset_msg_id, iter_messages
+from remoting.protocol.message import StoredMessage, decode_offset_msg_id, decode_uniq_id, iter_messages
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 
@@ -324,6 +324,21 @@ def consume_message(
     run_command("consumeMessage", go)
 
 
+@click.command("DecodeMessageId")
+@click.option("-i", "--messageId", "message_id", required=True, help="unique message ID")
+def decode_message_id(message_id: str) -> None:
+    """decode unique message ID: the client's address and (nearly) when the id was made.
+    mqadmin prints ``ip=...date=...`` on one line without a line break; here two lines."""
+    try:
+        host, when = decode_uniq_id(message_id, time.time_ns() // 1_000_000)
+    except ValueError as e:
+        fail("DecodeMessageId", e)
+        return
+    stamp = time.strftime("%Y-%m-%d#%H:%M:%S", time.localtime(when / 1000)) + f":{when % 1000:03d}"
+    click.echo(f"ip={host}")
+    click.echo(f"date={stamp}")
+
+
 COMMANDS = (
     query_msg_by_id,
     query_msg_by_unique_key,
@@ -331,4 +346,5 @@ COMMANDS = (
     query_msg_by_offset,
     send_message,
     consume_message,
+    decode_message_id,
 )

@@ -14,6 +14,7 @@ and magic only) or :func:`dispatch_info` (what the consume queue and index need,
 from __future__ import annotations
 
 import calendar
+import ipaddress
 import itertools
 import operator
 import os
@@ -769,6 +770,28 @@ class UniqIdGenerator:
             self._month_start, self._next_month = _start_of_month_ms(now)
         tail = struct.pack(">IH", (now - self._month_start) & 0xFFFFFFFF, next(self._counter) & 0xFFFF)
         return (self._fixed + tail).hex().upper()
+
+
+def decode_uniq_id(uniq_id: str, now_ms: int) -> tuple[str, int]:
+    """(client address, nearly the creation time in ms) of a UNIQ_KEY (upstream
+    ``MessageClientIDSetter.getIPStrFromID`` / ``getNearlyTimeFromID``): the id holds only the
+    milliseconds since the start of a local month, taken as the current month's unless that is
+    after ``now_ms``, then the previous month's (upstream also for a time equal to now). 28-byte
+    ids carry an IPv6 address.
+    ValueError for anything that is not such an id."""
+    try:
+        raw = bytes.fromhex(uniq_id.strip())
+    except ValueError:
+        raise ValueError(f"not a message id (hex): {uniq_id!r}") from None
+    if len(raw) not in (16, 28):
+        raise ValueError(f"not a message id: {len(raw)} bytes, 16 (IPv4) or 28 (IPv6) expected")
+    ip_len = 16 if len(raw) == 28 else 4
+    host = str(ipaddress.ip_address(raw[:ip_len]))
+    (span,) = struct.unpack_from(">I", raw, ip_len + 6)
+    start, _ = _start_of_month_ms(now_ms)
+    if start + span > now_ms:
+        start, _ = _start_of_month_ms(start - 1)
+    return host, start + span
 
 
 _default_uniq: UniqIdGenerator | None = None
