@@ -5,6 +5,8 @@ GET_TOPIC_CONFIG (351), GET_TOPIC_STATS_INFO (202), GET_SYSTEM_TOPIC_LIST_FROM_B
 Groups and offsets: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG
 (201), DELETE_SUBSCRIPTIONGROUP (207), GET_SUBSCRIPTIONGROUP_CONFIG (352), GET_CONSUME_STATS (208),
 GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), QUERY_TOPIC_CONSUME_BY_WHO (300).
+Lists: UPDATE_AND_CREATE_TOPIC_LIST (18), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST (225), in
+:mod:`broker.admin_lists`, which also holds the topic and group checks the single updates share.
 Queues: QUERY_CONSUME_QUEUE (321, in :mod:`broker.consume_queue_query`).
 Broker: GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26), UPDATE_BROKER_CONFIG (25),
 GET_BROKER_HA_STATUS (907, from :meth:`broker.replication.Replication.ha_runtime_info`).
@@ -30,10 +32,19 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
+from broker.admin_lists import (
+    Refused,
+    altered_topic_attributes,
+    check_group,
+    check_message_type,
+    check_topic,
+    update_and_create_subscription_group_list,
+    update_and_create_topic_list,
+)
 from broker.config import IGNORED_BROKER_KEYS, BrokerConfig
 from broker.consume_queue_query import query_consume_queue
-from broker.topic_attributes import alter_attributes, parse_attribute_modification
-from broker.topics import is_system_topic, validate_group, validate_topic
+from broker.topic_attributes import parse_attribute_modification
+from broker.topics import is_system_topic
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import CURRENT_VERSION, RemotingCommand, version_desc
 from remoting.connection import ProcessorTable, RequestContext
@@ -66,7 +77,6 @@ from remoting.protocol.common import (
     GroupList,
     KVTable,
     MessageQueue,
-    PermName,
     TopicConfig,
     TopicFilterType,
     TopicList,
@@ -223,12 +233,16 @@ class AdminProcessor:
     def register_into(self, table: ProcessorTable) -> None:
         handlers = {
             RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
+            RequestCode.UPDATE_AND_CREATE_TOPIC_LIST: partial(update_and_create_topic_list, self.broker),
             RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
             RequestCode.GET_TOPIC_CONFIG: self.get_topic_config,
             RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
             RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.get_system_topic_list,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_subscription_group,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST: partial(
+                update_and_create_subscription_group_list, self.broker
+            ),
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group,
             RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
             RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.get_subscription_group,
@@ -255,45 +269,26 @@ class AdminProcessor:
         broker = self.broker
         topic = h.topic
         log.info("update or create topic %s (from %s)", topic, ctx.connection.remote_address)
-        reason = validate_topic(topic)
-        if reason is not None:
-            return request.response(ResponseCode.INVALID_PARAMETER, reason)
-        if broker.broker_config.validateSystemTopicWhenUpdateTopic and is_system_topic(topic):
-            return request.response(
-                ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic."
-            )
-        if not 0 <= h.perm < PermName.PERM_PRIORITY:
-            return request.response(
-                ResponseCode.INVALID_PARAMETER, f"The perm[{h.perm}] of topic[{topic}] is not in [0, 7]."
-            )
-        if h.readQueueNums < 0 or h.writeQueueNums < 0:
-            return request.response(
-                ResponseCode.INVALID_PARAMETER,
-                f"The queue nums of topic[{topic}] must not be negative "
-                f"(read {h.readQueueNums}, write {h.writeQueueNums}).",
-            )
+        bc = broker.broker_config
         try:
-            filter_type = TopicFilterType(h.topicFilterType)
-        except ValueError:
-            return request.response(
-                ResponseCode.INVALID_PARAMETER, f"unknown topicFilterType {h.topicFilterType!r}"
+            check_topic(
+                bc, topic, perm=h.perm, read_queue_nums=h.readQueueNums, write_queue_nums=h.writeQueueNums
             )
-        existing = broker.topics.get(topic)
-        try:
-            modification = parse_attribute_modification(h.attributes)
-            if (
-                not broker.broker_config.enableMixedMessageType
-                and modification.get("+message.type") == "MIXED"
-            ):
-                return request.response(
-                    ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported."
-                )
-            attributes = alter_attributes(
-                existing is None, dict(existing.attributes) if existing else {}, modification
-            )
-        except ValueError as e:
-            # upstream: the attribute check throws and the processor answers SYSTEM_ERROR
-            return request.response(ResponseCode.SYSTEM_ERROR, str(e))
+            try:
+                filter_type = TopicFilterType(h.topicFilterType)
+            except ValueError:
+                raise Refused(
+                    ResponseCode.INVALID_PARAMETER, f"unknown topicFilterType {h.topicFilterType!r}"
+                ) from None
+            try:
+                modification = parse_attribute_modification(h.attributes)
+            except ValueError as e:
+                # upstream: the attribute parser throws and the processor answers SYSTEM_ERROR
+                raise Refused(ResponseCode.SYSTEM_ERROR, str(e)) from None
+            check_message_type(bc, modification)
+            attributes = altered_topic_attributes(broker.topics.get(topic), modification)
+        except Refused as r:
+            return request.response(r.code, r.remark)
         config = TopicConfig(
             topicName=topic,
             readQueueNums=h.readQueueNums,
@@ -372,13 +367,10 @@ class AdminProcessor:
             config = SubscriptionGroupConfig.decode(request.body_bytes)
         except (ValueError, msgspec.ValidationError) as e:
             return request.response(ResponseCode.SYSTEM_ERROR, f"bad SubscriptionGroupConfig body: {e}")
-        reason = validate_group(config.groupName)
-        if reason is not None:
-            return request.response(ResponseCode.INVALID_PARAMETER, reason)
-        if config.retryQueueNums < 0:
-            return request.response(
-                ResponseCode.INVALID_PARAMETER, f"retryQueueNums {config.retryQueueNums} is negative"
-            )
+        try:
+            check_group(config)
+        except Refused as r:
+            return request.response(r.code, r.remark)
         log.info("update subscription group %s (from %s)", config.groupName, ctx.connection.remote_address)
         self.broker.groups.update(config)
         self.broker.groups_changed()

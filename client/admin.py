@@ -29,6 +29,7 @@ from remoting.protocol.broker import (
     ConsumerRunningInfo,
     ConsumeStats,
     ConsumeStatsList,
+    CreateTopicListRequestBody,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     GetConsumerRunningInfoRequestHeader,
@@ -40,6 +41,7 @@ from remoting.protocol.broker import (
     ResetOffsetBody,
     ResetOffsetRequestHeader,
     SubscriptionGroupConfig,
+    SubscriptionGroupList,
     SubscriptionGroupWrapper,
     TopicStatsTable,
     UpdateConsumerOffsetRequestHeader,
@@ -413,6 +415,12 @@ class MQAdmin:
             broker_addr, request(RequestCode.UPDATE_AND_CREATE_TOPIC, dict(encode_header(header)))
         )
 
+    async def create_and_update_topic_config_list(self, broker_addr: str, configs: list[TopicConfig]) -> None:
+        """UPDATE_AND_CREATE_TOPIC_LIST: every topic of ``configs`` at once (each one's
+        ``attributes`` a modification, ``{"+k": "v", "-k": ""}``); the broker takes all or none."""
+        body = CreateTopicListRequestBody(topicConfigList=configs).encode()
+        await self._call(broker_addr, request(RequestCode.UPDATE_AND_CREATE_TOPIC_LIST, body=body))
+
     async def delete_topic_in_broker(self, broker_addrs: Iterable[str], topic: str) -> None:
         for addr in broker_addrs:
             await self._call(addr, request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}))
@@ -472,6 +480,15 @@ class MQAdmin:
     ) -> None:
         cmd = request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=config.encode())
         await self._call(broker_addr, cmd)
+
+    async def create_and_update_subscription_group_config_list(
+        self, broker_addr: str, configs: list[SubscriptionGroupConfig]
+    ) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST: every group of ``configs`` at once."""
+        body = SubscriptionGroupList(groupConfigList=configs).encode()
+        await self._call(
+            broker_addr, request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST, body=body)
+        )
 
     async def get_subscription_group_config(self, broker_addr: str, group: str) -> SubscriptionGroupConfig:
         response = await self._call(

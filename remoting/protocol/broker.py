@@ -500,6 +500,19 @@ class SubscriptionGroupWrapper(Body, kw_only=True):
     dataVersion: DataVersion = msgspec.field(default_factory=DataVersion)
 
 
+class CreateTopicListRequestBody(Body, kw_only=True):
+    """UPDATE_AND_CREATE_TOPIC_LIST (18) body: the topics to create or update at once. Each
+    config's ``attributes`` is a modification (``{"+message.type": "FIFO", "-k": ""}``)."""
+
+    topicConfigList: list[TopicConfig]
+
+
+class SubscriptionGroupList(Body, kw_only=True):
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST (225) body: the groups to create or update at once."""
+
+    groupConfigList: list[SubscriptionGroupConfig]
+
+
 class ConsumerOffsetWrapper(Body, kw_only=True):
     """``config/consumerOffset.json`` and the GET_ALL_CONSUMER_OFFSET body: ``topic@group`` → {queueId: offset}."""
 
@@ -693,6 +706,7 @@ __all__ = [
     "ConsumerOffsetWrapper",
     "ConsumerRunningInfo",
     "ConsumerSendMsgBackRequestHeader",
+    "CreateTopicListRequestBody",
     "CreateTopicRequestHeader",
     "DelayOffsetWrapper",
     "DeleteSubscriptionGroupRequestHeader",
@@ -740,6 +754,7 @@ __all__ = [
     "SendMessageResponseHeader",
     "SubscriptionData",
     "SubscriptionGroupConfig",
+    "SubscriptionGroupList",
     "SubscriptionGroupWrapper",
     "TopicConfig",
     "TopicOffset",

@@ -10,10 +10,10 @@ sequence left behind with that message intact -- no request can corrupt the stor
 file that a restart cannot read.
 
 Requests are mostly plausible (the header the handler reads, every field of the right type except
-up to two; shaped JSON bodies for heartbeats, locks and subscription groups), so that they get
-past the header checks into the handlers. ``BROKER_FUZZ_EXAMPLES=3000`` runs a longer search
-(40 examples by default); ``FUZZ_REMARKS=1`` with ``--hypothesis-show-statistics`` lists which
-responses the requests got."""
+up to two; shaped JSON bodies for heartbeats, locks, subscription groups and the topic and group
+lists), so that they get past the header checks into the handlers. ``BROKER_FUZZ_EXAMPLES=3000``
+runs a longer search (40 examples by default); ``FUZZ_REMARKS=1`` with
+``--hypothesis-show-statistics`` lists which responses the requests got."""
 
 from __future__ import annotations
 
@@ -242,6 +242,17 @@ QUEUE = st.fixed_dictionaries(
 LOCK_BODY = st.fixed_dictionaries(
     {"consumerGroup": NAME, "clientId": st.sampled_from(["c1", "c2"]), "mqSet": st.lists(QUEUE, max_size=3)}
 )
+GROUP_BODY = st.fixed_dictionaries(
+    {
+        "groupName": NAME,
+        "consumeEnable": st.booleans(),
+        "consumeBroadcastEnable": st.booleans(),
+        "retryQueueNums": SMALL,
+        "retryMaxTimes": SMALL,
+        "brokerId": SMALL,
+        "whichBrokerWhenConsumeSlowly": SMALL,
+    }
+)
 #: bodies of the requests that carry one, shaped as the clients send them (field values still vary)
 BODY_OF: dict[int, st.SearchStrategy[object]] = {
     RequestCode.HEART_BEAT: st.fixed_dictionaries(
@@ -267,15 +278,30 @@ BODY_OF: dict[int, st.SearchStrategy[object]] = {
     ),
     RequestCode.LOCK_BATCH_MQ: LOCK_BODY,
     RequestCode.UNLOCK_BATCH_MQ: LOCK_BODY,
-    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: st.fixed_dictionaries(
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: GROUP_BODY,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST: st.fixed_dictionaries(
+        {"groupConfigList": st.lists(GROUP_BODY, max_size=3)}
+    ),
+    RequestCode.UPDATE_AND_CREATE_TOPIC_LIST: st.fixed_dictionaries(
         {
-            "groupName": NAME,
-            "consumeEnable": st.booleans(),
-            "consumeBroadcastEnable": st.booleans(),
-            "retryQueueNums": SMALL,
-            "retryMaxTimes": SMALL,
-            "brokerId": SMALL,
-            "whichBrokerWhenConsumeSlowly": SMALL,
+            "topicConfigList": st.lists(
+                st.fixed_dictionaries(
+                    {"topicName": NAME},
+                    optional={
+                        "readQueueNums": SMALL,
+                        "writeQueueNums": SMALL,
+                        "perm": st.sampled_from([2, 4, 6, 7, 9]),
+                        "topicFilterType": st.sampled_from(["SINGLE_TAG", "MULTI_TAG", "X"]),
+                        "order": st.booleans(),
+                        "attributes": st.dictionaries(
+                            st.sampled_from(["+message.type", "-message.type", "+queue.type", "x"]),
+                            st.sampled_from(["NORMAL", "FIFO", "MIXED", "BatchCQ", ""]),
+                            max_size=2,
+                        ),
+                    },
+                ),
+                max_size=3,
+            )
         }
     ),
 }
