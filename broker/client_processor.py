@@ -3,7 +3,7 @@
 
 Codes: HEART_BEAT (34), UNREGISTER_CLIENT (35), CHECK_CLIENT_CONFIG (46), GET_CONSUMER_LIST_BY_GROUP
 (38), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42), GET_CONSUMER_CONNECTION_LIST (203),
-GET_PRODUCER_CONNECTION_LIST (204).
+GET_PRODUCER_CONNECTION_LIST (204), GET_ALL_PRODUCER_INFO (328).
 
 Registrations are keyed by connection (see :mod:`broker.clients`). A producer needs no heartbeat
 to send: the send path never looks at the producer table.
@@ -41,6 +41,8 @@ from remoting.protocol.broker import (
     LockBatchRequestBody,
     LockBatchResponseBody,
     ProducerConnection,
+    ProducerInfo,
+    ProducerTableInfo,
     SubscriptionData,
     UnlockBatchRequestBody,
     UnregisterClientRequestHeader,
@@ -103,6 +105,7 @@ class ClientProcessor:
         table.register(RequestCode.UNLOCK_BATCH_MQ, self.unlock_batch_mq)
         table.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, self.get_consumer_connection_list)
         table.register(RequestCode.GET_PRODUCER_CONNECTION_LIST, self.get_producer_connection_list)
+        table.register(RequestCode.GET_ALL_PRODUCER_INFO, self.get_all_producer_info)
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -306,6 +309,28 @@ class ClientProcessor:
             )
         body = ProducerConnection(
             connectionSet=[_connection(ch) for ch in self.broker.producers.channels(header.producerGroup)]
+        )
+        response = request.response(ResponseCode.SUCCESS)
+        response.body = body.encode()
+        return response
+
+    async def get_all_producer_info(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+        """Every producer group with its registrations (mqadmin ``producer``)."""
+        producers = self.broker.producers
+        body = ProducerTableInfo(
+            data={
+                group: [
+                    ProducerInfo(
+                        clientId=ch.client_id,
+                        remoteIP=f"/{ch.connection.remote_address}",
+                        language=ch.language,
+                        version=ch.version,
+                        lastUpdateTimestamp=ch.last_update_ms,
+                    )
+                    for ch in producers.channels(group)
+                ]
+                for group in sorted(producers.groups)
+            }
         )
         response = request.response(ResponseCode.SUCCESS)
         response.body = body.encode()

@@ -36,6 +36,7 @@ from remoting.protocol.broker import (
     GetConsumeStatsRequestHeader,
     HARuntimeInfo,
     ProducerConnection,
+    ProducerTableInfo,
     QueryConsumeQueueRequestHeader,
     QueryConsumeQueueResponseBody,
     ResetOffsetBody,
@@ -637,6 +638,17 @@ class MQAdmin:
         if response.code != ResponseCode.SUCCESS:
             raise AdminError(response.code, response.remark, broker_addr)
         return ConsumerRunningInfo.decode(_body(response))
+
+    async def get_all_producer_info(self, broker_addr: str) -> ProducerTableInfo:
+        """GET_ALL_PRODUCER_INFO: every producer group registered with the broker (mqadmin
+        ``producer``)."""
+        response = await self._call(broker_addr, request(RequestCode.GET_ALL_PRODUCER_INFO))
+        try:
+            return ProducerTableInfo.decode(_body(response))
+        except (ValueError, msgspec.ValidationError) as e:
+            raise AdminError(
+                ResponseCode.SYSTEM_ERROR, f"bad ProducerTableInfo body: {e}", broker_addr
+            ) from None
 
     async def examine_producer_connection_info(self, group: str, topic: str) -> ProducerConnection:
         """The producers of ``group`` connected to the brokers of ``topic``'s route (the first broker

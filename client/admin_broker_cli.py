@@ -1,5 +1,5 @@
 """``rmq-admin`` broker commands: ``getBrokerConfig``, ``updateBrokerConfig``, ``consumerConnection``,
-``producerConnection``, ``deleteSubGroup``, ``updateTopicPerm``, ``brokerConsumeStats``,
+``producerConnection``, ``producer``, ``deleteSubGroup``, ``updateTopicPerm``, ``brokerConsumeStats``,
 ``consumerStatus``.
 
 Same names, flag letters and output lines as mqadmin. Where mqadmin walks a cluster (``-c``) and one
@@ -214,6 +214,27 @@ def producer_connection(namesrv: str, timeout: float, group: str, topic: str) ->
             )
 
     run_admin("producerConnection", go, namesrv, timeout)
+
+
+@click.command("producer")
+@namesrv_option
+@click.option("-b", "--broker", "broker_addr", required=True, help="broker address")
+def producer(namesrv: str, timeout: float, broker_addr: str) -> None:
+    """Query producer's instances, connection, status, etc."""
+
+    async def go(admin: MQAdmin) -> None:
+        table = await admin.get_all_producer_info(broker_addr.strip())
+        for group, producers in table.data.items():
+            if not producers:
+                click.echo(f"producer group ({group}) instances are empty")
+            for p in producers:
+                # upstream ProducerInfo.toString(), its odd spacing included
+                click.echo(
+                    f"producer group ({group}) instance : clientId={p.clientId},remoteIP={p.remoteIP}, "
+                    f"language={p.language}, version={p.version}, lastUpdateTimestamp={p.lastUpdateTimestamp}"
+                )
+
+    run_admin("producer", go, namesrv, timeout)
 
 
 # --- deleteSubGroup -----------------------------------------------------------------------------------
@@ -435,6 +456,7 @@ BROKER_COMMANDS: list[click.Command] = [
     update_broker_config,
     consumer_connection,
     producer_connection,
+    producer,
     delete_sub_group,
     update_topic_perm,
     broker_consume_stats,

@@ -380,6 +380,23 @@ class Connection(Body, kw_only=True):
     version: int
 
 
+class ProducerInfo(Body, kw_only=True):
+    """One producer registration as GET_ALL_PRODUCER_INFO (328) reports it (upstream
+    ``ProducerInfo``; ``remoteIP`` is Java's ``SocketAddress.toString()``, ``/host:port``)."""
+
+    clientId: str
+    remoteIP: str
+    language: str
+    version: int
+    lastUpdateTimestamp: int = 0
+
+
+class ProducerTableInfo(Body, kw_only=True):
+    """Every producer group of a broker with its registrations (upstream ``ProducerTableInfo``)."""
+
+    data: dict[str, list[ProducerInfo]] = {}
+
+
 class ConsumerConnection(Body, kw_only=True):
     connectionSet: list[Connection] = []
     subscriptionTable: dict[str, SubscriptionData] = {}
@@ -737,6 +754,8 @@ __all__ = [
     "ProcessQueueInfo",
     "ProducerConnection",
     "ProducerData",
+    "ProducerInfo",
+    "ProducerTableInfo",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
     "PullSysFlag",
