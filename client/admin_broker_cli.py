@@ -20,7 +20,7 @@ import msgspec
 import trio
 
 from client.admin import NO_MASTER_PLACEHOLDER, AdminError, MQAdmin
-from client.admin_common import echo_lines, namesrv_option, run_admin
+from client.admin_common import echo_lines, java_bool, namesrv_option, require_target, run_admin
 from client.admin_output import (
     analyze_process_queues,
     java_date,
@@ -40,13 +40,7 @@ __all__ = ["BROKER_COMMANDS", "NOT_A_MASTER_OF_TOPIC"]
 
 
 def _one_of(broker_addr: str | None, cluster_name: str | None) -> None:
-    if not broker_addr and not cluster_name:
-        raise click.UsageError("give -b (broker address) or -c (cluster name)")
-
-
-def _java_bool(text: str | None) -> bool:
-    """Java's ``Boolean.valueOf``: true only for "true", any case."""
-    return text is not None and text.strip().lower() == "true"
+    require_target(broker_addr, cluster_name, "give -b (broker address) or -c (cluster name)")
 
 
 class _Failures:
@@ -261,7 +255,7 @@ def delete_sub_group(
     """Delete subscription group from broker."""
     _one_of(broker_addr, cluster_name)
     name = group.strip()
-    clean_offset = _java_bool(remove_offset)
+    clean_offset = java_bool(remove_offset)
 
     async def go(admin: MQAdmin) -> None:
         if broker_addr:
@@ -430,7 +424,7 @@ def broker_consume_stats(
     """Fetch broker consume stats data."""
 
     async def go(admin: MQAdmin) -> None:
-        stats = await admin.fetch_consume_stats_in_broker(broker_addr.strip(), _java_bool(order))
+        stats = await admin.fetch_consume_stats_in_broker(broker_addr.strip(), java_bool(order))
         click.echo(
             f"{'#Topic':<64}  {'#Group':<64}  {'#Broker Name':<32}  {'#QID':<4}  {'#Broker Offset':<20}  "
             f"{'#Consumer Offset':<20}  {'#Diff':<20}  #LastTime"

@@ -24,7 +24,7 @@ import msgspec
 import trio
 
 from client.admin import AdminError, MQAdmin
-from client.admin_common import namesrv_option, run_admin
+from client.admin_common import java_bool, namesrv_option, require_target, run_admin
 from client.admin_controller_cli import COMMANDS as CONTROLLER_COMMANDS
 from client.admin_output import (
     all_groups_progress_lines,
@@ -279,14 +279,8 @@ def topic_route(namesrv: str, timeout: float, topic: str, list_format: bool) -> 
 # --- shared helpers of the broker commands ---------------------------------------------------------
 
 
-def _java_bool(value: str) -> bool:
-    """Java ``Boolean.parseBoolean``: true only for "true" (any case)."""
-    return value.strip().lower() == "true"
-
-
 def _one_target(broker_addr: str | None, cluster_name: str | None) -> None:
-    if not broker_addr and not cluster_name:
-        raise click.UsageError("one of -b/--brokerAddr or -c/--clusterName is required")
+    require_target(broker_addr, cluster_name, "one of -b/--brokerAddr or -c/--clusterName is required")
 
 
 def _attributes_option(text: str | None) -> dict[str, str]:
@@ -324,7 +318,7 @@ def update_topic(
     """Update or create topic."""
     _one_target(broker_addr, cluster_name)
     modification = _attributes_option(attributes)
-    is_order = _java_bool(order)
+    is_order = java_bool(order)
     config = TopicConfig(
         topicName=topic.strip(),
         readQueueNums=read_queues,
@@ -455,7 +449,7 @@ def update_sub_group(
         ("notifyConsumerIdsChangedEnable", notify),
     ):
         if value is not None:
-            changes[name] = _java_bool(value)
+            changes[name] = java_bool(value)
     for name, number in (
         ("retryQueueNums", retry_queues),
         ("retryMaxTimes", retry_max),

@@ -20,8 +20,10 @@ __all__ = [
     "DEFAULT_NAMESRV",
     "echo_lines",
     "fail",
+    "java_bool",
     "namesrv_addr",
     "namesrv_option",
+    "require_target",
     "run_admin",
     "run_client",
     "run_command",
@@ -92,6 +94,21 @@ def run_admin(command: str, fn: Callable[[MQAdmin], Awaitable[None]], namesrv: s
         await fn(MQAdmin(rc, namesrv, timeout=timeout))
 
     run_client(command, with_admin, timeout)
+
+
+def java_bool(text: str | None) -> bool:
+    """Java's ``Boolean.parseBoolean`` of a flag value: true only for "true", any case."""
+    return text is not None and text.strip().lower() == "true"
+
+
+def require_target(
+    broker_addr: str | None, cluster_name: str | None, message: str, *, exactly_one: bool = False
+) -> None:
+    """mqadmin's -b / -c option group: a usage error (``message``) unless one is given (with
+    ``exactly_one``: unless exactly one is)."""
+    given = bool(broker_addr) + bool(cluster_name)
+    if given == 0 or (exactly_one and given == 2):
+        raise click.UsageError(message)
 
 
 def echo_lines(lines: list[str]) -> None:

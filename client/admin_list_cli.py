@@ -22,7 +22,7 @@ from typing import TypeVar
 import click
 
 from client.admin import MQAdmin
-from client.admin_common import namesrv_option, run_admin
+from client.admin_common import namesrv_option, require_target, run_admin
 from remoting import fastjson
 from remoting.protocol.broker import SubscriptionGroupConfig
 from remoting.protocol.common import TopicConfig
@@ -34,8 +34,12 @@ T = TypeVar("T")
 
 def _one_target(broker_addr: str | None, cluster_name: str | None) -> None:
     """mqadmin's required option group: exactly one of -b and -c."""
-    if bool(broker_addr) == bool(cluster_name):
-        raise click.UsageError("exactly one of -b/--brokerAddr or -c/--clusterName is required")
+    require_target(
+        broker_addr,
+        cluster_name,
+        "exactly one of -b/--brokerAddr or -c/--clusterName is required",
+        exactly_one=True,
+    )
 
 
 def read_config_list(file_name: str, kind: type[T]) -> list[T]:

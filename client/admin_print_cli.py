@@ -33,7 +33,7 @@ from typing import Any, ParamSpec
 
 import click
 
-from client.admin_common import namesrv_option, run_command
+from client.admin_common import java_bool, namesrv_option, run_command
 from client.admin_offsets_cli import parse_timestamp
 from client.instance import ClientInstance
 from client.message import MessageExt, MQClientError, PullStatus
@@ -67,11 +67,6 @@ SEPARATOR = "--------------------------------------------------------"
 
 
 # --- Java's toString forms ---------------------------------------------------------------------
-
-
-def java_bool(text: str | None) -> bool:
-    """Java ``Boolean.parseBoolean``: true only for "true" in any case."""
-    return text is not None and text.strip().lower() == "true"
 
 
 def java_hash_order(keys: list[str], initial_capacity: int = 16) -> list[str]:
