@@ -290,6 +290,7 @@ class BrokerController:
                 nursery.start_soon(self._heartbeat_loop)
                 nursery.start_soon(self._persist_loop)
                 nursery.start_soon(self._housekeeping_loop)
+                nursery.start_soon(self.stats.run_sampling)
                 self.log.info(
                     "broker %s up at %s (%s), store %s",
                     self.name,

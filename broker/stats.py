@@ -1,15 +1,46 @@
-"""Broker counters for GET_BROKER_RUNTIME_INFO and topic stats (upstream ``BrokerStatsManager`` subset)."""
+"""Broker counters for GET_BROKER_RUNTIME_INFO and topic stats (upstream ``BrokerStatsManager`` subset).
+
+The runtime rates (``putTps``, ``getFoundTps``, ``getMissTps``, ``getTotalTps``,
+``getTransferredTps``) are upstream ``StoreStatsService``'s: the counters are sampled once a second
+(:meth:`BrokerStats.run_sampling`), the last 601 samples kept, and each rate is given over the
+last 10, 60 and 600 samples as three space-separated Java doubles (``"125.0 98.5 12.3"``). A
+window with too few samples yet is an empty string (a broker up for 30 s shows ``"4.5 4.1 "``),
+except in ``getTotalTps``, found + miss per window, where it counts 0 -- as upstream. mqadmin's
+``clusterList`` reads the first number.
+"""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from decimal import Decimal
+
+import trio
 
 DAY_MS = 86_400_000
+#: upstream ``StoreStatsService.FREQUENCY_OF_SAMPLING``
+SAMPLE_INTERVAL_S = 1.0
+#: upstream ``MAX_RECORDS_OF_SAMPLING`` (+ 1 kept)
+MAX_SAMPLES = 600 + 1
+#: the windows (in samples) of every rate, as upstream prints them
+RATE_WINDOWS = (10, 60, 600)
+
+
+def java_double(value: float) -> str:
+    """Java's ``Double.toString`` of a finite double: ``12.0``, ``0.5``, ``1.0E7``, ``2.5E-4``."""
+    if value == 0:
+        return "0.0"
+    if 1e-3 <= abs(value) < 1e7:
+        text = repr(value)
+        return text if "." in text else text + ".0"
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    mantissa = f"{digits[0]}.{''.join(map(str, digits[1:])) or '0'}"
+    return f"{'-' if sign else ''}{mantissa}E{exponent + len(digits) - 1}"
 
 
 class BrokerStats:
-    """Message put/get totals and rates over the last minute, with today/yesterday rollover."""
+    """Message put/get totals with today/yesterday rollover, and their rates (module docstring)."""
 
     def __init__(self, now_ms: Callable[[], int]) -> None:
         self.now_ms = now_ms
@@ -23,7 +54,8 @@ class BrokerStats:
         self._get_today_morning = 0
         self._get_yesterday_morning = 0
         self._day = now_ms() // DAY_MS
-        self._samples: deque[tuple[int, int, int, int, int]] = deque(maxlen=64)
+        #: (time ms, put_total, get_total, get_found, get_miss), one a second
+        self._samples: deque[tuple[int, int, int, int, int]] = deque(maxlen=MAX_SAMPLES)
 
     def _roll(self) -> None:
         day = self.now_ms() // DAY_MS
@@ -44,16 +76,46 @@ class BrokerStats:
             self.get_miss += 1
 
     def sample(self) -> None:
-        """Record a point for the rates (called every few seconds)."""
+        """Record a point for the rates (upstream: once a second, see :meth:`run_sampling`)."""
         self._roll()
         self._samples.append((self.now_ms(), self.put_total, self.get_total, self.get_found, self.get_miss))
 
-    def _rate(self, idx: int) -> float:
-        if len(self._samples) < 2:
-            return 0.0
-        (t0, *a), (t1, *b) = self._samples[0], self._samples[-1]
-        dt = (t1 - t0) / 1000
-        return (b[idx - 1] - a[idx - 1]) / dt if dt > 0 else 0.0
+    @property
+    def sample_count(self) -> int:
+        """Samples kept (at most :data:`MAX_SAMPLES`)."""
+        return len(self._samples)
+
+    async def run_sampling(self) -> None:
+        """Sample the counters every :data:`SAMPLE_INTERVAL_S`, forever."""
+        while True:
+            self.sample()
+            await trio.sleep(SAMPLE_INTERVAL_S)
+
+    def _rate(self, idx: int, window: int) -> float | None:
+        """Counter ``idx`` (1: puts, 2: messages transferred, 3: pulls found, 4: pulls missed) per
+        second over the last ``window`` samples; None while fewer than ``window + 1`` exist."""
+        samples = self._samples
+        if len(samples) <= window:
+            return None
+        first, last = samples[-(window + 1)], samples[-1]
+        dt = last[0] - first[0]
+        return (last[idx] - first[idx]) * 1000 / dt if dt > 0 else 0.0
+
+    def _rates(self, idx: int) -> str:
+        """Upstream's three windows: ``"<10 s> <1 min> <10 min>"``, a missing window empty."""
+        out = []
+        for window in RATE_WINDOWS:
+            rate = self._rate(idx, window)
+            out.append("" if rate is None else java_double(rate))
+        return " ".join(out)
+
+    def _total_rates(self) -> str:
+        """``getTotalTps``: found + miss per window, a missing window counting 0 (upstream)."""
+        out = []
+        for window in RATE_WINDOWS:
+            found, miss = self._rate(3, window), self._rate(4, window)
+            out.append(java_double((found or 0.0) + (miss or 0.0)))
+        return " ".join(out)
 
     def runtime_table(self) -> dict[str, str]:
         self._roll()
@@ -64,9 +126,9 @@ class BrokerStats:
             "msgPutTotalYesterdayMorning": str(self._put_yesterday_morning),
             "msgGetTotalTodayMorning": str(self._get_today_morning),
             "msgGetTotalYesterdayMorning": str(self._get_yesterday_morning),
-            "putTps": f"{self._rate(1):.2f}",
-            "getTransferredTps": f"{self._rate(2):.2f}",
-            "getFoundTps": f"{self._rate(3):.2f}",
-            "getMissTps": f"{self._rate(4):.2f}",
-            "getTotalTps": f"{self._rate(3) + self._rate(4):.2f}",
+            "putTps": self._rates(1),
+            "getTransferredTps": self._rates(2),
+            "getFoundTps": self._rates(3),
+            "getMissTps": self._rates(4),
+            "getTotalTps": self._total_rates(),
         }

@@ -343,6 +343,14 @@ async def test_runtime_info_has_upstream_keys_and_counts_puts(tmp_path: os.PathL
         assert 0 < float(table["commitLogDiskRatio"]) < 1
         assert abs(int(table["earliestMessageTimeStamp"]) - env.broker.now_ms()) < 60_000
         assert table["runtime"].startswith("[ 0 days, 0 hours, ")
+        # the rates: the broker samples its counters once a second (upstream's three windows of
+        # 10, 60 and 600 samples need that long to fill; tests/unit/test_broker_runtime_rates.py)
+        await wait_until(lambda: env.broker.stats.sample_count >= 2, timeout=5, what="two rate samples")
+        table = KVTable.decode(
+            (await env.call(request(RequestCode.GET_BROKER_RUNTIME_INFO))).body_bytes
+        ).table
+        assert table["putTps"] == "  "  # not yet 11 samples: every window empty, as upstream
+        assert table["getTotalTps"] == "0.0 0.0 0.0"
 
 
 async def test_broker_config_get_and_update(tmp_path: os.PathLike[str]) -> None:

@@ -1,0 +1,122 @@
+"""The runtime rates of GET_BROKER_RUNTIME_INFO (``broker.stats.BrokerStats``): upstream
+``StoreStatsService``'s three windows of 10, 60 and 600 one-second samples, as Java doubles."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from broker.stats import BrokerStats, java_double
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def sampled(stats: BrokerStats, clock: Clock, seconds: int, *, puts: int = 0, found: int = 0) -> None:
+    """``seconds`` one-second samples, with ``puts`` puts and ``found`` successful pulls of one
+    message each happening in every second before its sample."""
+    for _ in range(seconds):
+        clock.ms += 1000
+        for _ in range(puts):
+            stats.on_put("T", 1)
+        for _ in range(found):
+            stats.on_get(1)
+        stats.sample()
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0.0, "0.0"),
+        (12.0, "12.0"),
+        (12.5, "12.5"),
+        (1 / 3, "0.3333333333333333"),
+        (0.001, "0.001"),
+        (2.5e-4, "2.5E-4"),
+        (9_999_999.0, "9999999.0"),
+        (1e7, "1.0E7"),
+        (12_345_678.9, "1.23456789E7"),
+        (-3.0, "-3.0"),
+    ],
+)
+def test_java_double(value: float, text: str) -> None:
+    assert java_double(value) == text
+
+
+def test_a_window_without_enough_samples_is_empty_and_fills_as_samples_come() -> None:
+    clock = Clock()
+    stats = BrokerStats(clock)
+    table = stats.runtime_table()
+    assert table["putTps"] == "  "  # no sample at all
+    assert table["getTotalTps"] == "0.0 0.0 0.0"  # upstream counts missing windows as 0 there
+    stats.sample()
+    sampled(stats, clock, 10, puts=5)
+    assert stats.runtime_table()["putTps"] == "5.0  "  # 11 samples: only the 10 s window
+    sampled(stats, clock, 50, puts=5)
+    assert stats.runtime_table()["putTps"] == "5.0 5.0 "
+
+
+def test_each_window_averages_its_own_span() -> None:
+    clock = Clock()
+    stats = BrokerStats(clock)
+    stats.sample()
+    sampled(stats, clock, 590, puts=1)  # 1/s for almost ten minutes
+    sampled(stats, clock, 50, puts=2)  # then 2/s
+    sampled(stats, clock, 10, puts=10, found=4)  # then 10 puts and 4 found pulls a second
+    table = stats.runtime_table()
+    ten_min = (540 * 1 + 50 * 2 + 10 * 10) / 600
+    assert table["putTps"] == f"10.0 {java_double((50 * 2 + 10 * 10) / 60)} {java_double(ten_min)}"
+    assert table["getFoundTps"] == f"4.0 {java_double(40 / 60)} {java_double(40 / 600)}"
+    assert table["getTransferredTps"] == table["getFoundTps"]  # one message per found pull
+    assert table["getMissTps"] == "0.0 0.0 0.0"
+    assert table["getTotalTps"] == table["getFoundTps"]
+    # the totals are not touched by the windows
+    assert table["msgPutTotalTodayNow"] == str(590 + 100 + 100)
+
+
+def test_misses_count_in_the_total_and_the_miss_rate() -> None:
+    clock = Clock()
+    stats = BrokerStats(clock)
+    stats.sample()
+    for _ in range(10):
+        clock.ms += 1000
+        stats.on_get(3)
+        stats.on_get(0)
+        stats.on_get(0)
+        stats.sample()
+    table = stats.runtime_table()
+    assert table["getMissTps"] == "2.0  "
+    assert table["getFoundTps"] == "1.0  "
+    assert table["getTransferredTps"] == "3.0  "
+    assert table["getTotalTps"] == "3.0 0.0 0.0"
+
+
+def test_only_the_last_601_samples_are_kept() -> None:
+    clock = Clock()
+    stats = BrokerStats(clock)
+    stats.sample()
+    sampled(stats, clock, 600, puts=100)
+    sampled(stats, clock, 600, puts=1)  # the busy ten minutes have left every window
+    assert stats.sample_count == 601
+    assert stats.runtime_table()["putTps"] == "1.0 1.0 1.0"
+
+
+async def test_run_sampling_samples_once_a_second(autojump_clock: trio.testing.MockClock) -> None:
+    clock = Clock()
+    stats = BrokerStats(clock)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stats.run_sampling)
+        for _ in range(10):
+            await trio.sleep(1)
+            clock.ms += 1000
+            stats.on_put("T", 7)
+        await trio.sleep(0.5)  # the sample of the 10th second
+        nursery.cancel_scope.cancel()
+    assert stats.sample_count == 11  # at 0, 1, ..., 10 s
+    assert stats.runtime_table()["putTps"] == "7.0  "
