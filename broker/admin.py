@@ -8,6 +8,8 @@ GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), QUERY_TOPIC_CONSUME_BY_
 Lists: UPDATE_AND_CREATE_TOPIC_LIST (18), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST (225), in
 :mod:`broker.admin_lists`, which also holds the topic and group checks the single updates share.
 Queues: QUERY_CONSUME_QUEUE (321, in :mod:`broker.consume_queue_query`).
+Store maintenance (in :mod:`broker.store_maintenance`): CLEAN_EXPIRED_CONSUMEQUEUE (306),
+DELETE_EXPIRED_COMMITLOG (329), CLEAN_UNUSED_TOPIC (316).
 Broker: GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26), UPDATE_BROKER_CONFIG (25),
 GET_BROKER_HA_STATUS (907, from :meth:`broker.replication.Replication.ha_runtime_info`).
 
@@ -43,6 +45,11 @@ from broker.admin_lists import (
 )
 from broker.config import IGNORED_BROKER_KEYS, BrokerConfig
 from broker.consume_queue_query import query_consume_queue
+from broker.store_maintenance import (
+    clean_expired_consume_queue,
+    clean_unused_topic,
+    delete_expired_commit_log,
+)
 from broker.topic_attributes import parse_attribute_modification
 from broker.topics import is_system_topic
 from remoting.codes import RequestCode, ResponseCode
@@ -254,6 +261,9 @@ class AdminProcessor:
             RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
             RequestCode.QUERY_CONSUME_QUEUE: partial(query_consume_queue, self.broker),
+            RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: partial(clean_expired_consume_queue, self.broker),
+            RequestCode.DELETE_EXPIRED_COMMITLOG: partial(delete_expired_commit_log, self.broker),
+            RequestCode.CLEAN_UNUSED_TOPIC: partial(clean_unused_topic, self.broker),
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
             RequestCode.GET_BROKER_HA_STATUS: self.get_broker_ha_status,
             RequestCode.GET_BROKER_CONFIG: self.get_broker_config,

@@ -147,6 +147,10 @@ class MQAdmin:
             raise AdminError(response.code, response.remark, addr)
         return response
 
+    async def call_broker(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
+        """Send ``cmd`` to the broker at ``addr``; raise its error response as AdminError."""
+        return await self._call(addr, cmd)
+
     async def call_namesrv(self, cmd: RemotingCommand) -> RemotingCommand:
         """Send to the first reachable name server; raise its error response as AdminError."""
         last: RemotingError | None = None

@@ -168,6 +168,36 @@ class ConsumeQueueStore:
         self._unrecorded = [k for k in self._unrecorded if k not in gone_keys]
         return gone
 
+    def detach_queues(self, keys: list[tuple[str, int]]) -> list[ConsumeQueue]:
+        """Forget single queues (the caller closes them and deletes their files); a topic left
+        without queues is forgotten too."""
+        gone: list[ConsumeQueue] = []
+        for topic, queue_id in keys:
+            t = self.tables.get(topic)
+            cq = t.pop(queue_id, None) if t is not None else None
+            if cq is None:
+                continue
+            gone.append(cq)
+            if not t:
+                del self.tables[topic]
+        gone_keys = {(cq.topic, cq.queue_id) for cq in gone}
+        self._unrecorded = [k for k in self._unrecorded if k not in gone_keys]
+        return gone
+
+    def remove_empty_dirs_sync(self, keys: list[tuple[str, int]]) -> None:
+        """Remove the directories of queues whose files were deleted, and their topics' when
+        empty; a directory something was written to meanwhile stays. Blocking."""
+        for topic, queue_id in keys:
+            for path in (
+                os.path.join(self.root_dir, topic, str(queue_id)),
+                os.path.join(self.root_dir, topic),
+            ):
+                try:
+                    os.rmdir(path)
+                except OSError:  # not empty (a new file), or gone already
+                    break
+        fsync_dir(self.root_dir)
+
     def live_keys(self) -> list[tuple[str, int]]:
         return [(cq.topic, cq.queue_id) for cq in self]
 

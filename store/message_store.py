@@ -599,6 +599,12 @@ class DefaultMessageStore(PutPaths):
         """Drop the topics' consume queues (files and directories)."""
         await truncation.delete_topics(self, topics)
 
+    async def delete_expired_queues(self, skip: Callable[[str], bool]) -> list[tuple[str, int]]:
+        """Drop the consume queues (of topics not ``skip``-ped) that only point below the commit
+        log's min offset -- mqadmin ``cleanExpiredCQ``; returns them."""
+        async with self.maintenance_lock:
+            return await truncation.delete_queues(self, truncation.expired_queues(self, skip))
+
     async def empty_queues_ending_by(self, topic: str, end: int) -> list[int] | None:
         """Empty the topic's consume queues that end at or below commit-log offset ``end`` (see
         :func:`store.truncation.empty_queues_ending_by`); their ids, or None -- nothing done --

@@ -17,6 +17,7 @@ is the state the caller started from.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -191,6 +192,36 @@ async def empty_queues_ending_by(store: DefaultMessageStore, topic: str, end: in
             "emptied consume queues %s of %s: their messages predate its deletion at %d", emptied, topic, end
         )
     return emptied
+
+
+async def delete_queues(store: DefaultMessageStore, keys: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Drop single consume queues: maps closed, files and (then empty) directories deleted,
+    manifest rewritten. A message for such a queue later starts a new queue at offset 0 (as
+    upstream, whose queue offsets also live in its queue table). Returns the queues dropped."""
+    gone = store.queues.detach_queues(keys)
+    paths: list[str] = []
+    for cq in gone:
+        files = list(cq.mfq.files)
+        cq.close()
+        paths.extend(mf.path for mf in files)
+    dropped = [(cq.topic, cq.queue_id) for cq in gone]
+    if paths:
+        await trio.to_thread.run_sync(delete_paths_sync, paths)
+    await trio.to_thread.run_sync(store.queues.remove_empty_dirs_sync, dropped)
+    await trio.to_thread.run_sync(store.queues.rewrite_manifest_sync, store.queues.live_keys())
+    return dropped
+
+
+def expired_queues(store: DefaultMessageStore, skip: Callable[[str], bool]) -> list[tuple[str, int]]:
+    """The consume queues of topics not ``skip``-ped whose every message lies below the commit
+    log's min offset (retention deleted them all); upstream's ``cleanExpired`` test, which also
+    passes over queues without units."""
+    min_phys = store.commit_log.min_offset
+    return [
+        (cq.topic, cq.queue_id)
+        for cq in store.queues
+        if 0 <= cq.max_physic_offset <= min_phys and not skip(cq.topic)
+    ]
 
 
 async def delete_topics(store: DefaultMessageStore, topics: list[str]) -> None:

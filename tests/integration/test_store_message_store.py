@@ -336,6 +336,36 @@ async def test_delete_topics_drops_their_queues(tmp_path: Path) -> None:
     await store2.shutdown()
 
 
+async def test_expired_queues_are_dropped_and_stay_dropped_after_a_restart(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path)
+    async with running_store(cfg) as store:
+        await put(store, "Old", 0, b"a")
+        await put(store, "Old", 1, b"b")
+        await put(store, "Skipped", 0, b"c")
+        await put(store, "Empty", 0, b"d")
+        while len(store.commit_log.mfq.files) < 3:
+            await put(store, "Live", 0, b"x" * 8000)
+        store.queues.get_or_create("Fresh", 0)  # a queue without units: kept, as upstream
+        assert await store.delete_expired_queues(lambda topic: False) == []  # nothing expired yet
+        await store.delete_oldest_commit_log_files(1)
+        dropped = await store.delete_expired_queues(lambda topic: topic == "Skipped")
+        # "Live" keeps its later messages in the files left
+        assert sorted(dropped) == [("Empty", 0), ("Old", 0), ("Old", 1)]
+        assert set(store.topics()) == {"Live", "Skipped", "Fresh"}
+        assert not (tmp_path / "consumequeue" / "Old").exists()
+        assert (tmp_path / "consumequeue" / "Skipped" / "0").is_dir()
+    store2 = DefaultMessageStore(cfg, store_host=STORE_HOST)
+    report = await store2.start()
+    try:
+        assert set(store2.topics()) == {"Live", "Skipped", "Fresh"}
+        assert report.rebuilt_queues == ["Fresh/0"]  # listed, without files: made again, empty
+        # a new message for a dropped queue starts it at offset 0
+        res = await put(store2, "Old", 1, b"again")
+        assert res.logics_offset == 0
+    finally:
+        await store2.shutdown()
+
+
 @pytest.mark.parametrize("hints", [True, False])
 async def test_schedule_topic_units_carry_the_delivery_time(tmp_path: Path, hints: bool) -> None:
     clock = Clock(step=0)
