@@ -108,7 +108,7 @@ class BrokerController:
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
-        self.stats = BrokerStats(now_ms)
+        self.stats = BrokerStats(now_ms, bc.brokerClusterName)
         self.uniq_ids = UniqIdGenerator(bc.brokerIP1, now_ms=now_ms)
         self.outer = BrokerOuterAPI(client, timeout_ms=bc.registerBrokerTimeoutMills, logger=self.log)
         self.hold = PullRequestHoldService(self._rerun_held_pull)
@@ -291,6 +291,7 @@ class BrokerController:
                 nursery.start_soon(self._persist_loop)
                 nursery.start_soon(self._housekeeping_loop)
                 nursery.start_soon(self.stats.run_sampling)
+                nursery.start_soon(self.stats.items.run_sampling, self.now_ms)
                 self.log.info(
                     "broker %s up at %s (%s), store %s",
                     self.name,

@@ -159,7 +159,7 @@ class PullProcessor:
             if code != ResponseCode.SUCCESS:
                 code = ResponseCode.PULL_RETRY_IMMEDIATELY
         if code == ResponseCode.SUCCESS:
-            b.stats.on_get(result.message_count)
+            b.stats.on_get(result.message_count, h.consumerGroup, h.topic, result.buffer_total_size)
         elif code == ResponseCode.PULL_NOT_FOUND:
             b.stats.on_get(0)
         if commit and allow_suspend and not b.is_slave and h.commitOffset >= 0:

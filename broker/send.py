@@ -363,7 +363,7 @@ class SendProcessor:
                         wait_store_msg_ok=wait,
                     )
                 if result.status is _PUT_OK:
-                    self.broker.stats.on_put(topic, 1)
+                    self.broker.stats.on_put(topic, 1, result.wrote_bytes)
                 return send_response(cmd, result, queue_id, uniq, self._ext_ok)
         props, tail, uniq = self._complete_properties(props_s)
         queue_id = self._pick_queue(config, h.queueId)
@@ -421,7 +421,7 @@ class SendProcessor:
             wait_store_msg_ok=props.get(PROPERTY_WAIT, "true") != "false",
         )
         if result.status is _PUT_OK:
-            self.broker.stats.on_put(topic, 1)
+            self.broker.stats.on_put(topic, 1, result.wrote_bytes)
         return send_response(cmd, result, store_queue, uniq, self._ext_ok)
 
     def _encode_client_form(
@@ -505,7 +505,7 @@ class SendProcessor:
             records, topic, queue_id, sys_flag=h.sysFlag, hints=hints, placed=placed
         )
         if result.status is _PUT_OK:
-            self.broker.stats.on_put(topic, len(uniqs))
+            self.broker.stats.on_put(topic, len(uniqs), result.wrote_bytes)
         return send_response(cmd, result, queue_id, ",".join(uniqs), self._ext_ok)
 
     def _encode_batch(
@@ -631,7 +631,8 @@ class SendProcessor:
             ):
                 return cmd.response(ResponseCode.SUCCESS)
             return cmd.response(code, remark)
-        b.stats.on_put(topic, 1)
+        b.stats.on_put(topic, 1, result.wrote_bytes)
+        b.stats.items.on_send_back(h.group, props[PROPERTY_RETRY_TOPIC])
         return cmd.response(ResponseCode.SUCCESS)
 
 

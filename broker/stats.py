@@ -17,6 +17,8 @@ from decimal import Decimal
 
 import trio
 
+from broker.stats_items import BrokerStatsItems
+
 DAY_MS = 86_400_000
 #: upstream ``StoreStatsService.FREQUENCY_OF_SAMPLING``
 SAMPLE_INTERVAL_S = 1.0
@@ -42,8 +44,10 @@ def java_double(value: float) -> str:
 class BrokerStats:
     """Message put/get totals with today/yesterday rollover, and their rates (module docstring)."""
 
-    def __init__(self, now_ms: Callable[[], int]) -> None:
+    def __init__(self, now_ms: Callable[[], int], cluster: str = "") -> None:
         self.now_ms = now_ms
+        #: the per-key statistics (VIEW_BROKER_STATS_DATA), keyed by ``cluster`` for the broker-wide ones
+        self.items = BrokerStatsItems(cluster)
         self.put_total = 0
         self.get_total = 0
         self.put_by_topic: dict[str, int] = {}
@@ -64,14 +68,20 @@ class BrokerStats:
             self._put_yesterday_morning, self._put_today_morning = self._put_today_morning, self.put_total
             self._get_yesterday_morning, self._get_today_morning = self._get_today_morning, self.get_total
 
-    def on_put(self, topic: str, count: int) -> None:
+    def on_put(self, topic: str, count: int, size: int = 0) -> None:
+        """A send stored ``count`` messages (``size`` record bytes) in ``topic``."""
         self.put_total += count
         self.put_by_topic[topic] = self.put_by_topic.get(topic, 0) + count
+        self.items.on_put(topic, count, size)
 
-    def on_get(self, found: int) -> None:
+    def on_get(self, found: int, group: str = "", topic: str = "", size: int = 0) -> None:
+        """A pull found ``found`` messages (``size`` bytes; 0: a miss), for ``group`` in ``topic``
+        (without a group, only the totals here count it, not :attr:`items`)."""
         if found:
             self.get_total += found
             self.get_found += 1
+            if group:
+                self.items.on_get(group, topic, found, size)
         else:
             self.get_miss += 1
 

@@ -710,7 +710,39 @@ class HARuntimeInfo(Body, kw_only=True):
     haClientRuntimeInfo: HAClientRuntimeInfo = msgspec.field(default_factory=HAClientRuntimeInfo)
 
 
+# ---------------------------------------------------------------------------------------------
+# Per-key broker statistics (VIEW_BROKER_STATS_DATA, 315; mqadmin statsAll)
+
+
+class ViewBrokerStatsDataRequestHeader(CommandHeader):
+    """VIEW_BROKER_STATS_DATA (315): the statistics item ``statsKey`` of ``statsName``
+    (``TOPIC_PUT_NUMS`` / topic, ``GROUP_GET_NUMS`` / ``topic@group``, ...)."""
+
+    statsName: str
+    statsKey: str
+
+
+class BrokerStatsItem(Body, kw_only=True):
+    """One window of a statistics item (upstream ``BrokerStatsItem``): the increase of its value,
+    that increase per second, and per counted call."""
+
+    sum: int = 0
+    tps: float = 0.0
+    avgpt: float = 0.0
+
+
+class BrokerStatsData(Body, kw_only=True):
+    """VIEW_BROKER_STATS_DATA's answer (upstream ``BrokerStatsData``): the item over the last
+    minute, hour and day."""
+
+    statsMinute: BrokerStatsItem = msgspec.field(default_factory=BrokerStatsItem)
+    statsHour: BrokerStatsItem = msgspec.field(default_factory=BrokerStatsItem)
+    statsDay: BrokerStatsItem = msgspec.field(default_factory=BrokerStatsItem)
+
+
 __all__ = [
+    "BrokerStatsData",
+    "BrokerStatsItem",
     "Connection",
     "ConsumeFromWhere",
     "ConsumeQueueData",
@@ -782,6 +814,7 @@ __all__ = [
     "UnlockBatchRequestBody",
     "UnregisterClientRequestHeader",
     "UpdateConsumerOffsetRequestHeader",
+    "ViewBrokerStatsDataRequestHeader",
     "ViewMessageRequestHeader",
     "enum_of",
 ]
