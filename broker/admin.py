@@ -10,6 +10,7 @@ Lists: UPDATE_AND_CREATE_TOPIC_LIST (18), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LI
 Queues: QUERY_CONSUME_QUEUE (321, in :mod:`broker.consume_queue_query`).
 Store maintenance (in :mod:`broker.store_maintenance`): CLEAN_EXPIRED_CONSUMEQUEUE (306),
 DELETE_EXPIRED_COMMITLOG (329), CLEAN_UNUSED_TOPIC (316).
+Statistics: VIEW_BROKER_STATS_DATA (315, in :mod:`broker.stats_items`).
 Broker: GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26), UPDATE_BROKER_CONFIG (25),
 GET_BROKER_HA_STATUS (907, from :meth:`broker.replication.Replication.ha_runtime_info`).
 
@@ -45,6 +46,7 @@ from broker.admin_lists import (
 )
 from broker.config import IGNORED_BROKER_KEYS, BrokerConfig
 from broker.consume_queue_query import query_consume_queue
+from broker.stats_items import view_broker_stats_data
 from broker.store_maintenance import (
     clean_expired_consume_queue,
     clean_unused_topic,
@@ -264,6 +266,7 @@ class AdminProcessor:
             RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: partial(clean_expired_consume_queue, self.broker),
             RequestCode.DELETE_EXPIRED_COMMITLOG: partial(delete_expired_commit_log, self.broker),
             RequestCode.CLEAN_UNUSED_TOPIC: partial(clean_unused_topic, self.broker),
+            RequestCode.VIEW_BROKER_STATS_DATA: partial(view_broker_stats_data, self.broker),
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
             RequestCode.GET_BROKER_HA_STATUS: self.get_broker_ha_status,
             RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
@@ -327,6 +330,7 @@ class AdminProcessor:
         broker.offsets.remove_topic(topic)
         await broker.store.delete_topics([topic])
         broker.deleted_topics.note(topic, broker.store.max_phy_offset)
+        broker.stats.items.on_topic_deleted(topic)
         broker.request_register()
         return _ok(request)
 
@@ -405,6 +409,7 @@ class AdminProcessor:
             ctx.connection.remote_address,
         )
         self.broker.groups.delete(h.groupName)
+        self.broker.stats.items.on_group_deleted(h.groupName)
         self.broker.groups_changed()
         if h.cleanOffset:
             self.broker.offsets.remove_group(h.groupName)

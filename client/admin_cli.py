@@ -548,6 +548,7 @@ def _add_commands() -> None:
     from client.admin_print_cli import COMMANDS as PRINT_COMMANDS
     from client.admin_queue_cli import COMMANDS as QUEUE_COMMANDS
     from client.admin_send_cli import COMMANDS as SEND_COMMANDS
+    from client.admin_stats_cli import COMMANDS as STATS_COMMANDS
     from client.admin_store_cli import COMMANDS as STORE_COMMANDS
 
     for command in (
@@ -560,6 +561,7 @@ def _add_commands() -> None:
         *QUEUE_COMMANDS,
         *LIST_COMMANDS,
         *STORE_COMMANDS,
+        *STATS_COMMANDS,
     ):
         main.add_command(command)
 

@@ -34,7 +34,7 @@ import click
 from client.admin import AdminError, MQAdmin
 from client.admin_common import namesrv_option, run_admin
 from client.message import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import RequestCode
 from remoting.command import request
 from remoting.errors import RemotingError
 from remoting.headers import encode_header
@@ -111,9 +111,7 @@ async def view_broker_stats_data(admin: MQAdmin, broker_addr: str, name: str, ke
     ``DefaultMQAdminExt.viewBrokerStatsData``); AdminError when the broker has no such item."""
     header = ViewBrokerStatsDataRequestHeader(statsName=name, statsKey=key)
     cmd = request(RequestCode.VIEW_BROKER_STATS_DATA, dict(encode_header(header)))
-    response = await admin.client.invoke(broker_addr, cmd, admin.timeout)
-    if response.code != ResponseCode.SUCCESS:
-        raise AdminError(response.code, response.remark, broker_addr)
+    response = await admin.call_broker(broker_addr, cmd)
     return BrokerStatsData.decode(response.body_bytes)
 
 

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-from functools import partial
 
 import click
 import trio
 from click.testing import CliRunner, Result
 
-from broker.stats_items import view_broker_stats_data
 from client.admin_stats_cli import COMMANDS
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
@@ -52,13 +50,6 @@ async def cli(*args: str) -> Result:
     """Run ``statsAll`` in a worker thread (it starts its own trio loop)."""
     command: click.Command = COMMAND["statsAll"]
     return await trio.to_thread.run_sync(lambda: CliRunner().invoke(command, list(args)))
-
-
-def serve_stats(env: BrokerEnv) -> None:
-    """Answer VIEW_BROKER_STATS_DATA on the test broker if broker/admin.py does not yet."""
-    table = env.broker.processor_table
-    if RequestCode.VIEW_BROKER_STATS_DATA not in table.handlers:
-        table.register(RequestCode.VIEW_BROKER_STATS_DATA, partial(view_broker_stats_data, env.broker))
 
 
 async def create_topic(env: BrokerEnv, topic: str, *, queues: int = 1) -> None:
@@ -112,7 +103,6 @@ class Sampler:
 
 async def test_view_broker_stats_data_counts_sends_and_pulls(tmp_path: os.PathLike[str]) -> None:
     async with broker_env(tmp_path) as env:
-        serve_stats(env)
         await create_topic(env, TOPIC)
         for i in range(3):
             await send_text(env, TOPIC, f"single {i}")
@@ -164,7 +154,6 @@ async def test_view_broker_stats_data_counts_sends_and_pulls(tmp_path: os.PathLi
 
 async def test_view_broker_stats_data_of_a_missing_item_is_a_system_error(tmp_path: os.PathLike[str]) -> None:
     async with broker_env(tmp_path) as env:
-        serve_stats(env)
         await create_topic(env, TOPIC)
         await send_text(env, TOPIC, "one")
         for name, key in [
@@ -178,9 +167,29 @@ async def test_view_broker_stats_data_of_a_missing_item_is_a_system_error(tmp_pa
             assert not response.body_bytes
 
 
+async def test_deleting_a_topic_or_group_forgets_its_items(tmp_path: os.PathLike[str]) -> None:
+    async with broker_env(tmp_path) as env:
+        await create_topic(env, TOPIC)
+        await send_text(env, TOPIC, "one")
+        await pull_all(env, GROUP, TOPIC, 0)
+        await stats(env, "GROUP_GET_NUMS", f"{TOPIC}@{GROUP}")  # exists
+        fields = {"groupName": GROUP, "cleanOffset": "true"}
+        response = await env.call(request(RequestCode.DELETE_SUBSCRIPTIONGROUP, fields))
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+        response = await env.call(view("GROUP_GET_NUMS", f"{TOPIC}@{GROUP}"))
+        assert response.code == ResponseCode.SYSTEM_ERROR, describe(response)
+
+        await stats(env, "TOPIC_PUT_NUMS", TOPIC)  # exists
+        response = await env.call(request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": TOPIC}))
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+        response = await env.call(view("TOPIC_PUT_NUMS", TOPIC))
+        assert response.code == ResponseCode.SYSTEM_ERROR, describe(response)
+        # the broker-wide item stays
+        assert (await stats(env, "BROKER_PUT_NUMS", CLUSTER)).statsMinute is not None
+
+
 async def test_send_backs_count_under_the_original_topic_and_group(tmp_path: os.PathLike[str]) -> None:
     async with broker_env(tmp_path) as env:
-        serve_stats(env)
         await create_topic(env, TOPIC)
         await send_text(env, TOPIC, "fails")
         (stored,) = await pull_all(env, GROUP, TOPIC, 0)
@@ -202,7 +211,6 @@ def row_fields(result: Result, topic: str) -> list[list[str]]:
 
 async def test_stats_all_prints_a_row_per_topic_and_group(tmp_path: os.PathLike[str]) -> None:
     async with broker_env(tmp_path) as env:
-        serve_stats(env)
         for topic in (TOPIC, "SentTopic", "IdleTopic", f"%RETRY%{GROUP}"):
             await create_topic(env, topic)
         for i in range(5):
