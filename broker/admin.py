@@ -53,7 +53,7 @@ from broker.store_maintenance import (
     delete_expired_commit_log,
 )
 from broker.topic_attributes import parse_attribute_modification
-from broker.topics import is_system_topic
+from broker.topics import SYSTEM_TOPICS
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import CURRENT_VERSION, RemotingCommand, version_desc
 from remoting.connection import ProcessorTable, RequestContext
@@ -285,7 +285,12 @@ class AdminProcessor:
         bc = broker.broker_config
         try:
             check_topic(
-                bc, topic, perm=h.perm, read_queue_nums=h.readQueueNums, write_queue_nums=h.writeQueueNums
+                bc,
+                topic,
+                perm=h.perm,
+                read_queue_nums=h.readQueueNums,
+                write_queue_nums=h.writeQueueNums,
+                is_system=broker.topics.is_system,
             )
             try:
                 filter_type = TopicFilterType(h.topicFilterType)
@@ -322,7 +327,7 @@ class AdminProcessor:
         log.info("delete topic %s (from %s)", topic, ctx.connection.remote_address)
         if not topic.strip():
             return request.response(ResponseCode.INVALID_PARAMETER, "The specified topic is blank.")
-        if broker.broker_config.validateSystemTopicWhenUpdateTopic and is_system_topic(topic):
+        if broker.broker_config.validateSystemTopicWhenUpdateTopic and broker.topics.is_system(topic):
             return request.response(
                 ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic."
             )
@@ -369,7 +374,8 @@ class AdminProcessor:
         return _ok(request, TopicStatsTable(offsetTable=table).encode())
 
     async def get_system_topic_list(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
-        topics = sorted(t for t in self.broker.topics.table if is_system_topic(t))
+        # upstream: TopicValidator's whole set (the fixed topics and the ones this broker added)
+        topics = sorted(SYSTEM_TOPICS | self.broker.topics.system_topics)
         return _ok(request, TopicList(topicList=topics).encode())
 
     # --- subscription groups and offsets -------------------------------------------------------

@@ -24,6 +24,7 @@ the whole list. Deviations from upstream, each deliberate:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -67,14 +68,20 @@ class Refused(Exception):
 
 
 def check_topic(
-    config: BrokerConfig, topic: str, *, perm: int, read_queue_nums: int, write_queue_nums: int
+    config: BrokerConfig,
+    topic: str,
+    *,
+    perm: int,
+    read_queue_nums: int,
+    write_queue_nums: int,
+    is_system: Callable[[str], bool] = is_system_topic,
 ) -> None:
-    """Refuse (INVALID_PARAMETER) a bad topic name, a system topic (when
+    """Refuse (INVALID_PARAMETER) a bad topic name, a system topic (``is_system``, when
     ``validateSystemTopicWhenUpdateTopic``), a perm outside [0, 7] or negative queue numbers."""
     reason = validate_topic(topic)
     if reason is not None:
         raise Refused(ResponseCode.INVALID_PARAMETER, reason)
-    if config.validateSystemTopicWhenUpdateTopic and is_system_topic(topic):
+    if config.validateSystemTopicWhenUpdateTopic and is_system(topic):
         raise Refused(ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic.")
     if not 0 <= perm < PermName.PERM_PRIORITY:
         raise Refused(ResponseCode.INVALID_PARAMETER, f"The perm[{perm}] of topic[{topic}] is not in [0, 7].")
@@ -121,6 +128,7 @@ def _topic_configs(broker: BrokerController, requested: list[TopicConfig]) -> li
             perm=config.perm,
             read_queue_nums=config.readQueueNums,
             write_queue_nums=config.writeQueueNums,
+            is_system=broker.topics.is_system,
         )
         check_message_type(bc, config.attributes)
     staged: dict[str, TopicConfig] = {}

@@ -113,6 +113,7 @@ def _steps(count: int) -> np.ndarray:
     """0, 1, ..., count - 1 as int64."""
     return _STEPS[:count] if count <= 64 else np.arange(count, dtype=np.int64)
 
+
 _MISSING = object()
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from broker.topics import is_system_topic
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 
@@ -46,7 +45,7 @@ async def clean_expired_consume_queue(
 ) -> RemotingCommand:
     """CLEAN_EXPIRED_CONSUMEQUEUE: see the module docstring."""
     try:
-        dropped = await broker.store.delete_expired_queues(is_system_topic)
+        dropped = await broker.store.delete_expired_queues(broker.topics.is_system)
     except OSError as e:
         log.error("cleanExpiredConsumeQueue from %s failed: %s", ctx.connection.remote_address, e)
         return request.response(ResponseCode.SYSTEM_ERROR, f"cleaning expired consume queues failed: {e}")
@@ -81,7 +80,7 @@ def unused_topics(broker: BrokerController) -> list[str]:
     min_phys = store.commit_log.min_offset
     out = []
     for topic in store.queues.topics():
-        if topic in table or is_system_topic(topic) or topic.startswith(LMQ_PREFIX):
+        if topic in table or broker.topics.is_system(topic) or topic.startswith(LMQ_PREFIX):
             continue
         queues = store.queues.tables.get(topic, {}).values()
         if broker.is_slave and any(cq.max_physic_offset > min_phys for cq in queues):

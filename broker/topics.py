@@ -9,31 +9,27 @@ from collections.abc import Callable
 
 from broker.persist import atomic_write, load_json
 from remoting.protocol.common import DataVersion, PermName, TopicConfig, TopicConfigSerializeWrapper
+from remoting.protocol.topics import (  # noqa: F401 -- re-exported: the broker's modules import them from here
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    BENCHMARK_TOPIC,
+    NOT_ALLOWED_SEND_TOPICS,
+    OFFSET_MOVED_EVENT,
+    ROCKSDB_OFFSET_TOPIC,
+    SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
+    SYSTEM_TOPIC_PREFIX,
+    SYSTEM_TOPICS,
+    TRACE_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    is_system_topic,
+)
 
-AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-BENCHMARK_TOPIC = "BenchmarkTest"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SCHEDULE_QUEUE_NUMS = 18
 
-#: Topics a client may never send to (upstream ``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``).
-NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {
-        SCHEDULE_TOPIC,
-        TRANS_HALF_TOPIC,
-        TRANS_OP_HALF_TOPIC,
-        TRANS_CHECK_MAX_TIME_TOPIC,
-        SELF_TEST_TOPIC,
-        OFFSET_MOVED_EVENT,
-    }
-)
 
 _VALID_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_LENGTH = 127
@@ -104,19 +100,6 @@ def validate_group(group: str) -> str | None:
     return None
 
 
-def is_system_topic(topic: str) -> bool:
-    return (
-        topic.startswith(SYSTEM_TOPIC_PREFIX)
-        or topic in NOT_ALLOWED_SEND_TOPICS
-        or topic
-        in (
-            AUTO_CREATE_TOPIC_KEY_TOPIC,
-            BENCHMARK_TOPIC,
-            TRANS_CHECK_MAX_TIME_TOPIC,
-        )
-    )
-
-
 class TopicConfigManager:
     """The broker's topic table, persisted as ``config/topics.json`` with a DataVersion.
 
@@ -148,6 +131,10 @@ class TopicConfigManager:
         self.data_version = DataVersion()
         #: configs made by :meth:`adopt_stored` (one that is still in the table may be widened)
         self._adopted: dict[str, TopicConfig] = {}
+        #: the system topics this broker makes (upstream adds them to ``TopicValidator``'s set):
+        #: besides the fixed ones its cluster's and its own name, ``<cluster>_REPLY_TOPIC``, the
+        #: revive and member-sync topics and the trace topic
+        self.system_topics: set[str] = set()
         self._system_topics(
             cluster_name,
             broker_name,
@@ -172,6 +159,7 @@ class TopicConfigManager:
             self.table[name] = TopicConfig(
                 topicName=name, readQueueNums=queues, writeQueueNums=queues, perm=perm
             )
+            self.system_topics.add(name)
 
         put(SELF_TEST_TOPIC, 1)
         if self.auto_create_topic_enable:
@@ -193,6 +181,11 @@ class TopicConfigManager:
         put(TRANS_HALF_TOPIC, 1)
         put(TRANS_OP_HALF_TOPIC, 1)
         put(TRANS_CHECK_MAX_TIME_TOPIC, 1)
+
+    def is_system(self, topic: str) -> bool:
+        """Upstream ``TopicValidator.isSystemTopic`` on this broker: :func:`is_system_topic` or
+        one of the broker's own :attr:`system_topics`."""
+        return is_system_topic(topic) or topic in self.system_topics
 
     # --- persistence ---
 

@@ -541,6 +541,7 @@ for _command in CONTROLLER_COMMANDS:
 
 def _add_commands() -> None:
     from client.admin_broker_cli import BROKER_COMMANDS
+    from client.admin_export_cli import COMMANDS as EXPORT_COMMANDS
     from client.admin_list_cli import COMMANDS as LIST_COMMANDS
     from client.admin_messages import COMMANDS as MESSAGE_COMMANDS
     from client.admin_namesrv_cli import NAMESRV_COMMANDS
@@ -562,6 +563,7 @@ def _add_commands() -> None:
         *LIST_COMMANDS,
         *STORE_COMMANDS,
         *STATS_COMMANDS,
+        *EXPORT_COMMANDS,
     ):
         main.add_command(command)
 

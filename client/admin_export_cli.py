@@ -68,6 +68,7 @@ from remoting.protocol.common import (
     TopicConfigSerializeWrapper,
     TopicList,
 )
+from remoting.protocol.topics import is_system_topic
 
 __all__ = [
     "COMMANDS",
@@ -77,7 +78,6 @@ __all__ = [
     "exported_broker_properties",
     "is_predefined_group",
     "is_sys_consumer_group",
-    "is_system_topic",
     "merge_groups",
     "merge_topics",
     "user_groups",
@@ -87,24 +87,6 @@ __all__ = [
 
 #: where mqadmin's export commands write when ``-f`` is not given
 DEFAULT_EXPORT_DIR = "/tmp/rocketmq/export"
-
-#: upstream ``TopicValidator.SYSTEM_TOPIC_SET`` as the mqadmin process holds it
-SYSTEM_TOPICS = frozenset(
-    {
-        "TBW102",
-        "SCHEDULE_TOPIC_XXXX",
-        "BenchmarkTest",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-        "CHECKPOINT_TOPIC",
-    }
-)
-#: upstream ``TopicValidator.SYSTEM_TOPIC_PREFIX``
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 
 #: upstream ``MixAll.CID_RMQ_SYS_PREFIX``
 SYS_CONSUMER_GROUP_PREFIX = "CID_RMQ_SYS_"
@@ -164,11 +146,6 @@ class ExportSubscriptionGroupWrapper(Body, kw_only=True):
 
 
 # --- which topics and groups are the users' ---------------------------------------------------------
-
-
-def is_system_topic(topic: str) -> bool:
-    """Upstream ``TopicValidator.isSystemTopic`` (mqadmin's own list, not the broker's)."""
-    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
 def is_sys_consumer_group(group: str) -> bool:

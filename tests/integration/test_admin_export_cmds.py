@@ -28,8 +28,7 @@ TOPIC_A = "ExportTopicA"
 TOPIC_B = "ExportTopicB"
 RETRY_TOPIC = f"%RETRY%{GROUP}"
 DLQ_TOPIC = f"%DLQ%{GROUP}"
-#: topics a broker makes for itself that upstream's broker lists as system topics
-#: (GET_SYSTEM_TOPIC_LIST_FROM_BROKER) and rmq-container's does not yet: they may show up as user topics
+#: topics a broker makes for itself, which it lists as system topics (GET_SYSTEM_TOPIC_LIST_FROM_BROKER)
 BROKER_OWN_TOPICS = {CLUSTER, BROKER_NAME, "broker-b", f"{CLUSTER}_REPLY_TOPIC"}
 TOPIC_FIELDS = {
     "attributes",
@@ -82,7 +81,9 @@ def read_export(path: Path) -> dict[str, Any]:
 
 
 def user_topics(table: dict[str, Any]) -> set[str]:
-    return set(table) - BROKER_OWN_TOPICS
+    """The exported topics, which must include none of a broker's own system topics."""
+    assert not set(table) & BROKER_OWN_TOPICS
+    return set(table)
 
 
 def assert_no_system_entries(document: dict[str, Any]) -> None:
