@@ -211,7 +211,9 @@ async def test_system_topic_list(tmp_path: os.PathLike[str]) -> None:
         assert {"TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "SELF_TEST_TOPIC"} <= set(topics)
         assert {"RMQ_SYS_TRACE_TOPIC", "CHECKPOINT_TOPIC"} <= set(topics)  # upstream's fixed set
         # and the ones the broker made for itself, as upstream's TopicConfigManager adds them
-        assert {CLUSTER, BROKER_NAME, f"{CLUSTER}_REPLY_TOPIC", f"rmq_sys_REVIVE_LOG_{CLUSTER}"} <= set(topics)
+        assert {CLUSTER, BROKER_NAME, f"{CLUSTER}_REPLY_TOPIC", f"rmq_sys_REVIVE_LOG_{CLUSTER}"} <= set(
+            topics
+        )
         assert TOPIC not in topics
         # they are system topics for the admin requests too
         response = await env.call(request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": BROKER_NAME}))
