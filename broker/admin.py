@@ -674,6 +674,10 @@ class AdminProcessor:
             "timerEnqueueTps": "0.0",
             "timerDequeueTps": "0.0",
             "remainTransientStoreBufferNumbs": "0",
+            # no transient store pool: every appended byte is in the map at once (upstream's
+            # value without one); upstream never sets its dispatchMaxBuffer either
+            "remainHowManyDataToCommit": _human_bytes(0),
+            "dispatchMaxBuffer": "0",
         }
         # No thread pools here: requests run as tasks, so their queues are always empty.
         for pool, capacity in (

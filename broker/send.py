@@ -364,6 +364,8 @@ class SendProcessor:
                     )
                 if result.status is _PUT_OK:
                     self.broker.stats.on_put(topic, 1, result.wrote_bytes)
+                else:
+                    self.broker.stats.on_put_failed(result.status)
                 return send_response(cmd, result, queue_id, uniq, self._ext_ok)
         props, tail, uniq = self._complete_properties(props_s)
         queue_id = self._pick_queue(config, h.queueId)
@@ -422,6 +424,8 @@ class SendProcessor:
         )
         if result.status is _PUT_OK:
             self.broker.stats.on_put(topic, 1, result.wrote_bytes)
+        else:
+            self.broker.stats.on_put_failed(result.status)
         return send_response(cmd, result, store_queue, uniq, self._ext_ok)
 
     def _encode_client_form(
@@ -506,6 +510,8 @@ class SendProcessor:
         )
         if result.status is _PUT_OK:
             self.broker.stats.on_put(topic, len(uniqs), result.wrote_bytes)
+        else:
+            self.broker.stats.on_put_failed(result.status)
         return send_response(cmd, result, queue_id, ",".join(uniqs), self._ext_ok)
 
     def _encode_batch(
@@ -623,6 +629,7 @@ class SendProcessor:
         )
         result = await b.replication.put_message(encoded, store_topic, store_queue, sys_flag=msg.sys_flag)
         if not result.is_ok:
+            b.stats.on_put_failed(result.status)
             code, remark = STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, result.status.name))
             if code in (
                 ResponseCode.FLUSH_DISK_TIMEOUT,

@@ -18,8 +18,19 @@ from decimal import Decimal
 import trio
 
 from broker.stats_items import BrokerStatsItems
+from store.results import PutMessageStatus
 
 DAY_MS = 86_400_000
+#: store statuses of an append the commit log refused or failed (``putMessageFailedTimes``)
+APPEND_FAILURES = frozenset(
+    {
+        PutMessageStatus.CREATE_MAPPED_FILE_FAILED,
+        PutMessageStatus.MESSAGE_ILLEGAL,
+        PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+        PutMessageStatus.OS_PAGE_CACHE_BUSY,
+        PutMessageStatus.UNKNOWN_ERROR,
+    }
+)
 #: upstream ``StoreStatsService.FREQUENCY_OF_SAMPLING``
 SAMPLE_INTERVAL_S = 1.0
 #: upstream ``MAX_RECORDS_OF_SAMPLING`` (+ 1 kept)
@@ -51,6 +62,8 @@ class BrokerStats:
         self.put_total = 0
         self.get_total = 0
         self.put_by_topic: dict[str, int] = {}
+        self.put_size_total = 0
+        self.put_failed = 0
         self.get_found = 0
         self.get_miss = 0
         self._put_today_morning = 0
@@ -71,8 +84,16 @@ class BrokerStats:
     def on_put(self, topic: str, count: int, size: int = 0) -> None:
         """A send stored ``count`` messages (``size`` record bytes) in ``topic``."""
         self.put_total += count
+        self.put_size_total += size
         self.put_by_topic[topic] = self.put_by_topic.get(topic, 0) + count
         self.items.on_put(topic, count, size)
+
+    def on_put_failed(self, status: PutMessageStatus) -> None:
+        """A send's store put ended with ``status`` (not PUT_OK): counted when the commit log
+        refused or failed the append (upstream ``putMessageFailedTimes``), not for a flush or
+        replication timeout (the message is stored) nor a store that takes no writes."""
+        if status in APPEND_FAILURES:
+            self.put_failed += 1
 
     def on_get(self, found: int, group: str = "", topic: str = "", size: int = 0) -> None:
         """A pull found ``found`` messages (``size`` bytes; 0: a miss), for ``group`` in ``topic``
@@ -141,4 +162,8 @@ class BrokerStats:
             "getFoundTps": self._rates(3),
             "getMissTps": self._rates(4),
             "getTotalTps": self._total_rates(),
+            # upstream StoreStatsService: bytes stored, their average per put (over at least 1)
+            "putMessageSizeTotal": str(self.put_size_total),
+            "putMessageAverageSize": java_double(self.put_size_total / max(self.put_total, 1)),
+            "putMessageFailedTimes": str(self.put_failed),
         }

@@ -347,6 +347,10 @@ async def test_runtime_info_has_upstream_keys_and_counts_puts(tmp_path: os.PathL
         assert set(table) >= RUNTIME_KEYS
         assert table["brokerVersionDesc"] == "V5_3_3"
         assert table["msgPutTotalTodayNow"] == "3"
+        # the three records are all the commit log holds
+        assert table["putMessageSizeTotal"] == table["commitLogMaxOffset"]
+        assert float(table["putMessageAverageSize"]) == int(table["commitLogMaxOffset"]) / 3
+        assert table["putMessageFailedTimes"] == "0"
         assert int(table["commitLogMaxOffset"]) > 0
         assert table["commitLogMinOffset"] == "0"
         assert 0 < float(table["commitLogDiskRatio"]) < 1

@@ -8,6 +8,7 @@ import trio
 import trio.testing
 
 from broker.stats import BrokerStats, java_double
+from store.results import PutMessageStatus
 
 
 class Clock:
@@ -120,3 +121,23 @@ async def test_run_sampling_samples_once_a_second(autojump_clock: trio.testing.M
         nursery.cancel_scope.cancel()
     assert stats.sample_count == 11  # at 0, 1, ..., 10 s
     assert stats.runtime_table()["putTps"] == "7.0  "
+
+
+def test_put_sizes_and_failures() -> None:
+    stats = BrokerStats(Clock())
+    table = stats.runtime_table()
+    assert (table["putMessageSizeTotal"], table["putMessageAverageSize"], table["putMessageFailedTimes"]) == (
+        "0",
+        "0.0",
+        "0",
+    )
+    stats.on_put("T", 1, 200)
+    stats.on_put("T", 3, 700)  # a batch
+    stats.on_put_failed(PutMessageStatus.MESSAGE_ILLEGAL)
+    stats.on_put_failed(PutMessageStatus.CREATE_MAPPED_FILE_FAILED)
+    stats.on_put_failed(PutMessageStatus.FLUSH_DISK_TIMEOUT)  # stored, only not flushed in time
+    stats.on_put_failed(PutMessageStatus.SERVICE_NOT_AVAILABLE)  # a slave: nothing was tried
+    table = stats.runtime_table()
+    assert table["putMessageSizeTotal"] == "900"
+    assert table["putMessageAverageSize"] == "225.0"  # per message, as upstream divides
+    assert table["putMessageFailedTimes"] == "2"
