@@ -544,6 +544,7 @@ def _add_commands() -> None:
     from client.admin_export_cli import COMMANDS as EXPORT_COMMANDS
     from client.admin_list_cli import COMMANDS as LIST_COMMANDS
     from client.admin_messages import COMMANDS as MESSAGE_COMMANDS
+    from client.admin_metrics_cli import COMMANDS as METRICS_COMMANDS
     from client.admin_namesrv_cli import NAMESRV_COMMANDS
     from client.admin_offsets_cli import COMMANDS as OFFSET_COMMANDS
     from client.admin_print_cli import COMMANDS as PRINT_COMMANDS
@@ -564,6 +565,7 @@ def _add_commands() -> None:
         *STORE_COMMANDS,
         *STATS_COMMANDS,
         *EXPORT_COMMANDS,
+        *METRICS_COMMANDS,
     ):
         main.add_command(command)
 

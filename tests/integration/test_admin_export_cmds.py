@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 from broker.controller import BrokerController
 from broker.stats import BrokerStats
 from client.admin_export_cli import COMMANDS, EXPORTED_BROKER_KEYS
+from client.admin_metrics_cli import COMMANDS as METRICS_COMMANDS
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import CURRENT_VERSION, LanguageCode, request
@@ -31,7 +32,7 @@ from tests.integration.broker_env import BROKER_NAME, CLUSTER, broker_env, wait_
 from tests.integration.broker_requests import describe, messages, pull_request, send_request
 from tests.integration.replication_kit import Group, replication_group
 
-COMMAND = {c.name: c for c in COMMANDS}
+COMMAND = {c.name: c for c in [*COMMANDS, *METRICS_COMMANDS]}
 GROUP = "ExportGroup"
 TOPIC_A = "ExportTopicA"
 TOPIC_B = "ExportTopicB"

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from client.admin_export_cli import first_rate, runtime_env, runtime_quota, runtime_version, total_data
+from client.admin_metrics_cli import first_rate, runtime_env, runtime_quota, runtime_version, total_data
 from remoting.fastjson import dumps_pretty
 from remoting.protocol.broker import BrokerStatsData, BrokerStatsItem
 
