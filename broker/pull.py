@@ -7,6 +7,7 @@ the long-polling service and re-run when its queue gains a message or its hold t
 
 from __future__ import annotations
 
+from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 from broker.filter import TagFilter, build_subscription
@@ -135,9 +136,11 @@ class PullProcessor:
             return resp
         max_count = max(1, min(h.maxMsgNums, 1024))
         max_bytes = h.maxMsgBytes if h.maxMsgBytes is not None else MAX_PULL_MSG_SIZE  # absent: no byte cap
+        began = monotonic_ns()
         result = store.get_message(
             h.consumerGroup, h.topic, h.queueId, h.queueOffset, max_count, max_bytes, TagFilter(sub)
         )
+        b.stats.on_get_time((monotonic_ns() - began) // 1_000_000)
         code = _CODES.get(result.status)
         if code is None:  # NO_MATCHED_LOGIC_QUEUE / NO_MESSAGE_IN_QUEUE
             code = ResponseCode.PULL_OFFSET_MOVED if h.queueOffset != 0 else ResponseCode.PULL_NOT_FOUND

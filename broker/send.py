@@ -11,6 +11,7 @@ shortcuts of :mod:`broker.send_records`, which store the same bytes as the gener
 from __future__ import annotations
 
 import random
+from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -348,6 +349,7 @@ class SendProcessor:
             if fast is not None:
                 encoded, queue_id = fast
                 repl = self.broker.replication
+                began = monotonic_ns()
                 result = repl.try_put_message(
                     encoded, topic, queue_id, h.sysFlag, tags_code, keys, uniq, wait
                 )
@@ -362,6 +364,7 @@ class SendProcessor:
                         uniq_key=uniq,
                         wait_store_msg_ok=wait,
                     )
+                self.broker.stats.on_put_time((monotonic_ns() - began) // 1_000_000)
                 if result.status is _PUT_OK:
                     self.broker.stats.on_put(topic, 1, result.wrote_bytes)
                 else:
@@ -412,6 +415,7 @@ class SendProcessor:
             )
         except MessageFormatError as e:
             return self._error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(e))
+        began = monotonic_ns()
         result = await self.broker.replication.put_message(
             encoded,
             store_topic,
@@ -422,6 +426,7 @@ class SendProcessor:
             uniq_key=uniq,
             wait_store_msg_ok=props.get(PROPERTY_WAIT, "true") != "false",
         )
+        self.broker.stats.on_put_time((monotonic_ns() - began) // 1_000_000)
         if result.status is _PUT_OK:
             self.broker.stats.on_put(topic, 1, result.wrote_bytes)
         else:
@@ -505,9 +510,11 @@ class SendProcessor:
             records, hints, uniqs = built
         else:
             records, hints, uniqs, placed = encoded
+        began = monotonic_ns()
         result = await self.broker.replication.put_messages(
             records, topic, queue_id, sys_flag=h.sysFlag, hints=hints, placed=placed
         )
+        self.broker.stats.on_put_time((monotonic_ns() - began) // 1_000_000)
         if result.status is _PUT_OK:
             self.broker.stats.on_put(topic, len(uniqs), result.wrote_bytes)
         else:
@@ -627,7 +634,9 @@ class SendProcessor:
             store_host=self._store_host(),
             reconsume_times=msg.reconsume_times + 1,
         )
+        began = monotonic_ns()
         result = await b.replication.put_message(encoded, store_topic, store_queue, sys_flag=msg.sys_flag)
+        b.stats.on_put_time((monotonic_ns() - began) // 1_000_000)
         if not result.is_ok:
             b.stats.on_put_failed(result.status)
             code, remark = STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, result.status.name))

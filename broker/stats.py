@@ -11,6 +11,7 @@ except in ``getTotalTps``, found + miss per window, where it counts 0 -- as upst
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
 from decimal import Decimal
@@ -21,6 +22,44 @@ from broker.stats_items import BrokerStatsItems
 from store.results import PutMessageStatus
 
 DAY_MS = 86_400_000
+#: upstream ``PUT_MESSAGE_ENTIRE_TIME_MAX_DESC``: the ``putMessageDistributeTime`` buckets
+PUT_TIME_LABELS = (
+    "[<=0ms]",
+    "[0~10ms]",
+    "[10~50ms]",
+    "[50~100ms]",
+    "[100~200ms]",
+    "[200~500ms]",
+    "[500ms~1s]",
+    "[1~2s]",
+    "[2~3s]",
+    "[3~4s]",
+    "[4~5s]",
+    "[5~10s]",
+    "[10s~]",
+)
+#: the lower ends (ms) of the buckets after the first two: a time lands in ``1 + bisect_right``
+_PUT_TIME_STEPS = (10, 50, 100, 200, 500, 1000, 2000, 3000, 4000, 5000, 10000)
+
+
+#: upstream ``PUT_MESSAGE_ENTIRE_TIME_BUCKETS``: the upper ends (ms) of the finer buckets the
+#: put latency percentiles interpolate in -- steps of 1 ms to 20, 2 to 50, 5 to 100, 10 to 200,
+#: 50 to 500, 100 to 1000, 1000 to 10000 -- and an open last one (Java's Long.MAX_VALUE)
+def _latency_bounds() -> tuple[int, ...]:
+    bounds = []
+    low = 0
+    for step, count in ((1, 20), (2, 15), (5, 10), (10, 10), (50, 6), (100, 5), (1000, 9)):
+        for _ in range(count):
+            low += step
+            bounds.append(low)
+    bounds.append(2**63 - 1)
+    return tuple(bounds)
+
+
+PUT_LATENCY_BOUNDS = _latency_bounds()
+#: samples (seconds) between two rotations of the latency figures (upstream ``printTPSInterval``)
+LATENCY_PERIOD_SAMPLES = 60
+
 #: store statuses of an append the commit log refused or failed (``putMessageFailedTimes``)
 APPEND_FAILURES = frozenset(
     {
@@ -64,6 +103,17 @@ class BrokerStats:
         self.put_by_topic: dict[str, int] = {}
         self.put_size_total = 0
         self.put_failed = 0
+        #: longest put and get so far (ms; upstream ``putMessageEntireTimeMax`` and
+        #: ``getMessageEntireTimeMax``)
+        self.put_time_max = 0
+        self.get_time_max = 0
+        # puts of this minute by time: of 0 ms (the common case, counted alone), by
+        # PUT_TIME_LABELS and by PUT_LATENCY_BOUNDS; the last minute's are what is reported
+        self._zero_puts = 0
+        self._put_times = [0] * len(PUT_TIME_LABELS)
+        self._put_latency = [0] * len(PUT_LATENCY_BOUNDS)
+        self._last_put_times = [0] * len(PUT_TIME_LABELS)
+        self._last_put_latency = [0] * len(PUT_LATENCY_BOUNDS)
         self.get_found = 0
         self.get_miss = 0
         self._put_today_morning = 0
@@ -95,6 +145,45 @@ class BrokerStats:
         if status in APPEND_FAILURES:
             self.put_failed += 1
 
+    def on_put_time(self, ms: int) -> None:
+        """A send's store put (with its flush and replica waits) took ``ms`` milliseconds
+        (upstream ``setPutMessageEntireTimeMax``)."""
+        if ms <= 0:
+            self._zero_puts += 1
+            return
+        self._put_times[1 + bisect_right(_PUT_TIME_STEPS, ms)] += 1
+        self._put_latency[bisect_left(PUT_LATENCY_BOUNDS, ms)] += 1
+        if ms > self.put_time_max:
+            self.put_time_max = ms
+
+    def on_get_time(self, ms: int) -> None:
+        """A pull's store read took ``ms`` milliseconds (upstream ``setGetMessageEntireTimeMax``)."""
+        if ms > self.get_time_max:
+            self.get_time_max = ms
+
+    def rotate_put_times(self) -> None:
+        """Start a new minute of put times; the one ending becomes the reported one (upstream
+        does this when it prints its TPS line, every minute)."""
+        self._put_times[0] += self._zero_puts
+        self._put_latency[0] += self._zero_puts  # 0 ms is in the first bucket, (0, 1]
+        self._zero_puts = 0
+        self._last_put_times, self._put_times = self._put_times, [0] * len(PUT_TIME_LABELS)
+        self._last_put_latency, self._put_latency = self._put_latency, [0] * len(PUT_LATENCY_BOUNDS)
+
+    def put_latency(self, px: float) -> float:
+        """Upstream ``findPutMessageEntireTimePX`` over the last minute: the ``px`` quantile of put
+        times (ms), interpolated linearly inside its bucket."""
+        counts = self._last_put_latency
+        index = int(sum(counts) * px)
+        passed = 0
+        for i, count in enumerate(counts):
+            if index <= passed + count:
+                relative = index - passed
+                low = PUT_LATENCY_BOUNDS[i - 1] if i else 0
+                return low + ((PUT_LATENCY_BOUNDS[i] - low) * relative / count if count else 0.0)
+            passed += count
+        return 0.0
+
     def on_get(self, found: int, group: str = "", topic: str = "", size: int = 0) -> None:
         """A pull found ``found`` messages (``size`` bytes; 0: a miss), for ``group`` in ``topic``
         (without a group, only the totals here count it, not :attr:`items`)."""
@@ -117,9 +206,14 @@ class BrokerStats:
         return len(self._samples)
 
     async def run_sampling(self) -> None:
-        """Sample the counters every :data:`SAMPLE_INTERVAL_S`, forever."""
+        """Sample the counters every :data:`SAMPLE_INTERVAL_S`, and rotate the put times every
+        :data:`LATENCY_PERIOD_SAMPLES` samples, forever."""
+        samples = 0
         while True:
             self.sample()
+            samples += 1
+            if samples % LATENCY_PERIOD_SAMPLES == 0:
+                self.rotate_put_times()
             await trio.sleep(SAMPLE_INTERVAL_S)
 
     def _rate(self, idx: int, window: int) -> float | None:
@@ -166,4 +260,11 @@ class BrokerStats:
             "putMessageSizeTotal": str(self.put_size_total),
             "putMessageAverageSize": java_double(self.put_size_total / max(self.put_total, 1)),
             "putMessageFailedTimes": str(self.put_failed),
+            "putMessageEntireTimeMax": str(self.put_time_max),
+            "getMessageEntireTimeMax": str(self.get_time_max),
+            "putMessageDistributeTime": "".join(
+                f"{label}:{n} " for label, n in zip(PUT_TIME_LABELS, self._last_put_times, strict=True)
+            ),
+            "putLatency99": f"{self.put_latency(0.99):.2f}",
+            "putLatency999": f"{self.put_latency(0.999):.2f}",
         }

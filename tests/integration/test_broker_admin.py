@@ -334,6 +334,16 @@ RUNTIME_KEYS = {
     "pullThreadPoolQueueSize",
     "pullThreadPoolQueueCapacity",
     "brokerActive",
+    "putMessageSizeTotal",
+    "putMessageAverageSize",
+    "putMessageFailedTimes",
+    "putMessageEntireTimeMax",
+    "getMessageEntireTimeMax",
+    "putMessageDistributeTime",
+    "putLatency99",
+    "putLatency999",
+    "remainHowManyDataToCommit",
+    "dispatchMaxBuffer",
 }
 
 
@@ -351,6 +361,8 @@ async def test_runtime_info_has_upstream_keys_and_counts_puts(tmp_path: os.PathL
         assert table["putMessageSizeTotal"] == table["commitLogMaxOffset"]
         assert float(table["putMessageAverageSize"]) == int(table["commitLogMaxOffset"]) / 3
         assert table["putMessageFailedTimes"] == "0"
+        assert int(table["putMessageEntireTimeMax"]) >= 0  # three sends timed (in whole ms)
+        assert table["putMessageDistributeTime"].startswith("[<=0ms]:0 ")  # the minute is not over
         assert int(table["commitLogMaxOffset"]) > 0
         assert table["commitLogMinOffset"] == "0"
         assert 0 < float(table["commitLogDiskRatio"]) < 1

@@ -141,3 +141,32 @@ def test_put_sizes_and_failures() -> None:
     assert table["putMessageSizeTotal"] == "900"
     assert table["putMessageAverageSize"] == "225.0"  # per message, as upstream divides
     assert table["putMessageFailedTimes"] == "2"
+
+
+def test_put_times_are_reported_for_the_last_whole_minute() -> None:
+    stats = BrokerStats(Clock())
+    for ms in [0] * 90 + [3, 3, 7, 12, 12, 60, 250, 1500, 12_000] + [0]:
+        stats.on_put_time(ms)
+    stats.on_get_time(4)
+    stats.on_get_time(2)
+    table = stats.runtime_table()
+    # maxima at once; the distribution and percentiles only once the minute is over
+    assert table["putMessageEntireTimeMax"] == "12000"
+    assert table["getMessageEntireTimeMax"] == "4"
+    assert table["putMessageDistributeTime"].startswith("[<=0ms]:0 [0~10ms]:0 ")
+    assert table["putLatency99"] == "0.00"
+    stats.rotate_put_times()
+    table = stats.runtime_table()
+    assert table["putMessageDistributeTime"] == (
+        "[<=0ms]:91 [0~10ms]:3 [10~50ms]:2 [50~100ms]:1 [100~200ms]:0 [200~500ms]:1 [500ms~1s]:0 "
+        "[1~2s]:1 [2~3s]:0 [3~4s]:0 [4~5s]:0 [5~10s]:0 [10s~]:1 "
+    )
+    # upstream's quantile of 100 puts at 0.99: index 99, counted from 1 through the buckets --
+    # the 99th put, 1500 ms, interpolated in its bucket (1000, 2000] as the 1st of 1
+    assert table["putLatency99"] == "2000.00"
+    assert table["putLatency999"] == "2000.00"
+    assert stats.put_latency(0.90) == 90 / 91  # within (0, 1]: 90 of its 91 puts
+    assert stats.put_latency(0.95) == 11.5  # the 95th: the first of the two in (11, 12]
+    stats.rotate_put_times()  # a quiet minute
+    assert stats.runtime_table()["putLatency99"] == "0.00"
+    assert stats.runtime_table()["putMessageEntireTimeMax"] == "12000"  # since start, as upstream
