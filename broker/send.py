@@ -428,7 +428,8 @@ class SendProcessor:
         )
         self.broker.stats.on_put_time((monotonic_ns() - began) // 1_000_000)
         if result.status is _PUT_OK:
-            self.broker.stats.on_put(topic, 1, result.wrote_bytes)
+            # under the topic stored (a delayed message's SCHEDULE_TOPIC_XXXX), as upstream
+            self.broker.stats.on_put(store_topic, 1, result.wrote_bytes)
         else:
             self.broker.stats.on_put_failed(result.status)
         return send_response(cmd, result, store_queue, uniq, self._ext_ok)
@@ -647,7 +648,7 @@ class SendProcessor:
             ):
                 return cmd.response(ResponseCode.SUCCESS)
             return cmd.response(code, remark)
-        b.stats.on_put(topic, 1, result.wrote_bytes)
+        b.stats.on_put(store_topic, 1, result.wrote_bytes)
         b.stats.items.on_send_back(h.group, props[PROPERTY_RETRY_TOPIC])
         return cmd.response(ResponseCode.SUCCESS)
 

@@ -167,6 +167,16 @@ async def test_view_broker_stats_data_of_a_missing_item_is_a_system_error(tmp_pa
             assert not response.body_bytes
 
 
+async def test_a_delayed_message_counts_under_the_schedule_topic(tmp_path: os.PathLike[str]) -> None:
+    # as upstream: it is stored in SCHEDULE_TOPIC_XXXX until its delay is over
+    async with broker_env(tmp_path) as env:
+        await create_topic(env, TOPIC)
+        await send_text(env, TOPIC, "later", DELAY="3")
+        await stats(env, "TOPIC_PUT_NUMS", "SCHEDULE_TOPIC_XXXX")  # exists
+        response = await env.call(view("TOPIC_PUT_NUMS", TOPIC))
+        assert response.code == ResponseCode.SYSTEM_ERROR, describe(response)
+
+
 async def test_deleting_a_topic_or_group_forgets_its_items(tmp_path: os.PathLike[str]) -> None:
     async with broker_env(tmp_path) as env:
         await create_topic(env, TOPIC)
