@@ -18,9 +18,11 @@ Response codes and remarks are upstream's. Deviations, each deliberate:
 
 - GET_ALL_TOPIC_CONFIG / GET_ALL_SUBSCRIPTIONGROUP_CONFIG always answer with the whole table in one
   page (upstream does too unless ``enableSplitMetadata``); the total header makes paging clients stop.
+- GET_BROKER_CONFIG lists the broker, the process's transport (netty server and client) and the
+  store keys, as upstream; the transport keys are the process's, shared by its brokers.
 - UPDATE_BROKER_CONFIG applies values to the running broker only (no config file is rewritten),
-  answers 29 INVALID_PARAMETER naming keys that are not broker or store keys (upstream ignores
-  them silently), and refuses with 16 NO_PERMISSION the black-listed keys and the keys that only
+  answers 29 INVALID_PARAMETER naming keys that are not broker, transport or store keys (upstream
+  ignores them silently), and refuses with 16 NO_PERMISSION the black-listed keys and the keys that only
   take effect at start-up (identity, ports, paths, file sizes, role). Keys upstream has but we give
   no meaning (thread pools, ...) are accepted and ignored.
 """
@@ -44,7 +46,7 @@ from broker.admin_lists import (
     update_and_create_subscription_group_list,
     update_and_create_topic_list,
 )
-from broker.config import IGNORED_BROKER_KEYS, BrokerConfig
+from broker.config import IGNORED_BROKER_KEYS
 from broker.consume_queue_query import query_consume_queue
 from broker.stats_items import view_broker_stats_data
 from broker.store_maintenance import (
@@ -90,7 +92,6 @@ from remoting.protocol.common import (
     TopicFilterType,
     TopicList,
 )
-from store.config import MessageStoreConfig
 from store.results import BoundaryType
 
 if TYPE_CHECKING:
@@ -138,6 +139,9 @@ RESTART_ONLY_KEYS = frozenset(
         "messageIndexEnable",
         "messageDelayLevel",
         "warmMapedFileEnable",
+        # the process's transport (container.netty_config), set up when it starts
+        "bindAddress",
+        "connectTimeoutMillis",
     ]
 )
 
@@ -697,7 +701,8 @@ class AdminProcessor:
 
     async def get_broker_config(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         broker = self.broker
-        text = config_properties(broker.broker_config, broker.store_config)
+        # upstream's order: broker, netty server, netty client, message store
+        text = config_properties(broker.broker_config, *broker.transport_configs, broker.store_config)
         response = _ok(request, text.encode("utf-8"))
         response.ext_fields = encode_header(
             GetBrokerConfigResponseHeader(version=broker.config_data_version.encode().decode())
@@ -722,11 +727,8 @@ class AdminProcessor:
             return request.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
         targets: dict[str, msgspec.Struct] = {}
         fields: dict[str, Any] = {}
-        for cls, target in (
-            (BrokerConfig, broker.broker_config),
-            (MessageStoreConfig, broker.store_config),
-        ):
-            for f in msgspec.structs.fields(cls):
+        for target in (broker.broker_config, broker.store_config, *broker.transport_configs):
+            for f in msgspec.structs.fields(type(target)):
                 targets.setdefault(f.name, target)
                 fields.setdefault(f.name, f.type)
         unknown = sorted(k for k in props if k not in targets and k not in IGNORED_BROKER_KEYS)

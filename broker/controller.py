@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -61,9 +61,13 @@ class BrokerController:
         *,
         client: object,
         now_ms: Callable[[], int] = wall_clock_ms,
+        transport_configs: Sequence[msgspec.Struct] = (),
     ) -> None:
         self.broker_config = broker_config
         self.store_config = store_config
+        #: the process's NettyServerConfig and NettyClientConfig (container.netty_config): shown
+        #: and updated by GET/UPDATE_BROKER_CONFIG with the broker's own, as upstream's broker does
+        self.transport_configs = tuple(transport_configs)
         self.client = client  # remoting.client.RemotingClient shared by the process
         self.now_ms = now_ms
         bc = broker_config

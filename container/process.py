@@ -155,7 +155,12 @@ async def start_brokers(ctx: ProcessContext) -> list[HostedComponent]:
 
     hosted: list[HostedComponent] = []
     for spec in ctx.config.brokers:
-        broker = BrokerController(spec.broker, spec.store, client=ctx.client)
+        broker = BrokerController(
+            spec.broker,
+            spec.store,
+            client=ctx.client,
+            transport_configs=(ctx.config.nettyServer, ctx.config.nettyClient),
+        )
         listener = await ctx.listen(spec.broker.listenPort, broker.processor_table, name=broker.name)
         broker.attach(ctx.server, listener)
         # In controller mode the controller decides the role after start; say so instead.

@@ -338,3 +338,44 @@ async def test_run_process_stops_on_sigterm_with_exit_code_0(tmp_path: Path) -> 
     with trio.fail_after(STOP_DEADLINE):
         assert await run_process(cfg, on_started=on_started) == 0
     assert any(line.startswith("namesrv 127.0.0.1:") for line in started[0])
+
+
+async def test_a_hosted_broker_reports_the_process_transport_config(tmp_path: Path) -> None:
+    # upstream's GET_BROKER_CONFIG lists the netty server and client keys with the broker's own
+    from tests.cluster.harness import free_ports
+
+    ns_port, broker_port = free_ports(2, pairs=True)
+    conf = tmp_path / "process.toml"
+    conf.write_text(
+        "[nettyServer]\nbindAddress = '127.0.0.1'\nserverWorkerThreads = 5\n"
+        "[nettyClient]\nclientCallbackExecutorThreads = 3\n"
+        f"[namesrv]\nlistenPort = {ns_port}\nkvConfigPath = '${{rmq.data.dir}}/namesrv/kvConfig.json'\n"
+        f"[[broker]]\nbrokerName = 'broker-t'\nlistenPort = {broker_port}\nbrokerIP1 = '127.0.0.1'\n"
+        f"namesrvAddr = '127.0.0.1:{ns_port}'\nstorePathRootDir = '${{rmq.data.dir}}/broker-t'\n"
+    )
+    proc = await start(conf, "--data-dir", str(tmp_path / "data"))
+    await proc.read_until(re.compile(rb"^broker \S+ 127\.0\.0\.1:\d+ ", re.M))
+    addr = f"127.0.0.1:{broker_port}"
+    async with RemotingClient() as client:
+        response = await client.invoke(addr, request(RequestCode.GET_BROKER_CONFIG), timeout=5.0)
+        assert response.code == ResponseCode.SUCCESS
+        props = dict(line.split("=", 1) for line in response.body_bytes.decode().splitlines())
+        assert props["brokerName"] == "broker-t"
+        assert props["serverWorkerThreads"] == "5"
+        assert props["clientCallbackExecutorThreads"] == "3"
+        assert props["bindAddress"] == "127.0.0.1"
+        # an ignored transport key may be updated (shown from then on); one read at start may not
+        body = b"serverWorkerThreads=7\n"
+        response = await client.invoke(
+            addr, request(RequestCode.UPDATE_BROKER_CONFIG, body=body), timeout=5.0
+        )
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        response = await client.invoke(
+            addr, request(RequestCode.UPDATE_BROKER_CONFIG, body=b"bindAddress=0.0.0.0\n"), timeout=5.0
+        )
+        assert response.code == ResponseCode.NO_PERMISSION
+        response = await client.invoke(addr, request(RequestCode.GET_BROKER_CONFIG), timeout=5.0)
+        props = dict(line.split("=", 1) for line in response.body_bytes.decode().splitlines())
+        assert props["serverWorkerThreads"] == "7"
+        assert props["bindAddress"] == "127.0.0.1"
+    assert await proc.stop(signal.SIGTERM) == 0
