@@ -364,11 +364,7 @@ class SendProcessor:
                         uniq_key=uniq,
                         wait_store_msg_ok=wait,
                     )
-                self.broker.stats.on_put_time((monotonic_ns() - began) // 1_000_000)
-                if result.status is _PUT_OK:
-                    self.broker.stats.on_put(topic, 1, result.wrote_bytes)
-                else:
-                    self.broker.stats.on_put_failed(result.status)
+                self.broker.stats.on_put_result(topic, 1, result, began)
                 return send_response(cmd, result, queue_id, uniq, self._ext_ok)
         props, tail, uniq = self._complete_properties(props_s)
         queue_id = self._pick_queue(config, h.queueId)
@@ -426,12 +422,8 @@ class SendProcessor:
             uniq_key=uniq,
             wait_store_msg_ok=props.get(PROPERTY_WAIT, "true") != "false",
         )
-        self.broker.stats.on_put_time((monotonic_ns() - began) // 1_000_000)
-        if result.status is _PUT_OK:
-            # under the topic stored (a delayed message's SCHEDULE_TOPIC_XXXX), as upstream
-            self.broker.stats.on_put(store_topic, 1, result.wrote_bytes)
-        else:
-            self.broker.stats.on_put_failed(result.status)
+        # under the topic stored (a delayed message's SCHEDULE_TOPIC_XXXX), as upstream
+        self.broker.stats.on_put_result(store_topic, 1, result, began)
         return send_response(cmd, result, store_queue, uniq, self._ext_ok)
 
     def _encode_client_form(
@@ -515,11 +507,7 @@ class SendProcessor:
         result = await self.broker.replication.put_messages(
             records, topic, queue_id, sys_flag=h.sysFlag, hints=hints, placed=placed
         )
-        self.broker.stats.on_put_time((monotonic_ns() - began) // 1_000_000)
-        if result.status is _PUT_OK:
-            self.broker.stats.on_put(topic, len(uniqs), result.wrote_bytes)
-        else:
-            self.broker.stats.on_put_failed(result.status)
+        self.broker.stats.on_put_result(topic, len(uniqs), result, began)
         return send_response(cmd, result, queue_id, ",".join(uniqs), self._ext_ok)
 
     def _encode_batch(
@@ -637,9 +625,8 @@ class SendProcessor:
         )
         began = monotonic_ns()
         result = await b.replication.put_message(encoded, store_topic, store_queue, sys_flag=msg.sys_flag)
-        b.stats.on_put_time((monotonic_ns() - began) // 1_000_000)
+        b.stats.on_put_result(store_topic, 1, result, began)
         if not result.is_ok:
-            b.stats.on_put_failed(result.status)
             code, remark = STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, result.status.name))
             if code in (
                 ResponseCode.FLUSH_DISK_TIMEOUT,
@@ -648,7 +635,6 @@ class SendProcessor:
             ):
                 return cmd.response(ResponseCode.SUCCESS)
             return cmd.response(code, remark)
-        b.stats.on_put(store_topic, 1, result.wrote_bytes)
         b.stats.items.on_send_back(h.group, props[PROPERTY_RETRY_TOPIC])
         return cmd.response(ResponseCode.SUCCESS)
 

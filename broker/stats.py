@@ -15,11 +15,12 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
 from decimal import Decimal
+from time import monotonic_ns
 
 import trio
 
 from broker.stats_items import BrokerStatsItems
-from store.results import PutMessageStatus
+from store.results import PutMessageResult, PutMessageStatus
 
 DAY_MS = 86_400_000
 #: upstream ``PUT_MESSAGE_ENTIRE_TIME_MAX_DESC``: the ``putMessageDistributeTime`` buckets
@@ -42,10 +43,10 @@ PUT_TIME_LABELS = (
 _PUT_TIME_STEPS = (10, 50, 100, 200, 500, 1000, 2000, 3000, 4000, 5000, 10000)
 
 
-#: upstream ``PUT_MESSAGE_ENTIRE_TIME_BUCKETS``: the upper ends (ms) of the finer buckets the
-#: put latency percentiles interpolate in -- steps of 1 ms to 20, 2 to 50, 5 to 100, 10 to 200,
-#: 50 to 500, 100 to 1000, 1000 to 10000 -- and an open last one (Java's Long.MAX_VALUE)
 def _latency_bounds() -> tuple[int, ...]:
+    """Upstream ``PUT_MESSAGE_ENTIRE_TIME_BUCKETS``: the upper ends (ms) of the finer buckets the
+    put latency percentiles interpolate in -- steps of 1 ms to 20, 2 to 50, 5 to 100, 10 to 200,
+    50 to 500, 100 to 1000, 1000 to 10000 -- and an open last one (Java's Long.MAX_VALUE)."""
     bounds = []
     low = 0
     for step, count in ((1, 20), (2, 15), (5, 10), (10, 10), (50, 6), (100, 5), (1000, 9)):
@@ -60,6 +61,7 @@ PUT_LATENCY_BOUNDS = _latency_bounds()
 #: samples (seconds) between two rotations of the latency figures (upstream ``printTPSInterval``)
 LATENCY_PERIOD_SAMPLES = 60
 
+_PUT_OK = PutMessageStatus.PUT_OK
 #: store statuses of an append the commit log refused or failed (``putMessageFailedTimes``)
 APPEND_FAILURES = frozenset(
     {
@@ -100,7 +102,6 @@ class BrokerStats:
         self.items = BrokerStatsItems(cluster)
         self.put_total = 0
         self.get_total = 0
-        self.put_by_topic: dict[str, int] = {}
         self.put_size_total = 0
         self.put_failed = 0
         #: longest put and get so far (ms; upstream ``putMessageEntireTimeMax`` and
@@ -135,14 +136,19 @@ class BrokerStats:
         """A send stored ``count`` messages (``size`` record bytes) in ``topic``."""
         self.put_total += count
         self.put_size_total += size
-        self.put_by_topic[topic] = self.put_by_topic.get(topic, 0) + count
         self.items.on_put(topic, count, size)
 
-    def on_put_failed(self, status: PutMessageStatus) -> None:
-        """A send's store put ended with ``status`` (not PUT_OK): counted when the commit log
-        refused or failed the append (upstream ``putMessageFailedTimes``), not for a flush or
-        replication timeout (the message is stored) nor a store that takes no writes."""
-        if status in APPEND_FAILURES:
+    def on_put_result(self, topic: str, count: int, result: PutMessageResult, began_ns: int) -> None:
+        """A send's store put of ``count`` messages for ``topic``, begun at ``began_ns``
+        (``time.monotonic_ns``), ended with ``result``: its time, and the messages if stored; a
+        failure counts when the commit log refused or failed the append (upstream
+        ``putMessageFailedTimes``), not for a flush or replication timeout (the message is
+        stored) nor a store that takes no writes."""
+        self.on_put_time((monotonic_ns() - began_ns) // 1_000_000)
+        status = result.status
+        if status is _PUT_OK:
+            self.on_put(topic, count, result.wrote_bytes)
+        elif status in APPEND_FAILURES:
             self.put_failed += 1
 
     def on_put_time(self, ms: int) -> None:

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from time import monotonic_ns
+
 import pytest
 import trio
 import trio.testing
 
 from broker.stats import BrokerStats, java_double
-from store.results import PutMessageStatus
+from store.results import PutMessageResult, PutMessageStatus
 
 
 class Clock:
@@ -131,13 +133,18 @@ def test_put_sizes_and_failures() -> None:
         "0.0",
         "0",
     )
-    stats.on_put("T", 1, 200)
-    stats.on_put("T", 3, 700)  # a batch
-    stats.on_put_failed(PutMessageStatus.MESSAGE_ILLEGAL)
-    stats.on_put_failed(PutMessageStatus.CREATE_MAPPED_FILE_FAILED)
-    stats.on_put_failed(PutMessageStatus.FLUSH_DISK_TIMEOUT)  # stored, only not flushed in time
-    stats.on_put_failed(PutMessageStatus.SERVICE_NOT_AVAILABLE)  # a slave: nothing was tried
+    began = monotonic_ns()
+    stats.on_put_result("T", 1, PutMessageResult(PutMessageStatus.PUT_OK, 0, 200), began)
+    stats.on_put_result("T", 3, PutMessageResult(PutMessageStatus.PUT_OK, 200, 700), began)  # a batch
+    for status in (
+        PutMessageStatus.MESSAGE_ILLEGAL,
+        PutMessageStatus.CREATE_MAPPED_FILE_FAILED,
+        PutMessageStatus.FLUSH_DISK_TIMEOUT,  # stored, only not flushed in time
+        PutMessageStatus.SERVICE_NOT_AVAILABLE,  # a slave: nothing was tried
+    ):
+        stats.on_put_result("T", 1, PutMessageResult(status), began)
     table = stats.runtime_table()
+    assert table["msgPutTotalTodayNow"] == "4"
     assert table["putMessageSizeTotal"] == "900"
     assert table["putMessageAverageSize"] == "225.0"  # per message, as upstream divides
     assert table["putMessageFailedTimes"] == "2"
