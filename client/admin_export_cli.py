@@ -48,8 +48,8 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Collection, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from typing import Any, ParamSpec
 
 import click
 import msgspec
@@ -76,6 +76,9 @@ __all__ = [
     "DEFAULT_EXPORT_DIR",
     "EXPORTED_BROKER_KEYS",
     "ExportSubscriptionGroupWrapper",
+    "cluster_configs",
+    "cluster_export_options",
+    "export_cluster_document",
     "export_dir",
     "exported_broker_properties",
     "get_user_subscription_group",
@@ -91,6 +94,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("client.admin.export")
+
+P = ParamSpec("P")
 
 #: where mqadmin's export commands write when ``-f`` is not given
 DEFAULT_EXPORT_DIR = "/tmp/rocketmq/export"
@@ -379,48 +384,82 @@ def export_metadata(
 # --- exportConfigs ----------------------------------------------------------------------------------
 
 
-@click.command("exportConfigs")
-@namesrv_option
-@click.option("-c", "--clusterName", "cluster_name", required=True, help="choose a cluster to export")
-@click.option(
-    "-f",
-    "--filePath",
-    "file_path",
-    default=None,
-    help=f"export configs.json path | default {DEFAULT_EXPORT_DIR}",
-)
-def export_configs(namesrv: str, timeout: float, cluster_name: str, file_path: str | None) -> None:
-    """Export configs."""
+def cluster_export_options(file_name: str) -> Callable[[Callable[P, None]], Callable[P, None]]:
+    """The options of a whole-cluster export: ``-n`` (and ``--timeout``), ``-c`` and ``-f``."""
+
+    def wrap(f: Callable[P, None]) -> Callable[P, None]:
+        f = click.option(
+            "-f",
+            "--filePath",
+            "file_path",
+            default=None,
+            help=f"export {file_name} path | default {DEFAULT_EXPORT_DIR}",
+        )(f)
+        f = click.option(
+            "-c", "--clusterName", "cluster_name", required=True, help="choose a cluster to export"
+        )(f)
+        return namesrv_option(f)
+
+    return wrap
+
+
+def export_cluster_document(
+    command: str,
+    file_name: str,
+    namesrv: str,
+    timeout: float,
+    file_path: str | None,
+    build: Callable[[MQAdmin], Awaitable[dict[str, Any]]],
+) -> None:
+    """Build a document with the admin client, write it to ``file_name`` in the ``-f``
+    directory and say so, without a newline (mqadmin's exportConfigs and exportMetrics)."""
     directory = export_dir(file_path)
-    cluster = cluster_name.strip()
     document: list[dict[str, Any]] = []
 
     async def go(admin: MQAdmin) -> None:
-        masters_and_slaves = await admin.fetch_master_and_slave_distinguish(cluster)
-        broker_configs: dict[str, dict[str, str]] = {}
-        masters = slaves = 0
-        for master, its_slaves in masters_and_slaves.items():
-            slaves += len(its_slaves)
-            if master == NO_MASTER_PLACEHOLDER:
-                continue
-            masters += 1
-            properties = await admin.get_broker_config(master)
-            broker_configs[properties.get("brokerName", "null")] = exported_broker_properties(properties)
-        document.append(
-            {
-                "brokerConfigs": dict(sorted(broker_configs.items())),
-                "clusterScale": {
-                    "masterBrokerSize": masters,
-                    "namesrvSize": len(admin.namesrv_addrs),
-                    "slaveBrokerSize": slaves,
-                },
-            }
-        )
+        document.append(await build(admin))
 
-    run_admin("exportConfigs", go, namesrv, timeout)
-    path = os.path.join(directory, CONFIGS_FILE)
-    write_or_fail("exportConfigs", path, document[0])
+    run_admin(command, go, namesrv, timeout)
+    path = os.path.join(directory, file_name)
+    write_or_fail(command, path, document[0])
     click.echo(f"export {path} success", nl=False)
+
+
+async def cluster_configs(admin: MQAdmin, cluster: str) -> dict[str, Any]:
+    """The configs.json document of ``cluster`` (module docstring)."""
+    masters_and_slaves = await admin.fetch_master_and_slave_distinguish(cluster)
+    broker_configs: dict[str, dict[str, str]] = {}
+    masters = slaves = 0
+    for master, its_slaves in masters_and_slaves.items():
+        slaves += len(its_slaves)
+        if master == NO_MASTER_PLACEHOLDER:
+            continue
+        masters += 1
+        properties = await admin.get_broker_config(master)
+        broker_configs[properties.get("brokerName", "null")] = exported_broker_properties(properties)
+    return {
+        "brokerConfigs": dict(sorted(broker_configs.items())),
+        "clusterScale": {
+            "masterBrokerSize": masters,
+            "namesrvSize": len(admin.namesrv_addrs),
+            "slaveBrokerSize": slaves,
+        },
+    }
+
+
+@click.command("exportConfigs")
+@cluster_export_options(CONFIGS_FILE)
+def export_configs(namesrv: str, timeout: float, cluster_name: str, file_path: str | None) -> None:
+    """Export configs."""
+    cluster = cluster_name.strip()
+    export_cluster_document(
+        "exportConfigs",
+        CONFIGS_FILE,
+        namesrv,
+        timeout,
+        file_path,
+        lambda admin: cluster_configs(admin, cluster),
+    )
 
 
 COMMANDS = [export_metadata, export_configs]

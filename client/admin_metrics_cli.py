@@ -30,20 +30,17 @@ Deviations, each deliberate:
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable
 from typing import Any
 
 import click
 
 from client.admin import CLUSTER_NOT_FOUND, AdminError, MQAdmin
-from client.admin_common import namesrv_option, run_admin
 from client.admin_export_cli import (
-    DEFAULT_EXPORT_DIR,
-    export_dir,
+    cluster_export_options,
+    export_cluster_document,
     get_user_subscription_group,
     get_user_topic_config,
-    write_or_fail,
 )
 from client.admin_stats_cli import TOPIC_PUT_NUMS, compute_24_hour_sum, view_broker_stats_data
 from remoting.command import CURRENT_VERSION, version_desc
@@ -236,28 +233,18 @@ async def cluster_metrics(admin: MQAdmin, cluster: str) -> dict[str, Any]:
 
 
 @click.command("exportMetrics")
-@namesrv_option
-@click.option("-c", "--clusterName", "cluster_name", required=True, help="choose a cluster to export")
-@click.option(
-    "-f",
-    "--filePath",
-    "file_path",
-    default=None,
-    help=f"export metrics.json path | default {DEFAULT_EXPORT_DIR}",
-)
+@cluster_export_options(METRICS_FILE)
 def export_metrics(namesrv: str, timeout: float, cluster_name: str, file_path: str | None) -> None:
     """Export metrics."""
-    directory = export_dir(file_path)
     cluster = cluster_name.strip()
-    document: list[dict[str, Any]] = []
-
-    async def go(admin: MQAdmin) -> None:
-        document.append(await cluster_metrics(admin, cluster))
-
-    run_admin("exportMetrics", go, namesrv, timeout)
-    path = os.path.join(directory, METRICS_FILE)
-    write_or_fail("exportMetrics", path, document[0])
-    click.echo(f"export {path} success", nl=False)
+    export_cluster_document(
+        "exportMetrics",
+        METRICS_FILE,
+        namesrv,
+        timeout,
+        file_path,
+        lambda admin: cluster_metrics(admin, cluster),
+    )
 
 
 COMMANDS = [export_metrics]
