@@ -484,7 +484,7 @@ def _pretty(v: Any, out: list[str], level: int) -> None:
             else:
                 out.append(dumps(k).decode("utf-8") + ":")
             _pretty(x, out, level + 1)
-        if entries:
+        if v:  # fastjson ends the line when the map has entries, also null ones it left out
             out.append("\n" + "\t" * level)
         out.append("}")
     elif isinstance(v, list | tuple | set | frozenset):

@@ -293,3 +293,9 @@ def test_fast_path_and_lenient_path_give_the_same_route() -> None:
     with pytest.raises(msgspec.DecodeError):
         msgspec.json.decode(route.encode())  # fastjson style: only the lenient path can
     assert TopicRouteData.decode(standard) == TopicRouteData.decode(route.encode()) == route
+
+
+def test_pretty_map_of_only_null_values_keeps_fastjsons_line_break() -> None:
+    # fastjson leaves the null values out but, the map having entries, still ends the line
+    # before its closing brace; an empty map stays on one line
+    assert fastjson.dumps_pretty({"a": {"x": None}, "b": {}}) == '{\n\t"a":{\n\t},\n\t"b":{}\n}'
