@@ -14,12 +14,12 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
-from decimal import Decimal
 from time import monotonic_ns
 
 import trio
 
 from broker.stats_items import BrokerStatsItems
+from remoting.fastjson import java_double
 from store.results import PutMessageResult, PutMessageStatus
 
 DAY_MS = 86_400_000
@@ -78,19 +78,6 @@ SAMPLE_INTERVAL_S = 1.0
 MAX_SAMPLES = 600 + 1
 #: the windows (in samples) of every rate, as upstream prints them
 RATE_WINDOWS = (10, 60, 600)
-
-
-def java_double(value: float) -> str:
-    """Java's ``Double.toString`` of a finite double: ``12.0``, ``0.5``, ``1.0E7``, ``2.5E-4``."""
-    if value == 0:
-        return "0.0"
-    if 1e-3 <= abs(value) < 1e7:
-        text = repr(value)
-        return text if "." in text else text + ".0"
-    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
-    assert isinstance(exponent, int)
-    mantissa = f"{digits[0]}.{''.join(map(str, digits[1:])) or '0'}"
-    return f"{'-' if sign else ''}{mantissa}E{exponent + len(digits) - 1}"
 
 
 class BrokerStats:

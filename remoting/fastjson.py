@@ -28,13 +28,14 @@ import base64
 import enum
 import re
 from collections.abc import Callable
+from decimal import Decimal
 from json.decoder import scanstring  # type: ignore[attr-defined]
 from json.encoder import encode_basestring, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any, TypeVar
 
 import msgspec
 
-__all__ = ["FastjsonError", "FrozenDict", "decode", "dumps", "dumps_pretty", "loads"]
+__all__ = ["FastjsonError", "FrozenDict", "decode", "dumps", "dumps_pretty", "java_double", "loads"]
 
 T = TypeVar("T")
 
@@ -353,7 +354,8 @@ class _Writer:
         elif isinstance(v, int):
             out.append(str(int(v)))
         elif isinstance(v, float):
-            out.append(repr(v) if v == v and v not in (float("inf"), float("-inf")) else "null")
+            # fastjson writes Java's Double.toString (1.0E7, 2.5E-4), null for NaN and infinities
+            out.append(java_double(v) if v == v and v not in (float("inf"), float("-inf")) else "null")
         elif isinstance(v, bytes | bytearray | memoryview):
             out.append('"' + base64.b64encode(bytes(v)).decode("ascii") + '"')
         elif isinstance(v, msgspec.Raw):
@@ -447,6 +449,19 @@ def dumps(obj: Any, *, standard: bool = False) -> bytes:
     w = _Writer(standard)
     w.value(obj)
     return "".join(w.out).encode("utf-8")
+
+
+def java_double(value: float) -> str:
+    """Java's ``Double.toString`` of a finite double: ``12.0``, ``0.5``, ``1.0E7``, ``2.5E-4``."""
+    if value == 0:
+        return "0.0"
+    if 1e-3 <= abs(value) < 1e7:
+        text = repr(value)
+        return text if "." in text else text + ".0"
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    mantissa = f"{digits[0]}.{''.join(map(str, digits[1:])) or '0'}"
+    return f"{'-' if sign else ''}{mantissa}E{exponent + len(digits) - 1}"
 
 
 def dumps_pretty(obj: Any) -> str:

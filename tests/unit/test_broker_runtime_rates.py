@@ -9,7 +9,8 @@ import pytest
 import trio
 import trio.testing
 
-from broker.stats import BrokerStats, java_double
+from broker.stats import BrokerStats
+from remoting.fastjson import java_double
 from store.results import PutMessageResult, PutMessageStatus
 
 

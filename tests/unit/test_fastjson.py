@@ -299,3 +299,11 @@ def test_pretty_map_of_only_null_values_keeps_fastjsons_line_break() -> None:
     # fastjson leaves the null values out but, the map having entries, still ends the line
     # before its closing brace; an empty map stays on one line
     assert fastjson.dumps_pretty({"a": {"x": None}, "b": {}}) == '{\n\t"a":{\n\t},\n\t"b":{}\n}'
+
+
+def test_doubles_are_written_as_javas_double_to_string() -> None:
+    assert (
+        fastjson.dumps({"a": 1e7, "b": 2.5e-4, "c": 12.5, "d": 3.0})
+        == b'{"a":1.0E7,"b":2.5E-4,"c":12.5,"d":3.0}'
+    )
+    assert fastjson.loads(fastjson.dumps({"a": 1.23456789e7})) == {"a": 1.23456789e7}
