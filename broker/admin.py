@@ -9,7 +9,7 @@ Lists: UPDATE_AND_CREATE_TOPIC_LIST (18), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LI
 :mod:`broker.admin_lists`, which also holds the topic and group checks the single updates share.
 Queues: QUERY_CONSUME_QUEUE (321, in :mod:`broker.consume_queue_query`).
 Store maintenance (in :mod:`broker.store_maintenance`): CLEAN_EXPIRED_CONSUMEQUEUE (306),
-DELETE_EXPIRED_COMMITLOG (329), CLEAN_UNUSED_TOPIC (316).
+DELETE_EXPIRED_COMMITLOG (329), CLEAN_UNUSED_TOPIC (316), RESET_MASTER_FLUSH_OFFSET (908).
 Statistics: VIEW_BROKER_STATS_DATA (315, in :mod:`broker.stats_items`).
 Broker: GET_BROKER_RUNTIME_INFO (28), GET_BROKER_CONFIG (26), UPDATE_BROKER_CONFIG (25),
 GET_BROKER_HA_STATUS (907, from :meth:`broker.replication.Replication.ha_runtime_info`).
@@ -53,6 +53,7 @@ from broker.store_maintenance import (
     clean_expired_consume_queue,
     clean_unused_topic,
     delete_expired_commit_log,
+    reset_master_flush_offset,
 )
 from broker.topic_attributes import parse_attribute_modification
 from broker.topics import SYSTEM_TOPICS
@@ -270,6 +271,7 @@ class AdminProcessor:
             RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: partial(clean_expired_consume_queue, self.broker),
             RequestCode.DELETE_EXPIRED_COMMITLOG: partial(delete_expired_commit_log, self.broker),
             RequestCode.CLEAN_UNUSED_TOPIC: partial(clean_unused_topic, self.broker),
+            RequestCode.RESET_MASTER_FLUSH_OFFSET: partial(reset_master_flush_offset, self.broker),
             RequestCode.VIEW_BROKER_STATS_DATA: partial(view_broker_stats_data, self.broker),
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
             RequestCode.GET_BROKER_HA_STATUS: self.get_broker_ha_status,

@@ -10,8 +10,11 @@
   system and LMQ topics excepted, and on a slave those that still have messages (see
   :func:`unused_topics`; upstream drops them there too).
 
-Each answers SUCCESS (upstream's answer whatever was found) and logs what it dropped; a failure
-of the store answers SYSTEM_ERROR with its message.
+- RESET_MASTER_FLUSH_OFFSET (908, mqadmin ``resetMasterFlushOffset``): a slave records the given
+  master flushed offset in its checkpoint (its haStatus shows it); a master ignores it, as upstream.
+
+Each answers SUCCESS (upstream's answer whatever was found) and logs what it did; a failure of the
+store answers SYSTEM_ERROR with its message.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
+from remoting.headers import decode_header
+from remoting.protocol.broker import ResetMasterFlushOffsetHeader
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -31,6 +36,7 @@ __all__ = [
     "clean_expired_consume_queue",
     "clean_unused_topic",
     "delete_expired_commit_log",
+    "reset_master_flush_offset",
     "unused_topics",
 ]
 
@@ -106,4 +112,21 @@ async def clean_unused_topic(
         len(topics),
         topics,
     )
+    return request.response(ResponseCode.SUCCESS)
+
+
+async def reset_master_flush_offset(
+    broker: BrokerController, ctx: RequestContext, request: RemotingCommand
+) -> RemotingCommand:
+    """RESET_MASTER_FLUSH_OFFSET: see the module docstring."""
+    h = decode_header(request, ResetMasterFlushOffsetHeader)
+    if not broker.is_slave:
+        log.info("resetMasterFlushOffset from %s ignored: a master", ctx.connection.remote_address)
+        return request.response(ResponseCode.SUCCESS)
+    try:
+        await broker.store.set_master_flushed_offset(h.masterFlushOffset)
+    except OSError as e:
+        log.error("resetMasterFlushOffset from %s failed: %s", ctx.connection.remote_address, e)
+        return request.response(ResponseCode.SYSTEM_ERROR, f"writing the checkpoint failed: {e}")
+    log.info("master flushed offset set to %d (from %s)", h.masterFlushOffset, ctx.connection.remote_address)
     return request.response(ResponseCode.SUCCESS)

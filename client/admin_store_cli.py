@@ -1,5 +1,9 @@
-"""``rmq-admin cleanExpiredCQ``, ``deleteExpiredCommitLog`` and ``cleanUnusedTopic``: mqadmin's
-store maintenance commands (see :mod:`broker.store_maintenance` for what a broker does).
+"""``rmq-admin cleanExpiredCQ``, ``deleteExpiredCommitLog``, ``cleanUnusedTopic`` and
+``resetMasterFlushOffset``: mqadmin's store maintenance commands (see
+:mod:`broker.store_maintenance` for what a broker does).
+
+``resetMasterFlushOffset -b ADDR -o OFFSET`` sets the master flushed offset a slave records and
+prints ``reset master flush offset to <offset> success``, as mqadmin (a master ignores it).
 
 Each asks one broker (``-b``), or every broker -- masters and slaves -- of a cluster (``-c``), or
 of every cluster when neither is given, and prints ``success`` or ``false`` without a newline, as
@@ -20,6 +24,8 @@ from client.admin_common import namesrv_option, run_admin
 from remoting.codes import RequestCode
 from remoting.command import request
 from remoting.errors import RemotingError
+from remoting.headers import encode_header
+from remoting.protocol.broker import ResetMasterFlushOffsetHeader
 
 __all__ = ["COMMANDS"]
 
@@ -81,4 +87,23 @@ clean_unused_topic = _maintenance_command(
     "cluster name",
 )
 
-COMMANDS: list[click.Command] = [clean_expired_cq, delete_expired_commit_log, clean_unused_topic]
+
+@click.command("resetMasterFlushOffset", help="Reset master flush offset in slave.")
+@namesrv_option
+@click.option("-b", "--brokerAddr", "broker_addr", required=True, help="which broker to reset")
+@click.option("-o", "--offset", "offset", type=int, required=True, help="the offset to reset at")
+def reset_master_flush_offset(namesrv: str, timeout: float, broker_addr: str, offset: int) -> None:
+    async def go(admin: MQAdmin) -> None:
+        fields = dict(encode_header(ResetMasterFlushOffsetHeader(masterFlushOffset=offset)))
+        await admin.call_broker(broker_addr.strip(), request(RequestCode.RESET_MASTER_FLUSH_OFFSET, fields))
+        click.echo(f"reset master flush offset to {offset} success")
+
+    run_admin("resetMasterFlushOffset", go, namesrv, timeout)
+
+
+COMMANDS: list[click.Command] = [
+    clean_expired_cq,
+    delete_expired_commit_log,
+    clean_unused_topic,
+    reset_master_flush_offset,
+]

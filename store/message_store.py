@@ -599,6 +599,13 @@ class DefaultMessageStore(PutPaths):
         """Drop the topics' consume queues (files and directories)."""
         await truncation.delete_topics(self, topics)
 
+    async def set_master_flushed_offset(self, offset: int) -> None:
+        """Record the master's flushed offset in the checkpoint (upstream
+        ``setMasterFlushedOffset``: a slave's haStatus shows it) and write the checkpoint now."""
+        async with self.maintenance_lock:
+            self.checkpoint.data.masterFlushedOffset = offset
+            await trio.to_thread.run_sync(self.checkpoint.flush_sync, self.checkpoint.snapshot())
+
     async def delete_expired_queues(self, skip: Callable[[str], bool]) -> list[tuple[str, int]]:
         """Drop the consume queues (of topics not ``skip``-ped) that only point below the commit
         log's min offset -- mqadmin ``cleanExpiredCQ``; returns them."""

@@ -714,6 +714,12 @@ class HARuntimeInfo(Body, kw_only=True):
 # Per-key broker statistics (VIEW_BROKER_STATS_DATA, 315; mqadmin statsAll)
 
 
+class ResetMasterFlushOffsetHeader(CommandHeader):
+    """RESET_MASTER_FLUSH_OFFSET (908): the master flushed offset a slave records."""
+
+    masterFlushOffset: int
+
+
 class ViewBrokerStatsDataRequestHeader(CommandHeader):
     """VIEW_BROKER_STATS_DATA (315): the statistics item ``statsKey`` of ``statsName``
     (``TOPIC_PUT_NUMS`` / topic, ``GROUP_GET_NUMS`` / ``topic@group``, ...)."""

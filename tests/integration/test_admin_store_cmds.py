@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from client.admin_store_cli import COMMANDS
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import request
+from store.checkpoint import CheckpointData, decode_checkpoint
 from store.config import BrokerRole
 from tests.integration.broker_env import CLUSTER, BrokerEnv, broker_env
 from tests.integration.broker_requests import describe, pull_all, send_ok, send_request, send_text
@@ -179,3 +180,31 @@ async def test_commands_without_target_ask_every_broker_and_report_failures(
         assert result.exit_code == 1
         assert result.stdout == "false"
         assert "127.0.0.1:1" in result.stderr
+
+
+def checkpoint_on_disk(env: BrokerEnv) -> CheckpointData:
+    with open(env.broker.store.checkpoint.path, "rb") as f:
+        return decode_checkpoint(f.read())
+
+
+async def test_reset_master_flush_offset_is_recorded_by_a_slave_and_ignored_by_a_master(
+    tmp_path: os.PathLike[str],
+) -> None:
+    async with broker_env(tmp_path) as env:
+        store = env.broker.store
+        result = await cli("resetMasterFlushOffset", "-n", env.namesrv_addr, "-b", env.addr, "-o", "4096")
+        assert result.exit_code == 0, result.output + result.stderr
+        assert result.stdout == "reset master flush offset to 4096 success\n"
+        assert store.checkpoint.data.masterFlushedOffset == 0  # a master: ignored, as upstream
+        store.config.brokerRole = BrokerRole.SLAVE
+        try:
+            result = await cli("resetMasterFlushOffset", "-n", env.namesrv_addr, "-b", env.addr, "-o", "4096")
+            assert result.exit_code == 0, result.output + result.stderr
+            assert store.checkpoint.data.masterFlushedOffset == 4096
+            assert checkpoint_on_disk(env).masterFlushedOffset == 4096  # written at once
+            # the offset is required
+            response = await env.call(request(RequestCode.RESET_MASTER_FLUSH_OFFSET))
+            assert response.code != ResponseCode.SUCCESS
+            assert store.checkpoint.data.masterFlushedOffset == 4096
+        finally:
+            store.config.brokerRole = BrokerRole.ASYNC_MASTER
