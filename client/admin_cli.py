@@ -552,6 +552,7 @@ def _add_commands() -> None:
     from client.admin_send_cli import COMMANDS as SEND_COMMANDS
     from client.admin_stats_cli import COMMANDS as STATS_COMMANDS
     from client.admin_store_cli import COMMANDS as STORE_COMMANDS
+    from client.admin_trace_cli import COMMANDS as TRACE_COMMANDS
 
     for command in (
         *NAMESRV_COMMANDS,
@@ -566,6 +567,7 @@ def _add_commands() -> None:
         *STATS_COMMANDS,
         *EXPORT_COMMANDS,
         *METRICS_COMMANDS,
+        *TRACE_COMMANDS,
     ):
         main.add_command(command)
 

@@ -50,7 +50,6 @@ import enum
 import ipaddress
 import re
 import time
-import zlib
 from collections.abc import Iterable
 
 import click
@@ -60,10 +59,9 @@ from client.admin import MQAdmin
 from client.admin_common import echo_lines, namesrv_option, run_admin
 from client.admin_messages import query_by_key
 from client.admin_print_cli import java_hash_order
+from client.message import inflate_body
 from remoting.protocol.message import (
     COMPRESSED_FLAG,
-    COMPRESSION_TYPE_MASK,
-    COMPRESSION_ZLIB_TYPE,
     StoredMessage,
     parse_host,
 )
@@ -410,15 +408,7 @@ def born_host_string(born_host: str) -> str:
 def trace_body_text(msg: StoredMessage) -> str:
     """The text of a trace message's body, inflated when compressed (zlib only); ValueError saying
     why when it cannot be read. Bytes that are not UTF-8 become U+FFFD, as Java's decoder does."""
-    body = msg.body
-    if msg.sys_flag & COMPRESSED_FLAG:
-        kind = msg.sys_flag & COMPRESSION_TYPE_MASK
-        if kind not in (0, COMPRESSION_ZLIB_TYPE):
-            raise ValueError(f"its body is compressed with type {kind:#x}, which this tool cannot inflate")
-        try:
-            body = zlib.decompress(body)
-        except zlib.error as e:
-            raise ValueError(f"its compressed body cannot be inflated: {e}") from None
+    body = inflate_body(msg.body, msg.sys_flag) if msg.sys_flag & COMPRESSED_FLAG else msg.body
     return body.decode("utf-8", "replace")
 
 

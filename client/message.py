@@ -55,6 +55,7 @@ __all__ = [
     "build_subscription",
     "decode_pull_body",
     "dlq_topic",
+    "inflate_body",
     "retry_topic",
     "validate_group",
     "validate_topic",
@@ -425,15 +426,23 @@ def build_subscription(
     )
 
 
-def _inflate(body: bytes, sys_flag: int) -> bytes:
+def inflate_body(body: bytes, sys_flag: int) -> bytes:
+    """The body of a message whose ``sys_flag`` marks it compressed, inflated; ValueError saying
+    why when it cannot be (a compression other than zlib, or corrupt data)."""
     ctype = sys_flag & COMPRESSION_TYPE_MASK
     if ctype not in (0, COMPRESSION_ZLIB_TYPE):
-        log.warning("message body compressed with type %#x, which this client cannot inflate", ctype)
-        return body
+        raise ValueError(f"its body is compressed with type {ctype:#x}, which this client cannot inflate")
     try:
         return zlib.decompress(body)
     except zlib.error as e:
-        log.warning("cannot inflate a compressed message body (%s); delivering it as stored", e)
+        raise ValueError(f"its compressed body cannot be inflated: {e}") from None
+
+
+def _inflate(body: bytes, sys_flag: int) -> bytes:
+    try:
+        return inflate_body(body, sys_flag)
+    except ValueError as e:
+        log.warning("a message arrived that %s; delivering it as stored", e)
         return body
 
 

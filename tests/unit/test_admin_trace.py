@@ -399,7 +399,7 @@ def test_views_of_stored_trace_messages_inflate_bodies_and_report_what_they_skip
     where = f"trace message 7F0000010000000000000000000000AA (offset id {plain.offset_msg_id})"
     assert problems == [
         f"skipped record 2 of {where}: Pub record: timeStamp 'oops' is not a Java long: 'Pub|oops'",
-        f"skipped {where}: its body is compressed with type 0x100, which this tool cannot inflate",
+        f"skipped {where}: its body is compressed with type 0x100, which this client cannot inflate",
         f"skipped {where}: its compressed body cannot be inflated: "
         "Error -3 while decompressing data: incorrect header check",
     ]
