@@ -213,12 +213,25 @@ def _message_type(line: list[str], i: int) -> str:
     return MESSAGE_TYPES[ordinal]
 
 
+def _origin(line: list[str]) -> tuple[int, str, str]:
+    """timeStamp, regionId and groupName: fields 1-3 of every record type but SubAfter."""
+    return _long(line, 1, "timeStamp"), _field(line, 2, "regionId"), _field(line, 3, "groupName")
+
+
+def _message_fields(line: list[str]) -> tuple[str, str, str, str, str]:
+    """topic, msgId, tags, keys and storeHost: fields 4-8 of a Pub or EndTransaction record."""
+    return (
+        _field(line, 4, "topic"),
+        _field(line, 5, "msgId"),
+        _field(line, 6, "tags"),
+        _field(line, 7, "keys"),
+        _field(line, 8, "storeHost"),
+    )
+
+
 def _decode_pub(line: list[str], now_ms: int) -> TraceContext:
-    timestamp = _long(line, 1, "timeStamp")
-    region, group = _field(line, 2, "regionId"), _field(line, 3, "groupName")
-    topic, msg_id = _field(line, 4, "topic"), _field(line, 5, "msgId")
-    tags, keys = _field(line, 6, "tags"), _field(line, 7, "keys")
-    store_host = _field(line, 8, "storeHost")
+    timestamp, region, group = _origin(line)
+    topic, msg_id, tags, keys, store_host = _message_fields(line)
     body_length = _int(line, 9, "bodyLength")
     cost = _int(line, 10, "costTime")
     msg_type = _message_type(line, 11)
@@ -252,8 +265,7 @@ def _decode_pub(line: list[str], now_ms: int) -> TraceContext:
 
 
 def _decode_sub_before(line: list[str], now_ms: int) -> TraceContext:
-    timestamp = _long(line, 1, "timeStamp")
-    region, group = _field(line, 2, "regionId"), _field(line, 3, "groupName")
+    timestamp, region, group = _origin(line)
     request_id, msg_id = _field(line, 4, "requestId"), _field(line, 5, "msgId")
     retry_times = _int(line, 6, "retryTimes")
     keys = _field(line, 7, "keys")
@@ -289,11 +301,8 @@ def _decode_sub_after(line: list[str], now_ms: int) -> TraceContext:
 
 
 def _decode_end_transaction(line: list[str], now_ms: int) -> TraceContext:
-    timestamp = _long(line, 1, "timeStamp")
-    region, group = _field(line, 2, "regionId"), _field(line, 3, "groupName")
-    topic, msg_id = _field(line, 4, "topic"), _field(line, 5, "msgId")
-    tags, keys = _field(line, 6, "tags"), _field(line, 7, "keys")
-    store_host = _field(line, 8, "storeHost")
+    timestamp, region, group = _origin(line)
+    topic, msg_id, tags, keys, store_host = _message_fields(line)
     msg_type = _message_type(line, 9)
     transaction_id = _field(line, 10, "transactionId")
     state = _field(line, 11, "transactionState")
@@ -321,8 +330,7 @@ def _decode_end_transaction(line: list[str], now_ms: int) -> TraceContext:
 
 
 def _decode_recall(line: list[str], now_ms: int) -> TraceContext:
-    timestamp = _long(line, 1, "timeStamp")
-    region, group = _field(line, 2, "regionId"), _field(line, 3, "groupName")
+    timestamp, region, group = _origin(line)
     topic, msg_id = _field(line, 4, "topic"), _field(line, 5, "msgId")
     success = _bool(_field(line, 6, "success"))
     return TraceContext(
