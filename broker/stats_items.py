@@ -93,6 +93,11 @@ DAY_SNAPSHOTS = 25
 #: a topic or group item whose counters did not move for this long is dropped (module docstring)
 IDLE_EXPIRY_MS = DAY_SNAPSHOTS * HOUR_PERIOD_MS
 
+#: items the sampling task samples between two checkpoints: a broker with 10,000 topics, each
+#: with a consuming group, holds 40,000 items, and sampling them in one go held its event loop
+#: for ~70 ms every 10 s
+SAMPLE_CHUNK = 2000
+
 #: (timestamp ms, times, value): upstream ``CallSnapshot``
 Snapshot = tuple[int, int, int]
 
@@ -325,17 +330,29 @@ class BrokerStatsItems:
         upstream schedules them), stamping snapshots with ``now_ms()``; forever."""
         start = trio.current_time()
         periods = (SECONDS_PERIOD_MS / 1000, MINUTES_PERIOD_MS / 1000, HOUR_PERIOD_MS / 1000)
-        samplers = (self.sample_seconds, self.sample_minutes, self.sample_hour)
+        samplers = (StatsItem.sample_seconds, StatsItem.sample_minutes, StatsItem.sample_hour)
         due = [0.0, 0.0, 0.0]  # next run of each sampler, seconds after start
         while True:
             elapsed = trio.current_time() - start
             now = now_ms()
             for i, sampler in enumerate(samplers):
                 if elapsed >= due[i]:
-                    sampler(now)
+                    await self._sample_in_chunks(sampler, now)
+                    if sampler is StatsItem.sample_minutes:
+                        self.expire_idle(now)
                     while due[i] <= elapsed:  # a run missed while the loop was busy is skipped
                         due[i] += periods[i]
             await trio.sleep_until(start + min(due))
+
+    async def _sample_in_chunks(self, sample: Callable[[StatsItem, int], None], now_ms: int) -> None:
+        """``sample(item, now_ms)`` for every item, letting other tasks run every
+        :data:`SAMPLE_CHUNK` items (items made meanwhile wait for the next round)."""
+        for stats in list(self.sets.values()):
+            items = list(stats.items.values())
+            for i in range(0, len(items), SAMPLE_CHUNK):
+                for item in items[i : i + SAMPLE_CHUNK]:
+                    sample(item, now_ms)
+                await trio.lowlevel.checkpoint()
 
     # --- removal --------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from broker.stats_items import (
     GROUP_GET_NUMS,
     GROUP_GET_SIZE,
     IDLE_EXPIRY_MS,
+    SAMPLE_CHUNK,
     SNDBCK_PUT_NUMS,
     TOPIC_PUT_NUMS,
     TOPIC_PUT_SIZE,
@@ -212,6 +213,30 @@ async def test_the_sampling_task_runs_every_10_s_10_min_and_hour(
     assert got.statsHour == BrokerStatsItem(sum=4, tps=4 * 1000 / HOUR, avgpt=4.0)
     # day: the zero seed 1 h before the start, 6 messages at the start, 10 at 1 h
     assert got.statsDay == BrokerStatsItem(sum=10, tps=10 * 1000 / (2 * HOUR), avgpt=5.0)
+
+
+async def test_the_sampling_task_lets_other_tasks_run_between_chunks(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    items = BrokerStatsItems("C")
+    for t in range(SAMPLE_CHUNK + 10):
+        items.on_put(f"T{t}", 1, 10)
+    nums = items.sets[TOPIC_PUT_NUMS].items
+    seen: list[int] = []
+
+    async def watch() -> None:
+        # runs while the first round is under way: some items sampled, not yet all
+        for _ in range(5):
+            seen.append(sum(1 for item in nums.values() if item.minute))
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(items.run_sampling, lambda: T0)
+        nursery.start_soon(watch)
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert any(0 < n < len(nums) for n in seen), seen
+    assert all(item.minute for item in nums.values())  # the round completed
 
 
 def test_stats_all_prints_tps_as_java_percent_2f() -> None:
