@@ -222,21 +222,29 @@ async def test_the_sampling_task_lets_other_tasks_run_between_chunks(
     for t in range(SAMPLE_CHUNK + 10):
         items.on_put(f"T{t}", 1, 10)
     nums = items.sets[TOPIC_PUT_NUMS].items
-    seen: list[int] = []
 
-    async def watch() -> None:
-        # runs while the first round is under way: some items sampled, not yet all
-        for _ in range(5):
-            seen.append(sum(1 for item in nums.values() if item.minute))
-            await trio.lowlevel.checkpoint()
+    class Steps(trio.abc.Instrument):
+        """How many items were sampled whenever the sampling task gave the loop back."""
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(items.run_sampling, lambda: T0)
-        nursery.start_soon(watch)
-        await trio.sleep(1)
-        nursery.cancel_scope.cancel()
-    assert any(0 < n < len(nums) for n in seen), seen
-    assert all(item.minute for item in nums.values())  # the round completed
+        def __init__(self) -> None:
+            self.sampled: list[int] = []
+
+        def after_task_step(self, task: trio.lowlevel.Task) -> None:
+            if task.name.endswith("run_sampling"):
+                self.sampled.append(sum(1 for item in nums.values() if item.minute))
+
+    steps = Steps()
+    trio.lowlevel.add_instrument(steps)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(items.run_sampling, lambda: T0)
+            await trio.sleep(1)
+            nursery.cancel_scope.cancel()
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    # the first round stopped after one chunk of the TOPIC_PUT_NUMS items, then went on
+    assert SAMPLE_CHUNK in steps.sampled, steps.sampled
+    assert steps.sampled[-1] == len(nums)
 
 
 def test_stats_all_prints_tps_as_java_percent_2f() -> None:
