@@ -70,6 +70,7 @@ __all__ = [
     "AdminError",
     "MQAdmin",
     "attributes_to_string",
+    "cluster_addrs",
     "parse_namesrv_addrs",
     "properties_text",
     "route_addrs",
@@ -127,6 +128,20 @@ def properties_text(properties: dict[str, str]) -> bytes:
 
 def _body(response: RemotingCommand) -> bytes:
     return response.body_bytes
+
+
+def cluster_addrs(info: ClusterInfo, cluster: str) -> list[str]:
+    """Every broker address (masters and slaves) of ``cluster``, broker groups in name order, each
+    group's by broker id; ValueError when the cluster is unknown."""
+    names = info.clusterAddrTable.get(cluster)
+    if names is None:
+        raise ValueError(CLUSTER_NOT_FOUND)
+    addrs: list[str] = []
+    for name in sorted(names):
+        bd = info.brokerAddrTable.get(name)
+        if bd is not None:
+            addrs.extend(addr for _, addr in sorted(bd.brokerAddrs.items()))
+    return addrs
 
 
 class MQAdmin:
@@ -342,16 +357,7 @@ class MQAdmin:
         return addrs
 
     async def fetch_master_and_slave_addrs_by_cluster(self, cluster: str) -> list[str]:
-        info = await self.examine_broker_cluster_info()
-        names = info.clusterAddrTable.get(cluster)
-        if names is None:
-            raise ValueError(CLUSTER_NOT_FOUND)
-        addrs: list[str] = []
-        for name in sorted(names):
-            bd = info.brokerAddrTable.get(name)
-            if bd is not None:
-                addrs.extend(addr for _, addr in sorted(bd.brokerAddrs.items()))
-        return addrs
+        return cluster_addrs(await self.examine_broker_cluster_info(), cluster)
 
     async def fetch_master_and_slave_distinguish(self, cluster: str) -> dict[str, list[str]]:
         """Upstream ``CommandUtil.fetchMasterAndSlaveDistinguish``: each broker group's master address

@@ -19,7 +19,7 @@ import sys
 
 import click
 
-from client.admin import AdminError, MQAdmin
+from client.admin import AdminError, MQAdmin, cluster_addrs
 from client.admin_common import namesrv_option, run_admin
 from remoting.codes import RequestCode
 from remoting.command import request
@@ -36,11 +36,8 @@ async def _targets(admin: MQAdmin, broker_addr: str | None, cluster_name: str | 
         return [broker_addr.strip()]
     if cluster_name and cluster_name.strip():
         return await admin.fetch_master_and_slave_addrs_by_cluster(cluster_name.strip())
-    info = await admin.examine_broker_cluster_info()
-    addrs: list[str] = []
-    for cluster in sorted(info.clusterAddrTable):
-        addrs += await admin.fetch_master_and_slave_addrs_by_cluster(cluster)
-    return addrs
+    info = await admin.examine_broker_cluster_info()  # once for all the clusters
+    return [addr for cluster in sorted(info.clusterAddrTable) for addr in cluster_addrs(info, cluster)]
 
 
 def _maintenance_command(name: str, code: RequestCode, summary: str, cluster_help: str) -> click.Command:
