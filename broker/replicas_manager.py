@@ -74,6 +74,7 @@ from remoting.protocol.controller import (
     NotifyBrokerRoleChangedRequestHeader,
     SyncStateSet,
 )
+from remoting.repeats import RepeatedLog
 from store.ha.role import RoleChangeError
 
 if TYPE_CHECKING:
@@ -145,6 +146,8 @@ class ReplicasManager:
         #: when the controller first refused to take back our persisted id (see _reclaim_identity)
         self._reclaim_since: float | None = None
         self._lock = trio.Lock()
+        #: the startup sequence's retry warnings, logged once per change (or REPEAT_INTERVAL)
+        self._repeats = RepeatedLog(self.log)
         self._poll_now = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._master_lookup: trio.CancelScope | None = None
@@ -170,8 +173,8 @@ class ReplicasManager:
                 while not await self.start_basic_service():
                     # a pass that only waited for the recorded master to report is no failure
                     level = logging.INFO if self._waited_for_master else logging.WARNING
-                    self.log.log(
-                        level, "joining the replica group failed (state %s); retrying", self.state.name
+                    self._repeats.log(
+                        "join", level, f"joining the replica group failed (state {self.state.name}); retrying"
                     )
                     await trio.sleep(self.retry_interval)
                 nursery.start_soon(self._controller_metadata_loop)
@@ -415,17 +418,31 @@ class ReplicasManager:
                 bc.brokerClusterName, bc.brokerName, broker_id, b.now_ms()
             )
         except (ControllerError, ControllerUnavailable) as e:
-            waiting = (
-                isinstance(e, ControllerError)
-                and e.code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED
-                and (e.remark or "").startswith(ELECT_WAIT_REMARK)
+            code = e.code if isinstance(e, ControllerError) else None
+            if (
+                code == ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED
+                and self.state == State.REGISTER_TO_CONTROLLER_DONE
+            ):
+                # the broker-set was cleaned from the controller (cleanBrokerMetadata) after this
+                # broker registered: register again (its id is re-applied or a new one obtained;
+                # a running broker's poll does the same in sync_broker_metadata)
+                self.log.warning(
+                    "the controller no longer knows broker-set %s (%s): registering again", bc.brokerName, e
+                )
+                self.state = State.FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE
+                return False
+            waiting = code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED and (e.remark or "").startswith(
+                ELECT_WAIT_REMARK
             )
             # the controller gives a recorded master time to report after a restart: expected
             self._waited_for_master = waiting
-            self.log.log(
-                logging.INFO if waiting else logging.WARNING, "no master elected for %s: %s", bc.brokerName, e
+            self._repeats.log(
+                "elect",
+                logging.INFO if waiting else logging.WARNING,
+                f"no master elected for {bc.brokerName}: {e}",
             )
             return False
+        self._repeats.forget("elect")
         if header.masterBrokerId is None or not header.masterAddress:
             self.log.warning("no master in broker set %s", bc.brokerName)
             return False

@@ -38,7 +38,17 @@ class BrokerReplicaInfo(msgspec.Struct, kw_only=True):
         self.brokerIdInfo[broker_id] = BrokerIdEntry(
             brokerAddress=address, registerCheckCode=register_check_code
         )
-        self.nextAssignBrokerId += 1
+        self.nextAssignBrokerId += 1  # upstream: one up per added id, whatever the id
+
+    def next_free_id(self) -> int:
+        """The id GET_NEXT_BROKER_ID hands out: ``nextAssignBrokerId``, or one above every
+        registered id when that one is taken. Deviation: upstream hands out
+        ``nextAssignBrokerId`` as it is, which after ids were applied out of order or a set was
+        cleaned and founded again can be an id in use -- every replica asking for it is then
+        refused, forever (seen on a dev cluster whose broker stores were deleted twice)."""
+        if self.nextAssignBrokerId in self.brokerIdInfo:
+            return max(self.brokerIdInfo) + 1
+        return self.nextAssignBrokerId
 
     def is_broker_exist(self, broker_id: int | None) -> bool:
         return broker_id in self.brokerIdInfo

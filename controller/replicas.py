@@ -75,8 +75,12 @@ from remoting.protocol.controller import (
     ReplicasInfo,
     SyncStateSet,
 )
+from remoting.repeats import RepeatedLog
 
 log = logging.getLogger("controller.replicas")
+
+#: an election that keeps failing for the same reason is logged once per REPEAT_INTERVAL
+_ELECT_FAILURES = RepeatedLog(log)
 
 
 @dataclass(slots=True)
@@ -276,8 +280,8 @@ class ReplicasInfoManager:
             new_master = broker_id
         # a live replica holds an epoch this record never handed out: the record is stale
         stale = reported > info.masterEpoch and new_master is None
+        prefer = broker_id if request.designateElect else None
         if new_master is None or new_master == -1:
-            prefer = broker_id if request.designateElect else None
             if stale:
                 # neither the recorded master nor the recorded SyncStateSet can be trusted: the
                 # most advanced live replica (epoch, then max offset) keeps the newest history
@@ -338,15 +342,62 @@ class ReplicasInfoManager:
             )
             log.info("Elect new master %s for broker %s (master epoch %d)", new_master, name, epoch)
             return result
-        log.warning("Failed to elect a new master for broker %s", name)
+        why = self._no_master_reason(info, replicas, policy, prefer if not stale else None)
+        _ELECT_FAILURES.log(name, logging.WARNING, f"Failed to elect a new master for broker {name}: {why}")
         if broker_id == -1:
             # Controller-triggered: record that the old master is gone and nobody replaced it.
             result.events.append(ElectMasterEvent(newMasterElected=False, brokerName=name))
             return result.fail(
                 ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE,
-                "Old master has down and failed to elect a new broker master",
+                f"Old master has down and failed to elect a new broker master: {why}",
             )
-        return result.fail(ResponseCode.CONTROLLER_ELECT_MASTER_FAILED, "Failed to elect a new master")
+        return result.fail(
+            ResponseCode.CONTROLLER_ELECT_MASTER_FAILED, f"Failed to elect a new master: {why}"
+        )
+
+    def _no_master_reason(
+        self,
+        info: SyncStateInfo,
+        replicas: BrokerReplicaInfo,
+        policy: DefaultElectPolicy,
+        prefer: int | None,
+    ) -> str:
+        """Why an election found nobody, with what an operator can do about it (upstream only says
+        that it failed). The usual case on a dev machine: the brokers' stores were deleted but not
+        the controller's, so the replicas came back under new ids, outside the SyncStateSet."""
+        name = replicas.brokerName
+
+        def alive(broker_id: int) -> bool:
+            check = policy.valid_predicate
+            return check is None or check(replicas.clusterName, name, broker_id)
+
+        def named(ids: Iterable[int]) -> str:
+            return ", ".join(f"{i}@{replicas.broker_address(i)}" for i in sorted(ids)) or "none"
+
+        in_sync = set(info.syncStateSet)
+        live = {i for i in replicas.all_brokers() if alive(i)}
+        if prefer is not None:
+            where = "the registered replicas" if self.enable_elect_unclean_master else "the SyncStateSet"
+            return (
+                f"the designated broker {prefer} is not an alive member of {where} "
+                f"(SyncStateSet {sorted(in_sync)}; alive: {named(live)})"
+            )
+        if not live:
+            return f"no replica of {name} is alive (registered: {named(replicas.all_brokers())})"
+        outside = live - in_sync
+        if in_sync & live or not outside:
+            return f"no candidate (SyncStateSet {sorted(in_sync)}; alive: {named(live)})"
+        lost = ";".join(str(i) for i in sorted(in_sync - live))
+        return (
+            f"no replica of its SyncStateSet is alive ({named(in_sync)}); the alive replicas "
+            f"{named(outside)} are outside it and may lack acknowledged messages "
+            "(enableElectUncleanMaster=false). To recover: bring a SyncStateSet replica back; or "
+            "allow an unclean election: rmq-admin updateControllerConfig -a <controller> "
+            "-k enableElectUncleanMaster -v true; or forget the lost replicas, so that the alive "
+            f"ones register afresh: rmq-admin cleanBrokerMetadata -a <controller> -c {replicas.clusterName} "
+            f"-bn {name} -b '{lost}'. (A dev cluster whose broker stores were deleted without the "
+            "controller's data ends here: delete both to start over.)"
+        )
 
     def handle_apply_broker_id(self, request: ApplyBrokerIdRequestHeader) -> ControllerResult:
         """CONTROLLER_APPLY_BROKER_ID: claim an id with a registerCheckCode (``addr;millis``)."""
@@ -507,9 +558,10 @@ class ReplicasInfoManager:
     # -- reads -----------------------------------------------------------------------------
 
     def handle_get_next_broker_id(self, request: GetNextBrokerIdRequestHeader) -> ControllerResult:
-        """CONTROLLER_GET_NEXT_BROKER_ID: 1 for an unknown set, else ``nextAssignBrokerId``."""
+        """CONTROLLER_GET_NEXT_BROKER_ID: 1 for an unknown set, else ``nextAssignBrokerId`` (an id in
+        use never: see ``BrokerReplicaInfo.next_free_id``)."""
         replicas = self._replica_info.get(request.brokerName) if request.brokerName is not None else None
-        next_id = FIRST_BROKER_CONTROLLER_ID if replicas is None else replicas.nextAssignBrokerId
+        next_id = FIRST_BROKER_CONTROLLER_ID if replicas is None else replicas.next_free_id()
         return ControllerResult(
             header=GetNextBrokerIdResponseHeader(
                 clusterName=request.clusterName, brokerName=request.brokerName, nextBrokerId=next_id

@@ -223,6 +223,12 @@ def test_apply_free_id_above_next_counts_up_by_one(w: World) -> None:
     assert w.register(5).code == ResponseCode.SUCCESS
     assert w.sm.replica_info(B).all_brokers() == {1, 5}
     assert next_id(w) == 3  # upstream: +1 per added broker, not max+1
+    assert w.register(3).code == ResponseCode.SUCCESS
+    assert w.register(4).code == ResponseCode.SUCCESS
+    assert w.sm.replica_info(B).nextAssignBrokerId == 5
+    # upstream would hand out 5, which broker 5 holds: every replica asking for it is refused
+    assert next_id(w) == 6
+    assert w.register(6).code == ResponseCode.SUCCESS
 
 
 def test_apply_without_check_code_is_an_invalid_request(w: World) -> None:
@@ -496,6 +502,49 @@ def test_no_candidate_broker_triggered_fails_without_event(w: World) -> None:
     assert result.events == []
     assert sync_info(w).masterBrokerId == 1
     assert sync_info(w).masterEpoch == 1
+
+
+def test_failed_election_says_who_is_missing_and_how_to_recover(w: World) -> None:
+    # the dev-machine case: the SyncStateSet's replicas are gone for good (their stores deleted),
+    # the replicas alive now are outside it
+    w.group([1, 2, 3], master=1, in_sync={1, 2})
+    w.kill(1)
+    w.kill(2)
+    for broker_id, code in (
+        (3, ResponseCode.CONTROLLER_ELECT_MASTER_FAILED),
+        (-1, ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE),
+    ):
+        result = w.elect(broker_id)
+        assert result.code == code
+        remark = result.remark or ""
+        assert remark.startswith(
+            (
+                "Failed to elect a new master: ",
+                "Old master has down and failed to elect a new broker master: ",
+            )
+        )
+        assert f"SyncStateSet is alive (1@{addr(1)}, 2@{addr(2)})" in remark
+        assert f"alive replicas 3@{addr(3)} are outside it" in remark
+        assert "enableElectUncleanMaster=false" in remark
+        assert "updateControllerConfig -a <controller> -k enableElectUncleanMaster -v true" in remark
+        assert f"cleanBrokerMetadata -a <controller> -c {C} -bn {B} -b '1;2'" in remark
+
+
+def test_failed_election_remarks_for_nobody_alive_and_a_designated_outsider(w: World) -> None:
+    w.group([1, 2], master=1, in_sync={1})
+    result = w.elect(2, designate=True)
+    assert result.code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED
+    assert "designated broker 2 is not an alive member of the SyncStateSet (SyncStateSet [1]; alive: " in (
+        result.remark or ""
+    )
+    w.kill(2)
+    w.kill(1)
+    result = w.elect(-1)
+    assert result.code == ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE
+    assert result.remark == (
+        "Old master has down and failed to elect a new broker master: "
+        f"no replica of {B} is alive (registered: 1@{addr(1)}, 2@{addr(2)})"
+    )
 
 
 def test_unclean_election_picks_a_live_out_of_sync_replica_only_when_enabled() -> None:
