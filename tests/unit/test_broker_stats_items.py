@@ -257,3 +257,41 @@ def test_stats_all_prints_tps_as_java_percent_2f() -> None:
         "0.00",
         "1234.50",
     ]
+
+
+async def test_the_idle_expiry_of_the_sampling_task_yields_between_chunks_and_re_checks() -> None:
+    items = BrokerStatsItems("C")
+    topics = [f"T{t}" for t in range(SAMPLE_CHUNK + 10)]
+    for topic in topics:
+        items.on_put(topic, 1, 10)
+        items.on_get("G", topic, 1, 10)
+    items.sample_seconds(T0)
+    now = T0 + IDLE_EXPIRY_MS + 1
+    puts = items.sets[TOPIC_PUT_NUMS].items
+
+    class Steps(trio.abc.Instrument):
+        """Counts the expiry task's steps; after its first one (a chunk looked at, nothing dropped
+        yet) topic T0 -- found idle already -- counts again."""
+
+        def __init__(self) -> None:
+            self.steps = 0
+
+        def after_task_step(self, task: trio.lowlevel.Task) -> None:
+            if task.name.endswith("_expire_idle_in_chunks"):
+                self.steps += 1
+                if self.steps == 1:
+                    assert len(puts) == len(topics), "nothing dropped before the scan ends"
+                    puts["T0"].last_update_ms = now
+
+    steps = Steps()
+    trio.lowlevel.add_instrument(steps)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(items._expire_idle_in_chunks, now)
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    # puts (2 chunks), then pulls (2 chunks): a yield after each
+    assert steps.steps >= 4, steps.steps
+    assert set(puts) == {"T0"}, "busy again while the scan yielded: kept"
+    assert items.stats_data(GROUP_GET_NUMS, "T1@G") is None
+    assert items.stats_data(GROUP_GET_NUMS, "T0@G") is None, "its pull item stayed idle"
