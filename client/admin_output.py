@@ -101,7 +101,13 @@ def group_config_str(c: SubscriptionGroupConfig) -> str:
 
 
 def java_date(ms: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+    """``ms`` (epoch milliseconds) as mqadmin's ``yyyy-MM-dd HH:mm:ss`` in local time; whole seconds
+    by floor division (a float division rounds times before 1970 and beyond 2^53 ms the wrong way).
+    A value no calendar here can show (a corrupt timestamp) is printed as the number."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms // 1000))
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
 
 
 async def group_progress_lines(
