@@ -89,6 +89,8 @@ class PutPaths:
     _host_bytes: bytes
     recover_topic_queue_table: Callable[[], None]
     _catch_up: Callable[[], Awaitable[None]]
+    _dispatch_lock: trio.Lock
+    create_cq_file: Callable[[ConsumeQueue, int], Awaitable[None]]
 
     def try_put_message(
         self,
@@ -242,7 +244,10 @@ class PutPaths:
             phys, qo, now = got
         end = phys + n
         generation = self.cl_flusher.generation  # truncations after this may cut the record away
-        if not self._controller_mode:
+        if self._controller_mode:
+            if cq.cur is None and counts:
+                await self._first_cq_file(cq, qo)
+        else:
             d = self.dispatcher
             if d.reput_offset == phys:
                 if tags_code is not None and topic != SCHEDULE_TOPIC:
@@ -336,7 +341,10 @@ class PutPaths:
             phys, qo, now = got
         end = phys + n
         generation = self.cl_flusher.generation
-        if not self._controller_mode:
+        if self._controller_mode:
+            if cq.cur is None:
+                await self._first_cq_file(cq, qo)
+        else:
             d = self.dispatcher
             if (
                 hints is None
@@ -352,6 +360,16 @@ class PutPaths:
         return PutMessageResult(
             status, phys, n, qo, now, len(offsets), remark, self._host_bytes, [phys + o for o in offsets]
         )
+
+    async def _first_cq_file(self, cq: ConsumeQueue, queue_offset: int) -> None:
+        """Controller mode: a queue's first message is dispatched when the confirm offset passes
+        it, which happens as its send is acknowledged -- but dispatch needs the queue's first file,
+        made in a worker thread, so the acknowledged message became pullable only a few ms later.
+        Make that file now, while the send waits for its replicas (when ``queue_offset`` is the
+        queue's first undispatched message: the file's first offset depends on it)."""
+        async with self._dispatch_lock:
+            if cq.cur is None and cq.max_offset == queue_offset and cq.restart_at is None:
+                await self.create_cq_file(cq, queue_offset)
 
     async def _await_flush(self, end: int, generation: int) -> tuple[PutMessageStatus, str]:
         """SYNC_FLUSH: wait until the bytes below ``end`` (appended at flusher ``generation``) are

@@ -33,7 +33,14 @@ from remoting.protocol.message import decode_message, encode_message
 from remoting.server import RemotingServer
 from tests.cluster.harness import free_ports
 from tests.integration.broker_env import broker_configs, broker_env, wait_until
-from tests.integration.broker_requests import describe, messages, pull_header, pull_request, send_request
+from tests.integration.broker_requests import (
+    batch_body,
+    describe,
+    messages,
+    pull_header,
+    pull_request,
+    send_request,
+)
 from tests.integration.replication_kit import commit_log_bytes
 
 CLUSTER, NAME, TOPIC = "TestCluster", "broker-a", "CtlTopic"
@@ -525,6 +532,35 @@ async def test_brokers_outside_controller_mode_do_not_serve_the_epoch_cache(tmp_
         notify = request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, {"masterEpoch": 5, "masterBrokerId": 1})
         assert (await env.call(notify)).code == ResponseCode.SUCCESS
         assert env.broker.replicas_manager is None
+
+
+async def test_an_acknowledged_first_message_of_a_queue_is_pullable_at_once(tmp_path: Path) -> None:
+    """Controller mode dispatches up to the confirm offset, which passes a message as its send is
+    acknowledged; a queue's first message also needs the queue's first file. It is made while the
+    send waits for its replicas, so a pull right after the answer finds the message (it used to
+    arrive a few ms later: a test that sends, then pulls without long polling, saw nothing)."""
+    async with controller_mode(tmp_path) as env:
+        a, _b = await master_and_slave(env)
+        for queue_id in range(QUEUES):
+            response = await env.send(a, f"first-{queue_id}".encode(), queue_id=queue_id)
+            assert response.code == ResponseCode.SUCCESS, describe(response)
+            pulled = await env.call(a.addr, pull_request("G", TOPIC, queue_id, 0, max_nums=32))
+            assert pulled.code == ResponseCode.SUCCESS, describe(pulled)
+            assert [m.body for m in messages(pulled)] == [f"first-{queue_id}".encode()]
+        # a batch opening a new topic's queue
+        env_topic = "CtlBatchTopic"
+        await env.call(a.addr, request(RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {"topic": env_topic, "defaultTopic": "TBW102", "readQueueNums": 1, "writeQueueNums": 1,
+             "perm": 6, "topicFilterType": "SINGLE_TAG", "order": False}))  # fmt: skip
+        bodies = [b"b0", b"b1", b"b2"]
+        response = await env.call(
+            a.addr,
+            send_request(env_topic, batch_body(bodies), code=RequestCode.SEND_BATCH_MESSAGE, batch=True),
+        )
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+        pulled = await env.call(a.addr, pull_request("G", env_topic, 0, 0, max_nums=32))
+        assert pulled.code == ResponseCode.SUCCESS, describe(pulled)
+        assert [m.body for m in messages(pulled)] == bodies
 
 
 async def test_a_slave_serves_the_last_message_without_waiting_for_a_heartbeat(tmp_path: Path) -> None:
