@@ -34,6 +34,7 @@ from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection, ProcessorTable
 from remoting.headers import encode_header
+from remoting.log_owner import set_log_owner
 from remoting.protocol.broker import NotifyConsumerIdsChangedRequestHeader
 from remoting.protocol.common import DataVersion, PermName, TopicConfigAndMappingSerializeWrapper
 from remoting.protocol.message import UniqIdGenerator
@@ -273,6 +274,7 @@ class BrokerController:
 
         Runs until cancelled; on the way out it unregisters, persists metadata and closes the store.
         """
+        set_log_owner(self.name)  # the store's and replication's records name this broker
         if self.listener is None:
             if server is None:
                 raise RuntimeError(f"broker {self.name}: no listener attached and no server given")

@@ -11,7 +11,9 @@ Every component logs through ``logging.getLogger(<canonical name>)``:
 ``remoting``           the shared transport
 ====================  ==========================================
 
-One line per record: time with milliseconds, level, logger name, message.
+One line per record: time with milliseconds, level, logger name (followed by the broker or
+listener the record belongs to when the name does not say it: ``[store.recovery
+DefaultCluster_broker-a_0]``, see :mod:`remoting.log_owner`), message.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from collections.abc import Iterable
 from typing import TextIO
 
 from broker.config import BrokerConfig
+from remoting.log_owner import LogOwnerFilter
 
-LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-5s [%(name)s] %(message)s"
+LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-5s [%(name)s%(owner)s] %(message)s"
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 PROCESS_LOGGER = "container"
@@ -74,6 +77,7 @@ def setup_logging(
     """
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(logging.Formatter(LOG_FORMAT, DATE_FORMAT))
+    handler.addFilter(LogOwnerFilter())
     root = logging.getLogger()
     for old in list(root.handlers):
         if getattr(old, "_rmq_container", False):

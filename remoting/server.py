@@ -34,6 +34,7 @@ from remoting.connection import (
     RequestContext,
     detach_stream,
 )
+from remoting.log_owner import set_log_owner
 
 __all__ = [
     "Connection",
@@ -221,5 +222,7 @@ class RemotingServer:
             nursery.start_soon(self._serve_connection, listener, conn)
 
     async def _serve_connection(self, listener: Listener, conn: Connection) -> None:
+        if listener.name:
+            set_log_owner(listener.name)  # its requests' records name the broker they are for
         self._log.debug("accepted %r", conn)
         await conn.serve()

@@ -379,3 +379,5 @@ async def test_a_hosted_broker_reports_the_process_transport_config(tmp_path: Pa
         assert props["serverWorkerThreads"] == "7"
         assert props["bindAddress"] == "127.0.0.1"
     assert await proc.stop(signal.SIGTERM) == 0
+    # records of the shared store modules name the broker they belong to (remoting.log_owner)
+    assert b"[store.recovery DefaultCluster_broker-t_0] recovery done" in proc.stderr
