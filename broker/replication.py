@@ -159,8 +159,7 @@ class Replication:
             nursery.start_soon(functools.partial(trio.serve_listeners, self._serve, listeners))
             await nursery.start(self.slave_sync.run)
             log.info(
-                "%s: %s replication, HA port %d, role %s",
-                b.name,
+                "%s replication, HA port %d, role %s",
                 "auto-switch" if self.auto else "classic",
                 self.bound_port,
                 self.role,
@@ -207,7 +206,7 @@ class Replication:
         master = next((r.master_addr for r in results if r.master_addr), None)
         ha_addr = next((r.ha_server_addr for r in results if r.ha_server_addr), None)
         if master != b.master_addr:
-            log.info("%s: master broker address %s -> %s", b.name, b.master_addr, master)
+            log.info("master broker address %s -> %s", b.master_addr, master)
             b.master_addr = master
         if master and master != self.slave_sync.synced_from:
             self.slave_sync.master_changed()
@@ -564,8 +563,7 @@ class Replication:
         for listener in list(self.role_listeners):
             listener(is_master)
         log.info(
-            "%s: now %s of epoch %d (brokerId %d)",
-            b.name,
+            "now %s of epoch %d (brokerId %d)",
             "master" if is_master else "slave",
             self.epoch,
             b.broker_config.brokerId,

@@ -188,7 +188,12 @@ class HAService:
         self.client = HAClient(self.log, self.config, broker_id=self.broker_id, now=trio.current_time())
         self._start_role("slave", epoch, self._slave_loop)
         self._acks_changed()
-        log.info("broker %d follows %s in epoch %d", self.broker_id, master_ha_address, epoch)
+        log.info(
+            "broker %d follows %s in epoch %d",
+            self.broker_id,
+            master_ha_address or "the master (HA address not known yet)",
+            epoch,
+        )
 
     def stop_role(self) -> None:
         """Leave the current role: close every connection, stop following/serving (role None)."""
