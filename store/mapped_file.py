@@ -417,8 +417,8 @@ class MappedFileQueue:
         self.warm = warm
         self.sync_dir = sync_dir
         self.files: list[MappedFile] = []
-        #: file created ahead of need (pre-faulted) for the offset it is named after
-        self.next_file: MappedFile | None = None
+        #: files created ahead of need (pre-faulted), consecutive from :meth:`next_offset`
+        self.prepared: list[MappedFile] = []
         #: files removed from the queue whose maps could not be closed yet (views alive)
         self.closing: list[MappedFile] = []
         #: where the first file goes while the queue is empty (kept across truncation to empty)
@@ -555,13 +555,36 @@ class MappedFileQueue:
         last = self.last
         return last.file_end_offset if last is not None else self.base_offset
 
+    @property
+    def next_file(self) -> MappedFile | None:
+        """The first file created ahead of need, if any."""
+        return self.prepared[0] if self.prepared else None
+
+    def prepared_end(self) -> int:
+        """Start offset of the file that would follow the last prepared one (or the last file)."""
+        return self.prepared[-1].file_end_offset if self.prepared else self.next_offset()
+
+    def add_prepared(self, mf: MappedFile) -> bool:
+        """Keep ``mf``, created ahead of need, if it starts at :meth:`prepared_end`; else False."""
+        if mf.closed or mf.file_from_offset != self.prepared_end():
+            return False
+        self.prepared.append(mf)
+        return True
+
     def take_next(self, offset: int) -> MappedFile | None:
-        """The pre-created file for ``offset`` if there is one (it is then no longer 'next')."""
-        nf = self.next_file
-        if nf is not None and nf.file_from_offset == offset:
-            self.next_file = None
-            return nf
+        """The pre-created file for ``offset`` if it is the next one (it is then no longer
+        prepared)."""
+        if self.prepared and self.prepared[0].file_from_offset == offset:
+            return self.prepared.pop(0)
         return None
+
+    def drop_stale_prepared(self) -> list[MappedFile]:
+        """Remove the prepared files when they no longer follow the last file (the log was
+        truncated or restarted elsewhere); returns them for :meth:`retire`."""
+        if self.prepared and self.prepared[0].file_from_offset != self.next_offset():
+            gone, self.prepared = self.prepared, []
+            return gone
+        return []
 
     def install(self, mf: MappedFile) -> None:
         """Append a created file to the queue; it must start where the last one ends."""
@@ -575,15 +598,13 @@ class MappedFileQueue:
 
     def detach_after(self, offset: int) -> list[MappedFile]:
         """Remove from the queue every file that starts at or after ``offset`` (and the pre-created
-        next file if it does); returns them so the caller can delete them off the event loop."""
+        files if they do); returns them so the caller can delete them off the event loop."""
         gone = [mf for mf in self.files if mf.file_from_offset >= offset]
         if gone:
             self.files = [mf for mf in self.files if mf.file_from_offset < offset]
             if not self.files:
                 self.base_offset = offset // self.file_size * self.file_size
-        if self.next_file is not None and self.next_file.file_from_offset != self.next_offset():
-            gone.append(self.next_file)
-            self.next_file = None
+        gone += self.drop_stale_prepared()
         return gone
 
     def detach_first(self, count: int) -> list[MappedFile]:
@@ -609,10 +630,8 @@ class MappedFileQueue:
             self.closing = [mf for mf in self.closing if not mf.close()]
 
     def close_all(self) -> None:
-        files = list(self.files)
-        if self.next_file is not None:
-            files.append(self.next_file)
-            self.next_file = None
+        files = self.files + self.prepared
+        self.prepared = []
         self.files = []
         for mf in files:
             if not mf.close():

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import trio
 
+from remoting.protocol.message import decode_message
 from store.commitlog import CommitLog
 from store.mapped_file import PAGE_SIZE, MappedFile
-from tests.integration.storekit import put, read_queue, running_store, small_config
+from store.message_store import DefaultMessageStore
+from tests.integration.storekit import STORE_HOST, put, read_queue, running_store, small_config
 
 
 def _minor_faults() -> int:
@@ -108,3 +110,42 @@ def test_range_flush_keeps_data_and_guards_the_map(tmp_path: Path) -> None:
     # a retired (closed) file is skipped, not an error
     mf.flush_range_sync(0, size)
     mf.populate_write_sync(0, size)
+
+
+async def test_files_prepared_ahead_survive_a_restart_and_a_crash_as_empty_tail(tmp_path: Path) -> None:
+    """Small commit-log files are prepared several ahead (store.allocate.MAX_PREPARED_FILES): a
+    restart, clean or after a crash, finds empty files after the last message; the log ends at
+    that message, every message is read back and appends go on after it."""
+    cfg = small_config(tmp_path)
+    bodies = [f"m{i:02d}".encode() * 150 for i in range(30)]  # ~0.6 KiB: several 64 KiB files
+
+    def bodies_of(store: DefaultMessageStore) -> list[bytes]:
+        return [decode_message(rec).body for rec in read_queue(store, "T", 0)]
+
+    async def write(store: DefaultMessageStore, part: list[bytes]) -> int:
+        for body in part:
+            await put(store, "T", 0, body, tags="a")
+        with trio.fail_after(10):
+            while len(store.commit_log.mfq.prepared) < 4:
+                await trio.sleep(0.005)
+        return store.max_phy_offset
+
+    async with running_store(cfg, background=True) as store:
+        end = await write(store, bodies[:10])
+    assert len(os.listdir(tmp_path / "commitlog")) >= 5  # written files and prepared ones
+    # a clean restart, then a crash (abandon: no flush, no checkpoint, the abort file stays)
+    store = DefaultMessageStore(cfg, store_host=STORE_HOST)
+    await store.start()
+    assert store.max_phy_offset == end
+    assert bodies_of(store) == bodies[:10]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store.run)
+        end = await write(store, bodies[10:20])
+        nursery.cancel_scope.cancel()
+    store.abandon()
+    async with running_store(cfg, background=True) as store:
+        assert store.max_phy_offset == end
+        assert bodies_of(store) == bodies[:20]
+        await write(store, bodies[20:])
+    async with running_store(cfg) as store:
+        assert bodies_of(store) == bodies

@@ -14,7 +14,7 @@ from typing import TypeVar
 import pytest
 import trio
 
-from store.allocate import FileAllocator, IdleWorker
+from store.allocate import MAX_PREPARED_FILES, FileAllocator, IdleWorker
 from store.mapped_file import MappedFileQueue
 
 T = TypeVar("T")
@@ -183,3 +183,34 @@ async def test_population_of_a_file_in_use_stops_once_the_log_rolled_past_it(tmp
         nursery.cancel_scope.cancel()
     assert idle.results[0] == 0  # stopped before its first chunk
     mfq.close_all()
+
+
+async def test_small_files_are_prepared_several_ahead_and_dropped_when_the_log_is_cut(
+    tmp_path: Path,
+) -> None:
+    # 4 windows' worth of small files (a roll every few ms): up to MAX_PREPARED_FILES ahead, so a
+    # writer rolling faster than one file's population still finds populated files
+    small = 1024 * 1024
+    mfq = MappedFileQueue(str(tmp_path), small, prefault=True)
+    mfq.install(mfq.create_file_sync(0))
+    alloc = FileAllocator(mfq, dirty_ahead=4 * small, idle=_StarvedIdle())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(alloc.run)
+        alloc.request_prepare()
+        await _until(lambda: len(mfq.prepared) == 4, 20)
+        assert [mf.file_from_offset for mf in mfq.prepared] == [small, 2 * small, 3 * small, 4 * small]
+        assert all(mf.write_ahead_end == small for mf in mfq.prepared)
+        # a roll takes the first at once and the allocator tops the queue up again
+        first = await alloc.get(small)
+        assert first.file_from_offset == small
+        mfq.install(first)
+        alloc.request_prepare()
+        await _until(lambda: len(mfq.prepared) == 4 and mfq.prepared[-1].file_from_offset == 5 * small, 20)
+        # the log cut back into its first file (truncation): every prepared file is stale
+        gone = mfq.detach_after(small)
+        assert [mf.file_from_offset for mf in gone] == [small, 2 * small, 3 * small, 4 * small, 5 * small]
+        assert mfq.prepared == []
+        mfq.retire(gone)
+        nursery.cancel_scope.cancel()
+    mfq.close_all()
+    assert MAX_PREPARED_FILES >= 4  # what this test counts on
