@@ -63,6 +63,7 @@ from remoting.protocol.controller import (
     SyncStateSet,
     decode_broker_names,
 )
+from remoting.repeats import RepeatedLog
 
 log = logging.getLogger("controller")
 
@@ -156,6 +157,8 @@ class ControllerManager:
         #: peer in its current leadership; cleared when the leadership changes (see
         #: :meth:`election_wait_ms`)
         self._heard_since: dict[str, float] = {}
+        #: controller-triggered elections that keep failing the same way: one warning per change
+        self._trigger_failures = RepeatedLog(log)
         self._handlers: dict[int, Callable[[Any, RemotingCommand], Any]] = {
             RequestCode.BROKER_HEARTBEAT: self._heartbeat,
             RequestCode.CONTROLLER_GET_METADATA_INFO: self._metadata,
@@ -510,7 +513,9 @@ class ControllerManager:
         """Controller-triggered election, up to ``electMasterMaxRetryCount`` attempts of ≤ 3 s each,
         until one returns SUCCESS (upstream ``triggerElectMaster``). Returns whether one did."""
         header = ElectMasterRequestHeader.of_controller_trigger(broker_name)
-        for attempt in range(max(1, self.config.electMasterMaxRetryCount)):
+        attempts = max(1, self.config.electMasterMaxRetryCount)
+        failed: ControllerResult | None = None
+        for attempt in range(attempts):
             try:
                 with trio.fail_after(ELECT_ATTEMPT_TIMEOUT):
                     result = await self.elect_master(header)
@@ -521,13 +526,18 @@ class ControllerManager:
                 log.warning("elect-master for %s timed out (attempt %d)", broker_name, attempt + 1)
                 continue
             if result.code == ResponseCode.SUCCESS:
+                self._trigger_failures.forget(broker_name)
                 return True
-            log.warning(
-                "Failed to trigger elect-master in broker-set %s (attempt %d): %s %s",
+            log.debug("elect-master for %s failed (attempt %d): %s", broker_name, attempt + 1, result.remark)
+            failed = result
+        if failed is not None:
+            # once per distinct answer (the attempts follow each other within milliseconds and
+            # the scan triggers again while the set has no master)
+            self._trigger_failures.log(
                 broker_name,
-                attempt + 1,
-                ResponseCode(result.code).name,
-                result.remark,
+                logging.WARNING,
+                f"Failed to trigger elect-master in broker-set {broker_name} ({attempts} attempts): "
+                f"{ResponseCode(failed.code).name} {failed.remark}",
             )
         return False
 

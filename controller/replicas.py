@@ -79,9 +79,6 @@ from remoting.repeats import RepeatedLog
 
 log = logging.getLogger("controller.replicas")
 
-#: an election that keeps failing for the same reason is logged once per REPEAT_INTERVAL
-_ELECT_FAILURES = RepeatedLog(log)
-
 
 @dataclass(slots=True)
 class ControllerResult:
@@ -131,6 +128,9 @@ class ReplicasInfoManager:
         self.last_applied_index = 0
         #: On a :meth:`fork`: the broker-sets whose entries still belong to the original.
         self._shared: set[str] | None = None
+        #: an election that keeps failing for the same reason is logged once per change (or
+        #: REPEAT_INTERVAL); shared with forks
+        self.elect_failures = RepeatedLog(log)
 
     def fork(self) -> ReplicasInfoManager:
         """A scratch copy: ``apply_event`` on it never changes this manager.
@@ -139,6 +139,7 @@ class ReplicasInfoManager:
         dict copies plus one entry copy per set an event touches.
         """
         scratch = ReplicasInfoManager(enable_elect_unclean_master=self.enable_elect_unclean_master)
+        scratch.elect_failures = self.elect_failures
         scratch._replica_info = dict(self._replica_info)
         scratch._sync_state = dict(self._sync_state)
         scratch._shared = set(self._replica_info) | set(self._sync_state)
@@ -343,7 +344,9 @@ class ReplicasInfoManager:
             log.info("Elect new master %s for broker %s (master epoch %d)", new_master, name, epoch)
             return result
         why = self._no_master_reason(info, replicas, policy, prefer if not stale else None)
-        _ELECT_FAILURES.log(name, logging.WARNING, f"Failed to elect a new master for broker {name}: {why}")
+        self.elect_failures.log(
+            name, logging.WARNING, f"Failed to elect a new master for broker {name}: {why}"
+        )
         if broker_id == -1:
             # Controller-triggered: record that the old master is gone and nobody replaced it.
             result.events.append(ElectMasterEvent(newMasterElected=False, brokerName=name))

@@ -3,6 +3,7 @@ inactive-broker elections and role-change notifications."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -414,15 +415,27 @@ async def test_scan_inactive_masters_elects_where_a_replica_lives(make_env: Make
     assert await env.manager.scan_inactive_masters() == []
 
 
-async def test_controller_triggered_election_retries_and_records_no_master(make_env: MakeEnv) -> None:
+async def test_controller_triggered_election_retries_and_records_no_master(
+    make_env: MakeEnv, caplog: pytest.LogCaptureFixture
+) -> None:
     env = make_env()
     await env.group([1, 2], in_sync={1})
     env.expire(2)
+    caplog.set_level(logging.WARNING, logger="controller")
     assert not await env.manager.trigger_elect_master(B)
     info = env.manager.replicas.sync_state_info(B)
     # electMasterMaxRetryCount = 3 attempts, each commits a "no master" event (upstream behaviour)
     assert (info.masterBrokerId, info.masterEpoch, info.syncStateSet) == (None, 4, {1})
     assert env.sent == []
+    # one warning for the three attempts, with the reason; the same again later is not repeated
+    assert not await env.manager.trigger_elect_master(B)
+    warned = [r.getMessage() for r in caplog.records if r.name == "controller"]
+    assert len(warned) == 1, warned
+    assert warned[0].startswith(
+        f"Failed to trigger elect-master in broker-set {B} (3 attempts): CONTROLLER_MASTER_NOT_AVAILABLE "
+        "Old master has down and failed to elect a new broker master: no replica of its SyncStateSet "
+        "is alive (1@"
+    )
 
 
 async def test_admin_designated_election_notifies_and_master_still_exist_does_not(make_env: MakeEnv) -> None:
