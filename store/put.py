@@ -369,7 +369,11 @@ class PutPaths:
         queue's first undispatched message: the file's first offset depends on it)."""
         async with self._dispatch_lock:
             if cq.cur is None and cq.max_offset == queue_offset and cq.restart_at is None:
-                await self.create_cq_file(cq, queue_offset)
+                try:
+                    await self.create_cq_file(cq, queue_offset)
+                except OSError as exc:
+                    # the message is appended: its send must not fail; the dispatch task retries
+                    log.warning("consume-queue file for %s/%d: %s", cq.topic, cq.queue_id, exc)
 
     async def _await_flush(self, end: int, generation: int) -> tuple[PutMessageStatus, str]:
         """SYNC_FLUSH: wait until the bytes below ``end`` (appended at flusher ``generation``) are

@@ -5,6 +5,7 @@ from __future__ import annotations
 import mmap
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -308,6 +309,35 @@ async def test_controller_mode_dispatches_only_up_to_the_confirm_offset(tmp_path
             b"m2",
             b"m3",
         ]
+
+
+async def test_controller_mode_makes_a_queues_first_file_at_put_and_survives_failing_to(
+    tmp_path: Path,
+) -> None:
+    async with running_store(small_config(tmp_path), controller_mode=True, background=True) as store:
+        r = await put(store, "TopicA", 0, b"first")
+        # the file exists already: the confirm offset dispatches the message at once
+        store.set_confirm_offset(r.end_offset)
+        assert store.get_max_offset_in_queue("TopicA", 0) == 1
+        # creating it fails (disk full, say): the put still succeeds, the dispatch task makes it
+        real = store.create_cq_file
+        failures = []
+
+        async def failing(cq: Any, queue_offset: int) -> None:
+            if not failures:
+                failures.append(queue_offset)
+                raise OSError(28, "No space left on device")
+            await real(cq, queue_offset)
+
+        store.create_cq_file = failing  # type: ignore[method-assign]
+        r = await put(store, "TopicB", 0, b"second")
+        assert r.status == PutMessageStatus.PUT_OK
+        assert failures == [0]
+        store.set_confirm_offset(r.end_offset)
+        with trio.fail_after(5):
+            while store.get_max_offset_in_queue("TopicB", 0) < 1:
+                await trio.sleep(0.001)
+        assert [decode_message(b).body for b in read_queue(store, "TopicB", 0)] == [b"second"]
 
 
 async def test_new_queue_needs_a_file_and_still_reads_its_first_message(tmp_path: Path) -> None:
