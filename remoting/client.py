@@ -35,6 +35,7 @@ from remoting.errors import (
     RemotingSendError,
     RemotingTimeoutError,
 )
+from remoting.log_owner import set_log_owner
 
 __all__ = [
     "RemotingClient",
@@ -152,9 +153,16 @@ class RemotingClient:
             on_finish=lambda c: self._forget(addr, c),
         )
         self._connections[addr] = conn
-        self._nursery.start_soon(conn.serve)
+        self._nursery.start_soon(self._serve_unowned, conn)
         self._log.debug("connected to %s", addr)
         return conn
+
+    @staticmethod
+    async def _serve_unowned(conn: Connection) -> None:
+        # a client's connection may serve several brokers of the process (the container shares
+        # one client): its tasks do not inherit the log owner of the task that happened to open it
+        set_log_owner("")
+        await conn.serve()
 
     def _forget(self, addr: str, conn: Connection) -> None:
         if self._connections.get(addr) is conn:

@@ -14,10 +14,19 @@ from remoting.client import RemotingClient
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.connection import RequestContext
-from remoting.log_owner import set_log_owner
+from remoting.log_owner import LOG_OWNER, set_log_owner
 from remoting.server import ProcessorTable, RemotingServer
 
 STORE_LOG = logging.getLogger("store.test_owner")
+
+
+def all_tasks() -> list[trio.lowlevel.Task]:
+    found, todo = [], [trio.lowlevel.current_root_task()]
+    while todo:
+        task = todo.pop()
+        found.append(task)
+        todo += [child for nursery in task.child_nurseries for child in nursery.child_tasks]
+    return found
 
 
 def lines(out: io.StringIO) -> list[str]:
@@ -52,8 +61,14 @@ async def test_tasks_threads_and_connections_name_their_owner() -> None:
             await nursery.start(server.run)
             listener = await server.add_listener("127.0.0.1", 0, table, name="Cluster_broker-c_0")
             async with RemotingClient() as client:
+                set_log_owner("Cluster_broker-d_0")  # the task that happens to open the connection
                 response = await client.invoke(listener.address, request(10), timeout=5)
                 assert response.code == ResponseCode.SUCCESS
+                # the client's connection tasks are nobody's: a shared client serves every broker
+                conn_tasks = [t for t in all_tasks() if "_serve_unowned" in t.name]
+                assert conn_tasks, "the client's connection task"
+                assert all(t.context.get(LOG_OWNER, "") == "" for t in conn_tasks)
+                set_log_owner("")
             nursery.cancel_scope.cancel()
     finally:
         logging.getLogger().handlers[:] = [
