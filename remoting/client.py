@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -54,6 +55,19 @@ def parse_address(addr: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise RemotingConnectError(f"bad address {addr!r} (expected host:port)")
     return host.strip("[]"), int(port)
+
+
+def _connect_failure(exc: OSError) -> str:
+    """Why a connect failed, in a word: trio's ``open_tcp_stream`` says only "all attempts to
+    connect to host:port failed" and keeps each attempt's error in ``__cause__``."""
+    attempts = getattr(exc.__cause__, "exceptions", None) or [exc]
+    reasons = []
+    for attempt in attempts:
+        errno = attempt.errno if isinstance(attempt, OSError) else None
+        reason = os.strerror(errno) if errno else str(attempt)
+        if reason not in reasons:
+            reasons.append(reason)
+    return "; ".join(reasons)
 
 
 class RemotingClient:
@@ -140,7 +154,7 @@ class RemotingClient:
         except trio.TooSlowError:
             raise RemotingConnectError(f"connect to {addr} timed out after {timeout:.3f}s") from None
         except OSError as e:
-            raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
+            raise RemotingConnectError(f"connect to {addr} failed: {_connect_failure(e)}") from None
         conn = Connection(
             detach_stream(stream),
             table=self.processors,
