@@ -95,6 +95,8 @@ class StoreCheckpoint:
         self.data = CheckpointData()
         #: whether the file existed and decoded when loaded
         self.loaded = False
+        #: the bytes the last :meth:`flush_sync` wrote and synced
+        self._written: bytes | None = None
 
     def load_sync(self) -> CheckpointData:
         """Read the file; a missing file gives all-zero upstream fields and unknown extensions."""
@@ -110,9 +112,13 @@ class StoreCheckpoint:
         return self.data
 
     def flush_sync(self, data: CheckpointData | None = None) -> None:
-        """Write ``data`` (default: the current state) and fdatasync; blocking."""
+        """Write ``data`` (default: the current state) and fdatasync; blocking. Nothing when the
+        file already holds exactly these bytes from the last call (an idle store's periodic
+        rounds: every second, per broker, a write and an fdatasync for nothing)."""
         raw = encode_checkpoint(data if data is not None else self.data)
         new = not os.path.exists(self.path)
+        if raw == self._written and not new:
+            return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             os.pwrite(fd, raw, 0)
@@ -121,6 +127,7 @@ class StoreCheckpoint:
             os.close(fd)
         if new:
             fsync_dir(os.path.dirname(self.path))
+        self._written = raw
 
     def snapshot(self) -> CheckpointData:
         """A copy of the current state (to write from a worker thread)."""

@@ -75,3 +75,29 @@ def test_lock_file_is_exclusive(tmp_path: Path) -> None:
     a.release()
     b.acquire_sync()
     b.release()
+
+
+def test_an_unchanged_checkpoint_is_not_written_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "checkpoint"
+    ck = StoreCheckpoint(str(path))
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting)
+    ck.data.confirmPhyOffset = 7
+    ck.flush_sync()
+    ck.flush_sync()  # the same bytes: nothing to do
+    assert len(synced) == 1
+    ck.data.confirmPhyOffset = 8
+    ck.flush_sync()
+    assert len(synced) == 2
+    path.unlink()  # gone (removed by hand): written again although unchanged
+    ck.flush_sync()
+    assert len(synced) == 3
+    assert StoreCheckpoint(str(path)).load_sync().confirmPhyOffset == 8
