@@ -229,7 +229,9 @@ async def test_replicas_whose_stores_were_deleted_are_told_why_and_recover_after
         # the brokers keep asking (every 300 ms); the same answer is not logged again as a warning
         warned, repeated = len(elect_logs(logging.WARNING)), len(elect_logs(logging.DEBUG))
         await trio.sleep(1.0)
-        assert len(elect_logs(logging.WARNING)) == warned
+        # (a stalled machine could expire a heartbeat meanwhile, changing the answer once for
+        # each broker: at most two new warnings then; in a quiet run none)
+        assert len(elect_logs(logging.WARNING)) <= warned + 2
         assert len(elect_logs(logging.DEBUG)) >= repeated + 2
 
         header = CleanControllerBrokerDataRequestHeader(

@@ -35,6 +35,7 @@ def lines(out: io.StringIO) -> list[str]:
 
 async def test_tasks_threads_and_connections_name_their_owner() -> None:
     out = io.StringIO()
+    root_level = logging.getLogger().level
     setup_logging("INFO", stream=out)
     try:
 
@@ -71,6 +72,7 @@ async def test_tasks_threads_and_connections_name_their_owner() -> None:
                 set_log_owner("")
             nursery.cancel_scope.cancel()
     finally:
+        logging.getLogger().setLevel(root_level)
         logging.getLogger().handlers[:] = [
             h for h in logging.getLogger().handlers if not getattr(h, "_rmq_container", False)
         ]
