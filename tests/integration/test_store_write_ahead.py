@@ -123,8 +123,14 @@ async def test_files_prepared_ahead_survive_a_restart_and_a_crash_as_empty_tail(
         return [decode_message(rec).body for rec in read_queue(store, "T", 0)]
 
     async def write(store: DefaultMessageStore, part: list[bytes]) -> int:
+        start = store.max_phy_offset
         for body in part:
-            await put(store, "T", 0, body, tags="a")
+            r = await put(store, "T", 0, body, tags="a")
+            # no gap: each append, the first after a restart too, goes right after the last
+            # message, or to the start of the very next file when the log rolls
+            size = cfg.mappedFileSizeCommitLog
+            assert r.wrote_offset in (start, (start // size + 1) * size), (r.wrote_offset, start)
+            start = r.wrote_offset + r.wrote_bytes
         with trio.fail_after(10):
             while len(store.commit_log.mfq.prepared) < 4:
                 await trio.sleep(0.005)
