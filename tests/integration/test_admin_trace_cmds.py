@@ -11,9 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterator
 
-import pytest
 import trio
 from click.testing import CliRunner, Result
 
@@ -66,16 +64,6 @@ async def indexed(env: BrokerEnv, topic: str = TRACE_TOPIC) -> None:
     """Wait until the topic has a route and every message sent is in the index."""
     await wait_until(lambda: topic in env.namesrv.routes.topicQueueTable, what=f"route of {topic}")
     await wait_until(lambda: env.broker.store.dispatch_behind_bytes == 0, what="index dispatch")
-
-
-@pytest.fixture
-def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """mqadmin prints times in the local zone: make it UTC for exact lines."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 async def test_traces_of_a_message_print_as_mqadmins_tables(tmp_path: os.PathLike[str], utc: None) -> None:

@@ -3,10 +3,6 @@ counts of ``printMsgByQueue -f``."""
 
 from __future__ import annotations
 
-import time
-
-import pytest
-
 from client.admin_output import java_date
 from client.admin_print_cli import java_hash_order, message_ext_str, message_line, tag_count_lines
 from client.message import MessageExt
@@ -59,16 +55,8 @@ def test_tag_counts_largest_first() -> None:
     ]
 
 
-def test_java_date_floors_to_the_second_and_prints_an_impossible_time_as_its_number(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    try:
-        assert java_date(1_700_000_000_999) == "2023-11-14 22:13:20"
-        assert java_date(-1) == "1969-12-31 23:59:59"  # a float division made this 1970-01-01 00:00:00
-        assert java_date(2**63 - 1) == "292278994-08-17 07:12:55"  # as Java prints Long.MAX_VALUE
-        assert java_date(2**80) == str(2**80)  # beyond any calendar (not a Java long)
-    finally:
-        monkeypatch.undo()
-        time.tzset()
+def test_java_date_floors_to_the_second_and_prints_an_impossible_time_as_its_number(utc: None) -> None:
+    assert java_date(1_700_000_000_999) == "2023-11-14 22:13:20"
+    assert java_date(-1) == "1969-12-31 23:59:59"  # a float division made this 1970-01-01 00:00:00
+    assert java_date(2**63 - 1) == "292278994-08-17 07:12:55"  # as Java prints Long.MAX_VALUE
+    assert java_date(2**80) == str(2**80)  # beyond any calendar (not a Java long)

@@ -6,9 +6,7 @@ records ended by 0x02, in the field order of each record type.
 
 from __future__ import annotations
 
-import time
 import zlib
-from collections.abc import Iterator
 
 import pytest
 
@@ -47,16 +45,6 @@ def pub(msg_id: str, group: str, ts: int, cost: int, success: str = "true") -> s
 
 def sub_after(msg_id: str, group: str, ts: int, cost: int, success: str = "true") -> str:
     return f"SubAfter\x01REQ\x01{msg_id}\x01{cost}\x01{success}\x01\x010\x01{ts}\x01{group}\x02"
-
-
-@pytest.fixture
-def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """mqadmin prints times in the local zone: make it UTC for exact lines."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def stored(body: bytes, *, born_host: str = "10.1.2.3:50123", sys_flag: int = 0) -> StoredMessage:
