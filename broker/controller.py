@@ -302,7 +302,7 @@ class BrokerController:
                     "broker %s up at %s (%s), store %s",
                     self.name,
                     self.addr,
-                    self.role.value,
+                    "role from the controller" if self.replicas_manager is not None else self.role.value,
                     self.store_config.storePathRootDir,
                 )
                 task_status.started()

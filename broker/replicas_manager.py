@@ -340,11 +340,11 @@ class ReplicasManager:
                 bc.brokerClusterName, bc.brokerName, broker_id, b.addr, b.now_ms()
             )
         self.log.info(
-            "registered to the controller as id %d: master %s (%s) epoch %s, SyncStateSet %s epoch %d",
+            "registered to the controller as id %d: %s, SyncStateSet %s epoch %d",
             broker_id,
-            header.masterBrokerId,
-            header.masterAddress,
-            header.masterEpoch,
+            "no live master"
+            if header.masterBrokerId is None
+            else f"master {header.masterBrokerId} ({header.masterAddress}) epoch {header.masterEpoch}",
             sorted(sss.syncStateSet),
             sss.syncStateSetEpoch,
         )

@@ -159,10 +159,10 @@ class Replication:
             nursery.start_soon(functools.partial(trio.serve_listeners, self._serve, listeners))
             await nursery.start(self.slave_sync.run)
             log.info(
-                "%s replication, HA port %d, role %s",
+                "%s replication, HA port %d, %s",
                 "auto-switch" if self.auto else "classic",
                 self.bound_port,
-                self.role,
+                f"role {self.role}" if self.role is not None else "role from the controller",
             )
             task_status.started()
             await trio.sleep_forever()

@@ -8,7 +8,13 @@ import re
 from collections.abc import Callable
 
 from broker.persist import atomic_write, load_json
-from remoting.protocol.common import DataVersion, PermName, TopicConfig, TopicConfigSerializeWrapper
+from remoting.protocol.common import (
+    DataVersion,
+    PermName,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    TopicFilterType,
+)
 from remoting.protocol.topics import (  # noqa: F401 -- re-exported: the broker's modules import them from here
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     BENCHMARK_TOPIC,
@@ -37,6 +43,36 @@ RETRY_TOPIC_MAX_LENGTH = 255
 GROUP_MAX_LENGTH = 120
 
 log = logging.getLogger("broker.topics")
+
+
+def _field_text(config: TopicConfig, name: str) -> str:
+    value = getattr(config, name)
+    if name == "perm":
+        return f"{value} ({PermName.to_string(value)})"
+    if isinstance(value, TopicFilterType):
+        return value.value
+    return str(value)
+
+
+def describe_topic_change(old: TopicConfig | None, new: TopicConfig) -> str:
+    """One log line for a topic's new or changed config: its queues and permission when created
+    (with whatever else differs from the defaults), the fields that changed otherwise."""
+    if old is None:
+        default = TopicConfig(topicName=new.topicName)
+        text = f"created topic {new.topicName}: {new.readQueueNums} read / {new.writeQueueNums} write queues, perm {_field_text(new, 'perm')}"
+        extra = [
+            f"{name} {_field_text(new, name)}"
+            for name in ("topicFilterType", "topicSysFlag", "order", "attributes")
+            if getattr(new, name) != getattr(default, name)
+        ]
+        return text + "".join(f", {e}" for e in extra)
+    changes = [
+        f"{name} {_field_text(old, name)} -> {_field_text(new, name)}"
+        for name in new.__struct_fields__
+        if getattr(old, name) != getattr(new, name)
+    ]
+    return f"topic {new.topicName} changed: {', '.join(changes)}"
+
 
 #: deletions a master remembers for its slaves (:class:`DeletedTopics`)
 DELETED_TOPICS_KEPT = 1024
@@ -218,14 +254,14 @@ class TopicConfigManager:
         old = self.table.get(config.topicName)
         self.table[config.topicName] = config
         if old != config:
-            self.log.info("topic config %s: %s -> %s", config.topicName, old, config)
+            self.log.info("%s", describe_topic_change(old, config))
             self._changed()
 
     def delete(self, topic: str) -> TopicConfig | None:
         old = self.table.pop(topic, None)
         self._adopted.pop(topic, None)
         if old is not None:
-            self.log.info("deleted topic config %s", old)
+            self.log.info("deleted topic %s", old.topicName)
             self._changed()
         return old
 

@@ -13,9 +13,9 @@ from broker.filter import TagFilter, build_subscription
 from broker.groups import SubscriptionGroupManager
 from broker.locks import RebalanceLockManager
 from broker.offsets import ConsumerOffsetManager
-from broker.topics import TopicConfigManager, validate_group, validate_topic
+from broker.topics import TopicConfigManager, describe_topic_change, validate_group, validate_topic
 from remoting.protocol.broker import ConsumerData, HeartbeatData
-from remoting.protocol.common import MessageQueue, PermName
+from remoting.protocol.common import MessageQueue, PermName, TopicConfig
 
 
 def _topics(tmp_path: object, auto: bool = True) -> TopicConfigManager:
@@ -189,3 +189,27 @@ def test_tag_filter_matches_hash_then_exact_tag() -> None:
     everything = TagFilter(build_subscription("T", "*"))
     assert everything.is_matched_by_consume_queue(12345)
     assert everything.is_matched_by_commit_log({})
+
+
+def test_topic_changes_are_logged_as_queues_and_changed_fields(
+    tmp_path: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    topics = _topics(tmp_path)
+    caplog.set_level("INFO", logger="broker.topics")
+    topics.update(TopicConfig(topicName="LogT", readQueueNums=4, writeQueueNums=4, perm=6))
+    topics.update(TopicConfig(topicName="LogT", readQueueNums=4, writeQueueNums=4, perm=6))  # same: no line
+    topics.update(TopicConfig(topicName="LogT", readQueueNums=8, writeQueueNums=8, perm=4, order=True))
+    topics.delete("LogT")
+    lines = [r.getMessage() for r in caplog.records if "LogT" in r.getMessage()]
+    assert lines == [
+        "created topic LogT: 4 read / 4 write queues, perm 6 (RW-)",
+        "topic LogT changed: readQueueNums 4 -> 8, writeQueueNums 4 -> 8, perm 6 (RW-) -> 4 (R--), order False -> True",
+        "deleted topic LogT",
+    ]
+    made = describe_topic_change(
+        None, TopicConfig(topicName="F", order=True, attributes={"+message.type": "FIFO"})
+    )
+    assert (
+        made
+        == "created topic F: 16 read / 16 write queues, perm 6 (RW-), order True, attributes {'+message.type': 'FIFO'}"
+    )
