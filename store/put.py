@@ -149,7 +149,10 @@ class PutPaths:
                     cl.write_ahead()
                 if phys >= cl.next_mark:
                     cl.mark_appended(phys)
-                cq.next_offset = qo + 1
+                # one int object for both counters (and one for both ends below): with thousands
+                # of queues each object read back at the queue's next message is a cache miss
+                nxt = qo + 1
+                cq.next_offset = nxt
                 # the unit goes to the queue's staging buffer, not its map (store.consume_queue)
                 stage = cq.stage
                 if stage is None:
@@ -162,8 +165,8 @@ class PutPaths:
                 elif not cq.listed:
                     cq.listed = True
                     self.queues.staging.append(cq)
-                cq.max_offset = qo + 1
-                cq.max_physic_offset = phys + n
+                cq.max_offset = nxt
+                cq.max_physic_offset = end_phys = phys + n
                 index = d.index
                 if index is not None:
                     if uniq_key and phys > index.last_phy:
@@ -175,11 +178,11 @@ class PutPaths:
                             index.drain()
                     elif keys:
                         index.put_keys(topic, phys, now, sys_flag, keys, uniq_key)
-                d.reput_offset = phys + n
+                d.reput_offset = end_phys
                 d.last_store_timestamp = now
                 if d.listeners:
                     for cb in d.listeners:
-                        cb(topic, queue_id, qo + 1)
+                        cb(topic, queue_id, nxt)
                 return PutMessageResult(_PUT_OK, phys, n, qo, now, 1, "", self._host_bytes)
         return None
 
