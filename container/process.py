@@ -164,7 +164,7 @@ async def start_brokers(ctx: ProcessContext) -> list[HostedComponent]:
         listener = await ctx.listen(spec.broker.listenPort, broker.processor_table, name=broker.name)
         broker.attach(ctx.server, listener)
         # In controller mode the controller decides the role after start; say so instead.
-        role = "role from controller" if spec.broker.enableControllerMode else broker.role.value
+        role = "role from the controller" if spec.broker.enableControllerMode else broker.role.value
         banner = (
             f"broker {broker.name} {broker.addr} ({role}) ha {broker.ha_addr} "
             f"store {spec.store.storePathRootDir}"
