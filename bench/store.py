@@ -62,6 +62,10 @@ BORN_HOST = ("127.0.0.1", 40000)
 TAG = "TagA"
 TAG_CODE = tags_hash_code(TAG)
 ROUNDS = 3
+#: rounds of each cost-growth case (best kept on both sides): the 10,000-queue ratio moved between
+#: 0.66 and 0.88 over consecutive 3-round runs on the development VM, its noise being larger than
+#: the effect measured
+GROWTH_ROUNDS = 5
 
 
 def _props(uniq: str) -> str:
@@ -422,13 +426,13 @@ def bench_growth(work: str, quick: bool) -> list[dict[str, Any]]:
             shutil.rmtree(root, ignore_errors=True)
 
     best = {1: 0.0, 100: 0.0, 10_000: 0.0}
-    for _ in range(ROUNDS):
+    for _ in range(GROWTH_ROUNDS):
         for nq in best:
             best[nq] = max(best[nq], trio.run(queues_round, nq))
     for nq in (100, 10_000):
         rows.append(row(f"1 KiB appends over {nq:,} topic-queues vs 1", best[nq], "msgs/s", best[1], 0.8))
     rolls = {"big": 0.0, "small": 0.0}
-    for _ in range(ROUNDS):
+    for _ in range(GROWTH_ROUNDS):
         rolls["big"] = max(rolls["big"], trio.run(roll_round, 1024 * 1024 * 1024))
         rolls["small"] = max(rolls["small"], trio.run(roll_round, 4 * 1024 * 1024))
     rows.append(
