@@ -334,11 +334,14 @@ class Producer(StartStop):
         if not self._started:
             raise MQClientError(f"producer {self.group} is not started")
 
-    def _check_body(self, topic: str, body: bytes) -> None:
+    def _check_topic(self, topic: str) -> None:
         if topic not in self._valid_topics:
             validate_topic(topic)
             if len(self._valid_topics) < 10_000:
                 self._valid_topics.add(topic)
+
+    def _check_body(self, topic: str, body: bytes) -> None:
+        self._check_topic(topic)
         if not body:
             raise MQClientError("the message body length is zero", ResponseCode.MESSAGE_ILLEGAL)
         if len(body) > self.max_message_size:
@@ -400,6 +403,7 @@ class Producer(StartStop):
         if not msgs:
             raise MQClientError("a batch needs at least one message", ResponseCode.MESSAGE_ILLEGAL)
         topic = msgs[0].topic
+        self._check_topic(topic)  # the others must have the same topic
         items: list[BatchItem] = []
         ids: list[str] = []
         for m in msgs:
@@ -415,7 +419,6 @@ class Producer(StartStop):
                 raise MQClientError(
                     "time delayed message is not supported for batching", ResponseCode.MESSAGE_ILLEGAL
                 )
-            validate_topic(m.topic)
             if not m.body:
                 raise MQClientError("the message body length is zero", ResponseCode.MESSAGE_ILLEGAL)
             uid = m.properties.get(PROPERTY_UNIQ_KEY)
