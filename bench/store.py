@@ -65,7 +65,6 @@ TAG_CODE = tags_hash_code(TAG)
 #: consecutive runs on the development VM put the 16 KiB ratio at 0.35 and 0.67 and the 10,000-queue
 #: one at 0.66 and 0.88 -- the VM's slow spells last longer than a round
 ROUNDS = 5
-GROWTH_ROUNDS = ROUNDS
 
 
 def _props(uniq: str) -> str:
@@ -433,13 +432,13 @@ def bench_growth(work: str, quick: bool) -> list[dict[str, Any]]:
             shutil.rmtree(root, ignore_errors=True)
 
     best = {1: 0.0, 100: 0.0, 10_000: 0.0}
-    for _ in range(GROWTH_ROUNDS):
+    for _ in range(ROUNDS):
         for nq in best:
             best[nq] = max(best[nq], trio.run(queues_round, nq))
     for nq in (100, 10_000):
         rows.append(row(f"1 KiB appends over {nq:,} topic-queues vs 1", best[nq], "msgs/s", best[1], 0.8))
     rolls = {"big": 0.0, "small": 0.0}
-    for _ in range(GROWTH_ROUNDS):
+    for _ in range(ROUNDS):
         rolls["big"] = max(rolls["big"], trio.run(roll_round, 1024 * 1024 * 1024))
         rolls["small"] = max(rolls["small"], trio.run(roll_round, 4 * 1024 * 1024))
     rows.append(

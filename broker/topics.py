@@ -8,13 +8,7 @@ import re
 from collections.abc import Callable
 
 from broker.persist import atomic_write, load_json
-from remoting.protocol.common import (
-    DataVersion,
-    PermName,
-    TopicConfig,
-    TopicConfigSerializeWrapper,
-    TopicFilterType,
-)
+from remoting.protocol.common import DataVersion, PermName, TopicConfig, TopicConfigSerializeWrapper
 from remoting.protocol.topics import (  # noqa: F401 -- re-exported: the broker's modules import them from here
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     BENCHMARK_TOPIC,
@@ -49,9 +43,7 @@ def _field_text(config: TopicConfig, name: str) -> str:
     value = getattr(config, name)
     if name == "perm":
         return f"{value} ({PermName.to_string(value)})"
-    if isinstance(value, TopicFilterType):
-        return value.value
-    return str(value)
+    return str(value)  # TopicFilterType is a StrEnum: its name
 
 
 def describe_topic_change(old: TopicConfig | None, new: TopicConfig) -> str:
@@ -59,7 +51,10 @@ def describe_topic_change(old: TopicConfig | None, new: TopicConfig) -> str:
     (with whatever else differs from the defaults), the fields that changed otherwise."""
     if old is None:
         default = TopicConfig(topicName=new.topicName)
-        text = f"created topic {new.topicName}: {new.readQueueNums} read / {new.writeQueueNums} write queues, perm {_field_text(new, 'perm')}"
+        text = (
+            f"created topic {new.topicName}: {new.readQueueNums} read / {new.writeQueueNums} write"
+            f" queues, perm {_field_text(new, 'perm')}"
+        )
         extra = [
             f"{name} {_field_text(new, name)}"
             for name in ("topicFilterType", "topicSysFlag", "order", "attributes")

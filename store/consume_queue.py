@@ -41,15 +41,9 @@ STAGE_UNITS = 16
 STAGE_BYTES = STAGE_UNITS * CQ_UNIT_SIZE
 
 
-_FILE_SIZES: dict[int, int] = {}
-
-
 def cq_file_size(configured: int) -> int:
-    """Upstream rounds ``mappedFileSizeConsumeQueue`` up to a whole number of units. One int object
-    per size, shared by every queue: the send path reads it per message, and with thousands of
-    queues a copy of its own per queue would be one more cache miss each time."""
-    size = -(-configured // CQ_UNIT_SIZE) * CQ_UNIT_SIZE
-    return _FILE_SIZES.setdefault(size, size)
+    """Upstream rounds ``mappedFileSizeConsumeQueue`` up to a whole number of units."""
+    return -(-configured // CQ_UNIT_SIZE) * CQ_UNIT_SIZE
 
 
 class ConsumeQueue:

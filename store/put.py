@@ -149,9 +149,7 @@ class PutPaths:
                     cl.write_ahead()
                 if phys >= cl.next_mark:
                     cl.mark_appended(phys)
-                # one int object for both counters (and one for both ends below): with thousands
-                # of queues each object read back at the queue's next message is a cache miss
-                nxt = qo + 1
+                nxt = qo + 1  # the queue's next offset, also its max offset (dispatched at once)
                 cq.next_offset = nxt
                 # the unit goes to the queue's staging buffer, not its map (store.consume_queue)
                 stage = cq.stage
