@@ -114,8 +114,12 @@ class ClassicHAClient:
 class ClassicHAConnection:
     """Master side of classic replication, one per slave."""
 
-    def __init__(self, rlog: ReplicaLog, config: MessageStoreConfig, *, now: float = 0.0) -> None:
+    def __init__(
+        self, rlog: ReplicaLog, config: MessageStoreConfig, *, now: float = 0.0, peer: str = ""
+    ) -> None:
         self.log = rlog
+        #: ``host:port`` of the slave, for log lines ("" when unknown)
+        self.peer = peer
         self.batch_size = config.haTransferBatchSize
         self.heartbeat_interval = config.haSendHeartbeatInterval / 1000
         self.housekeeping_interval = config.haHousekeepingInterval / 1000
@@ -182,7 +186,7 @@ class ClassicHAConnection:
         return []
 
     def _close(self, reason: str) -> CloseConnection:
-        log.warning("closing classic HA connection: %s", reason)
+        log.warning("closing classic HA connection%s: %s", f" of {self.peer}" if self.peer else "", reason)
         self.close_reason = reason
         self.closed = True
         return CloseConnection(reason)

@@ -132,8 +132,9 @@ class ClassicHAService:
         if self.role != "master":
             await trio.aclose_forcefully(stream)
             return
-        conn = ClassicHAConnection(self.log, self.config, now=trio.current_time())
-        link = Link(peer_address(stream))
+        peer = peer_address(stream)
+        conn = ClassicHAConnection(self.log, self.config, now=trio.current_time(), peer=peer)
+        link = Link(peer)
         wake = trio.Event()
         wakes = self._wakes
         holder = [wake]

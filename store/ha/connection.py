@@ -75,9 +75,12 @@ class HAConnection:
         *,
         now: float = 0.0,
         group: HAMasterState | None = None,
+        peer: str = "",
     ) -> None:
         self.log = rlog
         self.group = group
+        #: ``host:port`` of the other end, for log lines ("" when unknown)
+        self.peer = peer
         self.batch_size = config.haTransferBatchSize
         self.heartbeat_interval = config.haSendHeartbeatInterval / 1000
         self.housekeeping_interval = config.haHousekeepingInterval / 1000
@@ -343,7 +346,8 @@ class HAConnection:
         return []
 
     def _close(self, reason: str) -> CloseConnection:
-        log.warning("closing HA connection of slave %d: %s", self.slave_id, reason)
+        who = f"slave {self.slave_id}" if self.handshake_received else "a peer that sent no handshake"
+        log.warning("closing HA connection of %s%s: %s", who, f" at {self.peer}" if self.peer else "", reason)
         self.close_reason = reason
         self.connection_lost()
         return CloseConnection(reason)

@@ -289,12 +289,13 @@ class HAService:
         if self.role != "master" or group is None:
             await trio.aclose_forcefully(stream)
             return
-        conn = HAConnection(self.log, self.config, now=trio.current_time(), group=group)
+        peer = peer_address(stream)
+        conn = HAConnection(self.log, self.config, now=trio.current_time(), group=group, peer=peer)
         wake = _Signal()
         scope = trio.CancelScope()
         self._connection_scopes.add(scope)
         self._writers[conn] = wake
-        link = self.links[conn] = Link(peer_address(stream))
+        link = self.links[conn] = Link(peer)
 
         async def reader() -> None:
             while not conn.closed:

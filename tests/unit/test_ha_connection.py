@@ -6,7 +6,7 @@ import pytest
 
 from store.config import MessageStoreConfig
 from store.ha.connection import MAX_HOLD, MAX_SEND_BYTES, HAConnection
-from store.ha.events import AckReceived
+from store.ha.events import AckReceived, CloseConnection
 from store.ha.memlog import MemLog
 from store.ha.packets import MasterPacketDecoder, MasterTransfer, SlaveAck, SlaveHandshake
 from store.ha.role import become_master
@@ -98,3 +98,19 @@ def test_of_several_acks_in_one_read_only_the_last_is_handled() -> None:
     events = conn.receive_data(SlaveAck(60).encode() + SlaveAck(180).encode() + SlaveAck(300).encode(), 0.1)
     assert events == [AckReceived(2, 300)]
     assert conn.ack_offset == 300
+
+
+def test_a_closed_connection_is_logged_with_its_peer_and_whether_it_identified_itself(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("WARNING", logger="store.ha.connection")
+    log = master(1)
+    stranger = HAConnection(log, CONFIG, peer="127.0.0.1:40632")
+    events = stranger.receive_data(b"GET / HTTP/1.1\r\n\r\n", 0.0)
+    assert any(isinstance(e, CloseConnection) for e in events)
+    slave = streaming(log)
+    slave.peer = "127.0.0.1:40700"
+    slave.tick(CONFIG.haHousekeepingInterval / 1000 + 1.0)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("closing HA connection of a peer that sent no handshake at 127.0.0.1:40632: ")
+    assert lines[1].startswith("closing HA connection of slave 2 at 127.0.0.1:40700: nothing read")
