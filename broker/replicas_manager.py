@@ -141,6 +141,8 @@ class ReplicasManager:
         self.retry_interval = min(RETRY_INTERVAL, max(0.05, self.period))
         #: the last election request was deferred by the controller for the recorded master
         self._waited_for_master = False
+        #: the last register() lost the race for an id to another replica (see start_basic_service)
+        self._id_taken = False
         #: a role change was refused: the controller's epochs are behind this broker's epoch file
         self._controller_behind = False
         #: when the controller first refused to take back our persisted id (see _reclaim_identity)
@@ -201,10 +203,16 @@ class ReplicasManager:
             self.state = State.FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE
         if self.state == State.FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE:
             for _ in range(REGISTER_TRIES):
+                self._id_taken = False
                 if await self.register():
                     self.state = State.REGISTER_TO_CONTROLLER_DONE
                     break
-                await trio.sleep(self._random.random() * min(1.0, self.retry_interval))
+                if not self._id_taken:
+                    # upstream's random pause against replicas registering at the same moment; after
+                    # losing the race for an id there is no need: the winner's apply moved the next
+                    # id on, so asking again at once gets a free one (a fresh dev cluster's slaves
+                    # used to wait up to a second for nothing)
+                    await trio.sleep(self._random.random() * min(1.0, self.retry_interval))
             else:
                 self.log.error("registering to the controller failed %d times", REGISTER_TRIES)
                 return False
@@ -286,6 +294,7 @@ class ReplicasManager:
                     self.log.log(level, "broker id %d refused (%s); starting over", temp.brokerId, e)
                     await trio.to_thread.run_sync(self.files.delete_temp)
                     self.register_state = RegisterState.INITIAL
+                    self._id_taken = e.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID
                     return False
                 metadata = await trio.to_thread.run_sync(self.files.confirm, temp)
                 self._set_controller_id(metadata.brokerId)
