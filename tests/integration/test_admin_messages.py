@@ -9,6 +9,7 @@ import trio
 from click.testing import CliRunner, Result
 
 from client.admin_cli import main
+from tests.cluster.harness import free_ports
 from tests.integration.broker_env import CLUSTER, broker_env, wait_until
 
 TOPIC = "AdminMsgTopic"
@@ -62,6 +63,21 @@ async def test_query_by_id_of_garbage_id_fails_with_a_clear_message(tmp_path: os
         bad = await cli("queryMsgById", "-n", env.namesrv_addr, "-i", "not-an-id")
         assert bad.exit_code == 1
         assert "not an offset message id" in bad.output
+
+
+async def test_query_by_id_naming_an_unreachable_broker_suggests_a_unique_key_lookup(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """A client message id (what producers print as msgId) reads as an offset message id of some
+    made-up address: the failure says so and how to look it up instead, not only "connection
+    refused" (a C++ producer's ids begin 0100007F: broker 1.0.0.127)."""
+    async with broker_env(tmp_path) as env:
+        (port,) = free_ports(1)  # nothing listens there
+        msg_id = f"7F000001{port:08X}{1234:016X}"
+        bad = await cli("queryMsgById", "-n", env.namesrv_addr, "-i", msg_id)
+        assert bad.exit_code == 1
+        assert f"names the broker 127.0.0.1:{port}, which cannot be reached" in bad.output
+        assert "give -t TOPIC to look it up as a unique key" in bad.output
 
 
 async def test_query_by_unique_key_and_by_offset(tmp_path: os.PathLike[str]) -> None:
