@@ -7,8 +7,9 @@ come from any of them. Each broker's task sets :data:`LOG_OWNER` to its display 
 (``DefaultCluster_broker-a_0``) before it starts its store and services, and the server sets it to
 the listener's name for each accepted connection; trio tasks and ``trio.to_thread`` calls inherit
 it from the task that started them (not a client's connection tasks: one client may serve every
-broker of the process; nor trio's system tasks, which start from the run's context). :class:`LogOwnerFilter`, installed on the process's handler,
-puts it in the record (``%(owner)s``) unless the logger's name already says it.
+broker of the process; nor trio's system tasks, which start from the run's context).
+:class:`LogOwnerFilter`, installed on the process's handler, puts it in the record
+(``%(owner)s``) unless the logger's name already says it.
 """
 
 from __future__ import annotations

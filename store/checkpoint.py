@@ -19,6 +19,7 @@ import fcntl
 import logging
 import os
 import struct
+import threading
 
 import msgspec
 
@@ -97,6 +98,8 @@ class StoreCheckpoint:
         self.loaded = False
         #: the bytes the last :meth:`flush_sync` wrote and synced
         self._written: bytes | None = None
+        #: flush_sync runs in worker threads: the skip must compare with what the file holds
+        self._write_lock = threading.Lock()
 
     def load_sync(self) -> CheckpointData:
         """Read the file; a missing file gives all-zero upstream fields and unknown extensions."""
@@ -116,18 +119,19 @@ class StoreCheckpoint:
         file already holds exactly these bytes from the last call (an idle store's periodic
         rounds: every second, per broker, a write and an fdatasync for nothing)."""
         raw = encode_checkpoint(data if data is not None else self.data)
-        new = not os.path.exists(self.path)
-        if raw == self._written and not new:
-            return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            os.pwrite(fd, raw, 0)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-        if new:
-            fsync_dir(os.path.dirname(self.path))
-        self._written = raw
+        with self._write_lock:
+            new = not os.path.exists(self.path)
+            if raw == self._written and not new:
+                return
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.pwrite(fd, raw, 0)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+            if new:
+                fsync_dir(os.path.dirname(self.path))
+            self._written = raw
 
     def snapshot(self) -> CheckpointData:
         """A copy of the current state (to write from a worker thread)."""
