@@ -16,13 +16,14 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import trio
 
 from store.commitlog import CommitLog
-from store.mapped_file import MappedFile, MappedFileQueue, delete_paths_sync
+from store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue, delete_paths_sync
 
 log = logging.getLogger("store.allocate")
 
@@ -103,6 +104,62 @@ class IdleWorker:
         return done[0]
 
 
+#: how far ahead of the writer, in seconds of its recent rate, pages are dirtied (the write-ahead
+#: window and the start of a prepared file) and read into the page cache: 0.5 s of a 400 MB/s
+#: writer is the full window; a broker that receives a message now and then keeps the minimum
+LEAD_SECONDS = 0.5
+READ_AHEAD_SECONDS = 4.0
+#: the least that is dirtied ahead (and read ahead), whatever the rate
+MIN_LEAD = 4 * 1024 * 1024
+
+
+class WritePace:
+    """The commit log's recent write rate, and from it how much is worth bringing into memory
+    ahead of the writer. Pages dirtied ahead are resident and are written back to disk (zeros)
+    whether or not the writer ever reaches them: sized for a writer at memory speed everywhere,
+    a dev cluster that had received 20 messages held 545 MB of file pages and had written 400 MB
+    of zeros (four brokers, 64 MiB files: each its whole current file and half the next dirty).
+
+    Sampled by :class:`WriteAhead` each time the writer passes its mark (every half window), so
+    the rate is that of the last half window: a writer speeding up from idle gets the full window
+    within two samples. It grows at once and falls by at most half a sample, so a pause (between
+    two benchmark rounds, say) does not shrink the window the writer comes back to."""
+
+    def __init__(self, max_lead: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_lead = max_lead
+        self.clock = clock
+        #: bytes a second over the last sampled interval (0 until two samples)
+        self.rate = 0.0
+        self._last: tuple[float, int] | None = None
+
+    def sample(self, offset: int) -> None:
+        """The writer is at log ``offset`` now."""
+        now = self.clock()
+        last, self._last = self._last, (now, offset)
+        if last is None:
+            return
+        t0, o0 = last
+        if offset < o0:  # the log was cut back: start over
+            self.rate = 0.0
+            return
+        if now > t0:
+            self.rate = max((offset - o0) / (now - t0), self.rate / 2)
+
+    @property
+    def lead(self) -> int:
+        """Bytes to keep dirtied ahead of the writer: :data:`LEAD_SECONDS` of its rate, at least
+        :data:`MIN_LEAD`, at most ``max_lead``; whole pages."""
+        want = max(MIN_LEAD, int(self.rate * LEAD_SECONDS))
+        want = min(want, self.max_lead)
+        return want - want % PAGE_SIZE if want >= PAGE_SIZE else want
+
+    @property
+    def read_ahead(self) -> int:
+        """Bytes ahead of the writer worth reading into the page cache (zero-filled: the bulk of
+        a first touch's cost): :data:`READ_AHEAD_SECONDS` of its rate, at least :attr:`lead`."""
+        return max(self.lead, int(self.rate * READ_AHEAD_SECONDS))
+
+
 #: most small files (no bigger than the allocator's ``dirty_ahead``) prepared ahead: with one, a
 #: writer rolling a 4 MiB file every ~10 ms outran their population and sustained 0.67-0.77 of
 #: the no-roll rate (160,000-append rounds of bench.store); with 8, 0.79-0.82
@@ -122,11 +179,23 @@ class FileAllocator:
     While it is being populated it is only :attr:`populating`: :meth:`get` takes it from there at
     once (population stops), so a roll never waits for idle work."""
 
-    def __init__(self, mfq: MappedFileQueue, dirty_ahead: int = 0, idle: IdleWorker = IDLE) -> None:
+    def __init__(
+        self,
+        mfq: MappedFileQueue,
+        dirty_ahead: int = 0,
+        idle: IdleWorker = IDLE,
+        pace: WritePace | None = None,
+    ) -> None:
         self.mfq = mfq
-        #: bytes at the start of a prepared file to map writable too (the write-ahead window)
+        #: bytes at the start of a prepared file to map writable too (the write-ahead window); with
+        #: a ``pace``, at most that: as much as the writer's rate asks for
         self.dirty_ahead = dirty_ahead
         self.idle = idle
+        #: the writer's rate, which bounds what is brought into memory ahead of it; None: all of
+        #: every file (the first ``dirty_ahead`` bytes dirty, the rest read)
+        self.pace = pace
+        #: the file in use whose population was asked for last, and up to where
+        self._in_use_read: tuple[MappedFile | None, int] = (None, 0)
         #: the created file being populated (not yet the queue's next file)
         self.populating: MappedFile | None = None
         #: a file in use whose population :meth:`run` still has to finish (:meth:`populate_later`)
@@ -163,6 +232,27 @@ class FileAllocator:
         self._unpopulated = mf
         self._wakeup.set()
 
+    def read_ahead_in_use(self, mf: MappedFile) -> None:
+        """Have :meth:`run` read the file in use ``mf`` further ahead of its writer when the
+        writer's pace now asks for more than was asked before (called by :class:`WriteAhead` at
+        each refill; nothing without a pace: the whole file was asked for already)."""
+        if self.pace is None:
+            return
+        asked_mf, asked = self._in_use_read
+        if asked_mf is mf and self._read_end(mf, mf.wrote_position) <= asked:
+            return
+        self.populate_later(mf)
+
+    def _dirty_now(self) -> int:
+        """Bytes at the start of a prepared file to dirty now."""
+        return self.dirty_ahead if self.pace is None else min(self.dirty_ahead, self.pace.lead)
+
+    def _read_end(self, mf: MappedFile, start: int) -> int:
+        """Where reading ``mf`` into memory from ``start`` should stop now."""
+        if self.pace is None:
+            return mf.file_size
+        return min(mf.file_size, start + self.pace.read_ahead)
+
     def request_prepare(self) -> None:
         """Ask :meth:`run` to prepare the file after the current last one."""
         self._wakeup.set()
@@ -175,7 +265,7 @@ class FileAllocator:
         (upstream prepares two)."""
         mfq = self.mfq
         urgent = mfq.file_size <= self.dirty_ahead
-        ahead = min(MAX_PREPARED_FILES, max(1, self.dirty_ahead // mfq.file_size)) if urgent else 1
+        ahead = min(MAX_PREPARED_FILES, max(1, self._dirty_now() // mfq.file_size)) if urgent else 1
         while True:
             async with self._lock:
                 stale = mfq.drop_stale_prepared()
@@ -235,11 +325,13 @@ class FileAllocator:
         :attr:`populating` (taken by :meth:`get`: the write-ahead window goes on from there) or
         on cancellation. Returns how far it got."""
 
+        dirty = min(self._dirty_now(), mf.file_size)
+        end = max(dirty, self._read_end(mf, 0))
+
         def job(keep_going: Callable[[], bool]) -> int:
-            dirty = min(self.dirty_ahead, mf.file_size)
             if dirty and mf.populate_write_sync(0, dirty, keep_going) < dirty:
                 return 0
-            return mf.populate_read_sync(dirty, mf.file_size, keep_going)
+            return mf.populate_read_sync(dirty, end, keep_going)
 
         return await self._in_idle(job, lambda: self.populating is mf)
 
@@ -255,17 +347,22 @@ class FileAllocator:
                 await self.prepare(self.mfq.next_offset())
 
     async def _populate_in_use(self, mf: MappedFile) -> int:
-        """Read-populate ``mf`` from its write position to its end in the idle thread (the
-        write-ahead window then only has to map the pages writable); stops between chunks once
-        ``mf`` is no longer the last file (a roll) or on cancellation. Returns how far it got."""
+        """Read-populate ``mf`` from its write position (or from where the last call for it
+        stopped) to its end -- with a pace, to as far as the writer's rate asks for -- in the idle
+        thread (the write-ahead window then only has to map the pages writable); stops between
+        chunks once ``mf`` is no longer the last file (a roll) or on cancellation. Returns how
+        far it got."""
 
         def in_use() -> bool:
             files = self.mfq.files
             return not mf.closed and bool(files) and files[-1] is mf
 
-        return await self._in_idle(
-            lambda keep_going: mf.populate_read_sync(mf.wrote_position, mf.file_size, keep_going), in_use
-        )
+        wrote = mf.wrote_position
+        end = self._read_end(mf, wrote)
+        asked_mf, asked = self._in_use_read
+        start = max(wrote, asked) if asked_mf is mf else wrote
+        self._in_use_read = (mf, end)
+        return await self._in_idle(lambda keep_going: mf.populate_read_sync(start, end, keep_going), in_use)
 
     async def _in_idle(self, job: Callable[[Callable[[], bool]], int], wanted: Callable[[], bool]) -> int:
         """``job(keep_going)`` in the idle thread; ``keep_going()`` turns false once ``wanted()``
@@ -305,9 +402,19 @@ class WriteAhead:
     the written range of a file, so the window stays dirty until the writer fills it.
     """
 
-    def __init__(self, commit_log: CommitLog, window: int = WRITE_AHEAD_BYTES) -> None:
+    def __init__(
+        self,
+        commit_log: CommitLog,
+        window: int = WRITE_AHEAD_BYTES,
+        pace: WritePace | None = None,
+        allocator: FileAllocator | None = None,
+    ) -> None:
         self.commit_log = commit_log
+        #: the widest window; with a ``pace``, as much of it as the writer's rate asks for
         self.window = window
+        self.pace = pace
+        #: told after each refill, to read the file further ahead when the pace asks for it
+        self.allocator = allocator
         self._wakeup = trio.Event()
 
     def kick(self) -> None:
@@ -322,14 +429,20 @@ class WriteAhead:
             mf = cl.current
             if mf is None or mf.closed:
                 continue
+            window = self.window
+            if self.pace is not None:
+                self.pace.sample(mf.file_from_offset + mf.wrote_position)
+                window = min(window, self.pace.lead)
             start = max(mf.wrote_position, mf.write_ahead_end)
-            end = min(mf.file_size, mf.wrote_position + self.window)
+            end = min(mf.file_size, mf.wrote_position + window)
             if end > start:
                 await trio.to_thread.run_sync(mf.populate_write_sync, start, end)
+            if self.allocator is not None and not mf.closed:
+                self.allocator.read_ahead_in_use(mf)
             if cl.current is mf:
                 # the next refill when the writer is half-way through the window; none once the
                 # window reaches the end of the file (the next file's first append kicks again)
                 if end >= mf.file_size:
                     cl.write_ahead_mark = mf.file_end_offset
                 else:
-                    cl.write_ahead_mark = mf.file_from_offset + max(end - self.window // 2, mf.wrote_position)
+                    cl.write_ahead_mark = mf.file_from_offset + max(end - window // 2, mf.wrote_position)

@@ -23,7 +23,13 @@ import trio
 
 from remoting.protocol.message import BLANK_MAGIC, dispatch_info
 from store import recovery, truncation
-from store.allocate import PREPARED_DIRTY_BYTES, WRITE_AHEAD_BYTES, FileAllocator, WriteAhead
+from store.allocate import (
+    PREPARED_DIRTY_BYTES,
+    WRITE_AHEAD_BYTES,
+    FileAllocator,
+    WriteAhead,
+    WritePace,
+)
 from store.checkpoint import (
     StoreCheckpoint,
     StoreLock,
@@ -110,8 +116,14 @@ class DefaultMessageStore(PutPaths):
             lambda: self.confirm_offset,
             self.maintenance_lock,
         )
-        self.allocator = FileAllocator(self.commit_log.mfq, dirty_ahead=PREPARED_DIRTY_BYTES)
-        self.write_ahead = WriteAhead(self.commit_log, WRITE_AHEAD_BYTES)
+        #: how fast the commit log is written: bounds what is brought into memory ahead of it
+        self.write_pace = WritePace(WRITE_AHEAD_BYTES)
+        self.allocator = FileAllocator(
+            self.commit_log.mfq, dirty_ahead=PREPARED_DIRTY_BYTES, pace=self.write_pace
+        )
+        self.write_ahead = WriteAhead(
+            self.commit_log, WRITE_AHEAD_BYTES, pace=self.write_pace, allocator=self.allocator
+        )
         self.commit_log.write_ahead = self.write_ahead.kick
         self.clean_service = CleanService(self, disk_space)
         self.total_physical_memory = total_physical_memory or (

@@ -1,7 +1,8 @@
 """The commit-log file allocator and its idle-priority thread (store/allocate.py): idle jobs return
 results and exceptions, run in SCHED_IDLE and can be asked to stop; a prepared file is populated
 there and then published, a roll takes the file being populated without waiting, and a file no
-bigger than the window is prepared whole at normal priority."""
+bigger than the window is prepared whole at normal priority; with the writer's pace, files are
+brought into memory only as far ahead as its rate asks for."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from typing import TypeVar
 import pytest
 import trio
 
-from store.allocate import MAX_PREPARED_FILES, FileAllocator, IdleWorker
-from store.mapped_file import MappedFileQueue
+from store.allocate import MAX_PREPARED_FILES, MIN_LEAD, FileAllocator, IdleWorker, WritePace
+from store.mapped_file import PAGE_SIZE, MappedFileQueue
 
 T = TypeVar("T")
-SIZE = 8 * 1024 * 1024
-WINDOW = 2 * 1024 * 1024
+MIB = 1024 * 1024
+SIZE = 8 * MIB
+WINDOW = 2 * MIB
 
 
 def _queue(tmp_path: Path) -> MappedFileQueue:
@@ -214,3 +216,76 @@ async def test_small_files_are_prepared_several_ahead_and_dropped_when_the_log_i
         nursery.cancel_scope.cancel()
     mfq.close_all()
     assert MAX_PREPARED_FILES >= 4  # what this test counts on
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_pace_follows_the_writer_rate_within_its_bounds() -> None:
+    clock = _Clock()
+    pace = WritePace(128 * MIB, clock)
+    assert (pace.rate, pace.lead, pace.read_ahead) == (0.0, MIN_LEAD, MIN_LEAD)  # nothing known yet
+    pace.sample(0)
+    clock.now += 1.0
+    pace.sample(10 * MIB)  # 10 MiB/s: half a second of it ahead, four seconds read
+    assert pace.rate == pytest.approx(10 * MIB)
+    assert pace.lead == 5 * MIB
+    assert pace.read_ahead == 40 * MIB
+    clock.now += 0.125
+    pace.sample(10 * MIB + 50 * MIB)  # 400 MiB/s: the widest window
+    assert pace.lead == 128 * MIB
+    assert pace.read_ahead == 1600 * MIB
+    clock.now += 60.0  # a pause, then one message: the rate halves, no more
+    pace.sample(60 * MIB + 1024)
+    assert pace.rate == pytest.approx(200 * MIB)
+    clock.now += 1.0
+    pace.sample(MIB)  # the log was cut back below the last sample: nothing known again
+    assert pace.rate == 0.0
+    assert pace.lead == MIN_LEAD
+    assert WritePace(64 * 1024, clock).lead == 64 * 1024  # never wider than its maximum
+    assert pace.lead % PAGE_SIZE == 0
+
+
+async def test_a_slow_writer_gets_files_populated_only_as_far_as_its_pace_asks(tmp_path: Path) -> None:
+    # a broker that receives a message now and then: the prepared file gets MIN_LEAD dirtied and
+    # read, not its whole 8 MiB (nor the allocator's 2 x MIN_LEAD window); once the writer is fast,
+    # the file in use is read further and the next prepared file gets the full treatment
+    size = 4 * MIN_LEAD
+    mfq = MappedFileQueue(str(tmp_path), size, prefault=True)
+    mfq.install(mfq.create_file_sync(0))
+    clock = _Clock()
+    pace = WritePace(128 * MIB, clock)
+    idle = _StarvedIdle()
+    idle.release.set()
+    alloc = FileAllocator(mfq, dirty_ahead=2 * MIN_LEAD, idle=idle, pace=pace)
+    first = mfq.files[0]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(alloc.run)
+        alloc.populate_later(first)
+        alloc.request_prepare()
+        await _until(lambda: mfq.next_file is not None, 20)
+        assert idle.results == [MIN_LEAD, MIN_LEAD]  # the file in use, then the prepared one
+        assert mfq.next_file.write_ahead_end == MIN_LEAD
+        alloc.read_ahead_in_use(first)  # the pace has not changed: nothing more to read
+        await trio.sleep(0.05)
+        assert len(idle.results) == 2
+        pace.sample(0)
+        clock.now += 0.01
+        pace.sample(4 * MIB)  # 512 MiB/s
+        first.wrote_position = MIB
+        alloc.read_ahead_in_use(first)
+        await _until(lambda: len(idle.results) == 3, 20)
+        assert idle.results[2] == size  # the rest of the file in use
+        nxt = await alloc.get(size)
+        mfq.install(nxt)
+        alloc.request_prepare()
+        await _until(lambda: mfq.next_file is not None, 20)
+        assert mfq.next_file.write_ahead_end == 2 * MIN_LEAD  # dirty_ahead: the most it dirties
+        assert idle.results[-1] == size  # and read to its end
+        nursery.cancel_scope.cancel()
+    mfq.close_all()
