@@ -119,6 +119,8 @@ class WritePace:
     whether or not the writer ever reaches them: sized for a writer at memory speed everywhere,
     a dev cluster that had received 20 messages held 545 MB of file pages and had written 400 MB
     of zeros (four brokers, 64 MiB files: each its whole current file and half the next dirty).
+    A big file's successor is created (its blocks reserved) only once the writer is within the
+    read-ahead of the end, too.
 
     Sampled by :class:`WriteAhead` each time the writer passes its mark (every half window), so
     the rate is that of the last half window: a writer speeding up from idle gets the full window
@@ -232,16 +234,26 @@ class FileAllocator:
         self._unpopulated = mf
         self._wakeup.set()
 
-    def read_ahead_in_use(self, mf: MappedFile) -> None:
-        """Have :meth:`run` read the file in use ``mf`` further ahead of its writer when the
-        writer's pace now asks for more than was asked before (called by :class:`WriteAhead` at
-        each refill; nothing without a pace: the whole file was asked for already)."""
+    def follow(self, mf: MappedFile) -> None:
+        """The writer of the file in use ``mf`` moved on (called by :class:`WriteAhead` at each
+        refill): have :meth:`run` read ``mf`` further ahead when the writer's pace now asks for
+        more than was asked before, and prepare the next file once the writer is that close to
+        the end. Nothing without a pace (the whole file was asked for, the next one prepared)."""
         if self.pace is None:
             return
         asked_mf, asked = self._in_use_read
-        if asked_mf is mf and self._read_end(mf, mf.wrote_position) <= asked:
-            return
-        self.populate_later(mf)
+        if asked_mf is not mf or self._read_end(mf, mf.wrote_position) > asked:
+            self.populate_later(mf)
+        if not self._far_from_end(mf):
+            self.request_prepare()
+
+    def _far_from_end(self, mf: MappedFile | None) -> bool:
+        """Whether the writer of ``mf`` is further from its end than its pace reads ahead: a big
+        file's successor is created then (its blocks reserved: 64 MiB to 1 GiB of disk, which a
+        broker that receives a message now and then would hold for nothing for a long time)."""
+        if self.pace is None or mf is None:
+            return False
+        return mf.file_size - mf.wrote_position > self.pace.read_ahead
 
     def _dirty_now(self) -> int:
         """Bytes at the start of a prepared file to dirty now."""
@@ -262,7 +274,8 @@ class FileAllocator:
         queue. Files no bigger than ``dirty_ahead`` are prepared that far ahead (``dirty_ahead``
         bytes of files, at most :data:`MAX_PREPARED_FILES`: 8 of 4 MiB for 32 MiB), one file per
         hold of the lock, so that a roll never waits behind a preparation; bigger ones one ahead
-        (upstream prepares two)."""
+        (upstream prepares two) -- with a pace, only once the writer is within its read-ahead
+        of the end of the file in use."""
         mfq = self.mfq
         urgent = mfq.file_size <= self.dirty_ahead
         ahead = min(MAX_PREPARED_FILES, max(1, self._dirty_now() // mfq.file_size)) if urgent else 1
@@ -276,6 +289,8 @@ class FileAllocator:
                     return
                 if len(mfq.prepared) >= ahead or mfq.next_offset() != offset:
                     return
+                if not urgent and self._far_from_end(last):
+                    return  # :meth:`follow` asks again when the writer is close
                 at = mfq.prepared_end()
 
                 def create(at: int = at) -> MappedFile:
@@ -413,7 +428,8 @@ class WriteAhead:
         #: the widest window; with a ``pace``, as much of it as the writer's rate asks for
         self.window = window
         self.pace = pace
-        #: told after each refill, to read the file further ahead when the pace asks for it
+        #: told after each refill (:meth:`FileAllocator.follow`): reads the file further ahead and
+        #: prepares the next one as the pace asks for
         self.allocator = allocator
         self._wakeup = trio.Event()
 
@@ -438,7 +454,7 @@ class WriteAhead:
             if end > start:
                 await trio.to_thread.run_sync(mf.populate_write_sync, start, end)
             if self.allocator is not None and not mf.closed:
-                self.allocator.read_ahead_in_use(mf)
+                self.allocator.follow(mf)
             if cl.current is mf:
                 # the next refill when the writer is half-way through the window; none once the
                 # window reaches the end of the file (the next file's first append kicks again)

@@ -251,10 +251,11 @@ def test_pace_follows_the_writer_rate_within_its_bounds() -> None:
     assert pace.lead % PAGE_SIZE == 0
 
 
-async def test_a_slow_writer_gets_files_populated_only_as_far_as_its_pace_asks(tmp_path: Path) -> None:
-    # a broker that receives a message now and then: the prepared file gets MIN_LEAD dirtied and
-    # read, not its whole 8 MiB (nor the allocator's 2 x MIN_LEAD window); once the writer is fast,
-    # the file in use is read further and the next prepared file gets the full treatment
+async def test_a_slow_writer_gets_files_populated_and_prepared_only_as_its_pace_asks(tmp_path: Path) -> None:
+    # a broker that receives a message now and then: the file in use is read MIN_LEAD ahead, not
+    # to its end, and its successor is created only when the writer is that close to the end,
+    # with MIN_LEAD dirtied and read, not dirty_ahead and its whole size; once the writer is
+    # fast, the file in use is read to its end and the next one prepared at once, in full
     size = 4 * MIN_LEAD
     mfq = MappedFileQueue(str(tmp_path), size, prefault=True)
     mfq.install(mfq.create_file_sync(0))
@@ -268,24 +269,27 @@ async def test_a_slow_writer_gets_files_populated_only_as_far_as_its_pace_asks(t
         nursery.start_soon(alloc.run)
         alloc.populate_later(first)
         alloc.request_prepare()
-        await _until(lambda: mfq.next_file is not None, 20)
-        assert idle.results == [MIN_LEAD, MIN_LEAD]  # the file in use, then the prepared one
-        assert mfq.next_file.write_ahead_end == MIN_LEAD
-        alloc.read_ahead_in_use(first)  # the pace has not changed: nothing more to read
+        await _until(lambda: len(idle.results) == 1, 20)
         await trio.sleep(0.05)
-        assert len(idle.results) == 2
+        assert idle.results == [MIN_LEAD]  # the file in use, MIN_LEAD ahead of its writer
+        assert mfq.next_file is None  # the writer is far from the end: no successor yet
+        alloc.follow(first)  # the writer has not moved: nothing more to do
+        await trio.sleep(0.05)
+        assert len(idle.results) == 1
+        first.wrote_position = size - MIN_LEAD
+        alloc.follow(first)  # within MIN_LEAD of the end: read to it, and prepare the next
+        await _until(lambda: mfq.next_file is not None, 20)
+        assert idle.results[1:] == [size, MIN_LEAD]
+        assert mfq.next_file.write_ahead_end == MIN_LEAD
         pace.sample(0)
-        clock.now += 0.01
+        clock.now += 0.0078125
         pace.sample(4 * MIB)  # 512 MiB/s
-        first.wrote_position = MIB
-        alloc.read_ahead_in_use(first)
-        await _until(lambda: len(idle.results) == 3, 20)
-        assert idle.results[2] == size  # the rest of the file in use
         nxt = await alloc.get(size)
         mfq.install(nxt)
-        alloc.request_prepare()
-        await _until(lambda: mfq.next_file is not None, 20)
+        nxt.wrote_position = MIB
+        alloc.follow(nxt)
+        await _until(lambda: mfq.next_file is not None and len(idle.results) == 5, 20)
+        assert idle.results[3:] == [size, size]  # the file in use read to its end, then the next
         assert mfq.next_file.write_ahead_end == 2 * MIN_LEAD  # dirty_ahead: the most it dirties
-        assert idle.results[-1] == size  # and read to its end
         nursery.cancel_scope.cancel()
     mfq.close_all()
