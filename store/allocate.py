@@ -244,10 +244,10 @@ class FileAllocator:
         asked_mf, asked = self._in_use_read
         if asked_mf is not mf or self._read_end(mf, mf.wrote_position) > asked:
             self.populate_later(mf)
-        if not self._far_from_end(mf):
+        if not self.far_from_end(mf):
             self.request_prepare()
 
-    def _far_from_end(self, mf: MappedFile | None) -> bool:
+    def far_from_end(self, mf: MappedFile | None) -> bool:
         """Whether the writer of ``mf`` is further from its end than its pace reads ahead: a big
         file's successor is created then (its blocks reserved: 64 MiB to 1 GiB of disk, which a
         broker that receives a message now and then would hold for nothing for a long time)."""
@@ -289,7 +289,7 @@ class FileAllocator:
                     return
                 if len(mfq.prepared) >= ahead or mfq.next_offset() != offset:
                     return
-                if not urgent and self._far_from_end(last):
+                if not urgent and self.far_from_end(last):
                     return  # :meth:`follow` asks again when the writer is close
                 at = mfq.prepared_end()
 
