@@ -11,7 +11,8 @@ client its own instance: the default instance name becomes ``pid#nanotime``)::
             ...
 
 While running, the instance refreshes the route of every topic in use every
-``poll_name_server_interval`` seconds (30), heartbeats every known broker every
+``poll_name_server_interval`` seconds (30) -- and at once, at most once a second, when a broker
+cannot be connected to (see :meth:`ClientInstance.broker_unreachable`) --, heartbeats every known broker every
 ``heartbeat_interval`` seconds (30) and at once when a route reveals a new broker, and routes
 NOTIFY_CONSUMER_IDS_CHANGED from a broker to the consumer of that group.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import socket
 from contextlib import AsyncExitStack
@@ -54,6 +56,9 @@ from remoting.protocol.namesrv import TopicRouteData
 __all__ = ["ClientInstance", "ConsumerHook", "parse_namesrv_addrs"]
 
 log = logging.getLogger("client")
+
+#: least seconds between two route refreshes asked for by unreachable brokers
+UNREACHABLE_REFRESH_INTERVAL = 1.0
 
 _instance_counter = itertools.count(1)
 
@@ -126,6 +131,9 @@ class ClientInstance:
         self.producers: set[str] = set()
         self.consumers: dict[str, ConsumerHook] = {}
         self._route_locks: dict[str, trio.Lock] = {}
+        #: set by :meth:`broker_unreachable`: the route loop refreshes at once
+        self._route_wakeup = trio.Event()
+        self._unreachable_refresh_at = -math.inf
         self._namesrv_index = 0
         self._stack: AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
@@ -155,7 +163,9 @@ class ClientInstance:
                 table.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_consumer_ids_changed)
                 table.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
                 table.register(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
-                self.remoting = await stack.enter_async_context(RemotingClient(processors=table))
+                self.remoting = await stack.enter_async_context(
+                    RemotingClient(processors=table, on_connect_failure=self.broker_unreachable)
+                )
             else:
                 self._external_remoting.processors.register(
                     RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_consumer_ids_changed
@@ -414,9 +424,32 @@ class ClientInstance:
         for topic in sorted(self.topics_in_use()):
             await self.update_route(topic)
 
+    def broker_unreachable(self, addr: str) -> None:
+        """A connection to ``addr`` could not be made. When that is a broker, its process may be
+        gone and a new master elected in another one (controller mode): refresh every route in use
+        now rather than at the next poll. Upstream's clients wait for the poll: after a failover
+        of every master a topic has (one container held them), their sends fail for up to 30 s
+        -- the C++ client's with 'No route info of this topic' -- while the new masters serve."""
+        if addr not in self.namesrv_addrs:
+            self._route_wakeup.set()
+
     async def _route_loop(self) -> None:
+        interval = self.poll_name_server_interval
+        next_poll = trio.current_time() + interval
         while True:
-            await trio.sleep(self.poll_name_server_interval)
+            with trio.move_on_at(next_poll):
+                await self._route_wakeup.wait()
+                # asked for by an unreachable broker: at most once a second
+                await trio.sleep_until(self._unreachable_refresh_at + UNREACHABLE_REFRESH_INTERVAL)
+            self._route_wakeup = trio.Event()
+            now = trio.current_time()
+            if now >= next_poll:
+                next_poll = now + interval
+            else:
+                self._unreachable_refresh_at = now
+                log.info(
+                    "a broker could not be reached: refreshing the routes of %s", sorted(self.topics_in_use())
+                )
             await self.update_all_routes()
 
     # ------------------------------------------------------------------ heartbeats

@@ -19,7 +19,7 @@ import itertools
 import logging
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Self
@@ -81,8 +81,12 @@ class RemotingClient:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         max_in_flight_per_connection: int = 256,
         name: str = "remoting.client",
+        on_connect_failure: Callable[[str], None] | None = None,
     ) -> None:
         self.processors = processors or ProcessorTable()
+        #: called with the address when a connection cannot be made (refused, unreachable, timed
+        #: out), before the call raises: the peer may be gone for good
+        self.on_connect_failure = on_connect_failure
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
         self.max_in_flight_per_connection = max_in_flight_per_connection
@@ -152,8 +156,10 @@ class RemotingClient:
             with trio.fail_after(max(timeout, 0.0)):
                 stream = await trio.open_tcp_stream(host, port)
         except trio.TooSlowError:
+            self._connect_failed(addr)
             raise RemotingConnectError(f"connect to {addr} timed out after {timeout:.3f}s") from None
         except OSError as e:
+            self._connect_failed(addr)
             raise RemotingConnectError(f"connect to {addr} failed: {_connect_failure(e)}") from None
         conn = Connection(
             detach_stream(stream),
@@ -170,6 +176,13 @@ class RemotingClient:
         self._nursery.start_soon(self._serve_unowned, conn)
         self._log.debug("connected to %s", addr)
         return conn
+
+    def _connect_failed(self, addr: str) -> None:
+        if self.on_connect_failure is not None:
+            try:
+                self.on_connect_failure(addr)
+            except Exception:  # a hook's bug must not turn into a different connect error
+                self._log.exception("on_connect_failure hook failed for %s", addr)
 
     @staticmethod
     async def _serve_unowned(conn: Connection) -> None:

@@ -272,3 +272,32 @@ async def test_64_concurrent_sends_share_one_connection_per_broker() -> None:
         assert len({r.msg_id for r in results}) == 64
         assert len(broker.messages(TOPIC)) == 64
         assert cluster.route_requests.count(TOPIC) == 1
+
+
+async def test_a_broker_that_cannot_be_reached_has_the_routes_refreshed_at_once() -> None:
+    # a controller-mode failover in small: broker-a's master process is gone (its port refuses
+    # connections) and the name server routes broker-a to the new master in another process. The
+    # client learns of it from the refused connection, not at its next poll (an hour away here;
+    # upstream's clients wait up to 30 s, failing every send meanwhile)
+    async with fake_cluster() as cluster:
+        cluster.add_topic(TOPIC)
+        instance = ClientInstance(cluster.namesrv_addr, poll_name_server_interval=3600)
+        async with instance, Producer("PG", instance=instance) as producer:
+            await producer.send(Message(TOPIC, b"before"))
+            old = cluster.brokers["broker-a"]
+            await cluster.server.remove_listener(old.listener)
+            new = await cluster.add_broker("broker-a")
+            cluster.add_topic(TOPIC)
+            requests_before = cluster.route_requests.count(TOPIC)
+            with pytest.raises(MQClientError, match=r"Connection refused|closed"):
+                await producer.send(Message(TOPIC, b"lost"))  # every attempt to the old address
+            with trio.fail_after(20):
+                while True:
+                    try:
+                        result = await producer.send(Message(TOPIC, b"after"))
+                        break
+                    except MQClientError:
+                        await trio.sleep(0.05)
+        assert result.send_status is SendStatus.SEND_OK
+        assert [m["body"] for m in new.messages(TOPIC)] == [b"after"]
+        assert cluster.route_requests.count(TOPIC) > requests_before

@@ -277,6 +277,27 @@ async def test_connect_error_names_address() -> None:
             await client.invoke("nonsense", request(1), 2)
 
 
+async def test_a_refused_connection_is_reported_to_the_hook_and_still_raises() -> None:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    for lst in listeners:
+        await lst.aclose()
+    seen: list[str] = []
+
+    def broken_hook(addr: str) -> None:
+        seen.append(addr)
+        raise RuntimeError("a bug in the hook")
+
+    table = ProcessorTable()
+    table.register(1, echo)
+    async with serving(table) as (_, [lst]), RemotingClient(on_connect_failure=broken_hook) as client:
+        assert (await client.invoke(lst.address, request(1), 2)).code == ResponseCode.SUCCESS
+        assert seen == []  # a connection made is not reported
+        with pytest.raises(RemotingConnectError, match="Connection refused"):  # the hook's error is logged
+            await client.invoke(f"127.0.0.1:{port}", request(1), 2)
+        assert seen == [f"127.0.0.1:{port}"]
+
+
 async def test_in_flight_bound_per_connection() -> None:
     running = 0
     peak = 0
