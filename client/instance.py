@@ -11,10 +11,10 @@ client its own instance: the default instance name becomes ``pid#nanotime``)::
             ...
 
 While running, the instance refreshes the route of every topic in use every
-``poll_name_server_interval`` seconds (30) -- and at once, at most once a second, when a broker
-cannot be connected to (see :meth:`ClientInstance.broker_unreachable`) --, heartbeats every known broker every
-``heartbeat_interval`` seconds (30) and at once when a route reveals a new broker, and routes
-NOTIFY_CONSUMER_IDS_CHANGED from a broker to the consumer of that group.
+``poll_name_server_interval`` seconds (30), and at once (at most once a second) when a broker
+cannot be connected to (see :meth:`ClientInstance.broker_unreachable`); it heartbeats every known
+broker every ``heartbeat_interval`` seconds (30) and at once when a route reveals a new broker, and
+routes NOTIFY_CONSUMER_IDS_CHANGED from a broker to the consumer of that group.
 
 ``start()``/``shutdown()`` must be called from the same task and nest with other cancel
 scopes (the instance opens its nursery in ``start``); ``async with`` does that for you.

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from remoting.protocol.message import decode_message, encode_message, tags_hash_code
 from store.config import MessageStoreConfig
+from store.mapped_file import PAGE_SIZE, MappedFile, _address_of
 from store.message_store import DefaultMessageStore
 from store.results import PutMessageResult
 
@@ -159,3 +162,18 @@ def place_batch(
         units += (base + pos, size, tags_code)
         pos += size
     return slot, units
+
+
+def mapped_pages(mf: MappedFile, start: int, end: int) -> list[bool]:
+    """Whether each page of [start, end) is mapped in this process (``/proc/self/pagemap`` bit 63)."""
+    try:
+        fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+    except OSError:
+        pytest.skip("no /proc/self/pagemap here")
+    try:
+        first = (_address_of(mf.mm) + start) // PAGE_SIZE
+        count = (end - start) // PAGE_SIZE
+        raw = os.pread(fd, 8 * count, 8 * first)
+    finally:
+        os.close(fd)
+    return [bool(e >> 63) for e in struct.unpack(f"<{count}Q", raw)]

@@ -17,8 +17,9 @@ from store.allocate import MIN_LEAD
 from store.commitlog import CommitLog
 from store.mapped_file import PAGE_SIZE, MappedFile
 from store.message_store import DefaultMessageStore
-from tests.integration.storekit import STORE_HOST, put, read_queue, running_store, small_config
-from tests.unit.test_store_mapped_file_populate import MIB, _present
+from tests.integration.storekit import STORE_HOST, mapped_pages, put, read_queue, running_store, small_config
+
+MIB = 1024 * 1024
 
 
 def _minor_faults() -> int:
@@ -175,7 +176,7 @@ async def test_a_store_that_receives_a_few_messages_brings_little_into_memory(tm
             while (
                 cl.current is None
                 or not cl.current.write_ahead_end
-                or not _present(cl.current, 0, MIN_LEAD)[-1]
+                or not mapped_pages(cl.current, 0, MIN_LEAD)[-1]
             ):
                 await trio.sleep(0.01)
         await trio.sleep(0.2)  # time enough to prepare a successor it should not prepare
@@ -187,5 +188,5 @@ async def test_a_store_that_receives_a_few_messages_brings_little_into_memory(tm
         # fault: its fault-around and whole page-cache folios (up to 2 MiB with ext4's large
         # folios, seen: up to 1.1 MiB past the window); its readahead may have put a few MiB
         # more of zero-filled pages in the page cache, clean and not mapped
-        mapped = sum(_present(cl.current, 0, size)) * PAGE_SIZE
+        mapped = sum(mapped_pages(cl.current, 0, size)) * PAGE_SIZE
         assert cl.max_offset <= mapped <= cl.max_offset + MIN_LEAD + 2 * MIB

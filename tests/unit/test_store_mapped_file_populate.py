@@ -8,31 +8,16 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import struct
 from pathlib import Path
 
 import pytest
 
 from store import mapped_file
-from store.mapped_file import PAGE_SIZE, MappedFile, _address_of
+from store.mapped_file import PAGE_SIZE, MappedFile
+from tests.integration.storekit import mapped_pages
 
 MIB = 1024 * 1024
 CHUNK = MIB  # populate chunk size in these tests (the real one is larger)
-
-
-def _present(mf: MappedFile, start: int, end: int) -> list[bool]:
-    """Whether each page of [start, end) is mapped in this process (``/proc/self/pagemap`` bit 63)."""
-    try:
-        fd = os.open("/proc/self/pagemap", os.O_RDONLY)
-    except OSError:
-        pytest.skip("no /proc/self/pagemap here")
-    try:
-        first = (_address_of(mf.mm) + start) // PAGE_SIZE
-        count = (end - start) // PAGE_SIZE
-        raw = os.pread(fd, 8 * count, 8 * first)
-    finally:
-        os.close(fd)
-    return [bool(e >> 63) for e in struct.unpack(f"<{count}Q", raw)]
 
 
 def _cached(path: str, start: int, end: int) -> list[bool]:
@@ -75,7 +60,7 @@ def test_prefault_reserves_blocks_but_maps_nothing(tmp_path: Path) -> None:
     mf = _new(tmp_path, 4 * MIB)
     try:
         assert os.stat(mf.path).st_blocks * 512 >= 4 * MIB  # posix_fallocate
-        assert not any(_present(mf, 0, 4 * MIB))
+        assert not any(mapped_pages(mf, 0, 4 * MIB))
     finally:
         assert mf.close()
 
@@ -95,8 +80,8 @@ def test_populate_write_covers_its_whole_range(tmp_path: Path, small_chunks: int
         keep_going = (lambda: True) if stoppable else None
         assert mf.populate_write_sync(start, size, keep_going) == size
         assert mf.write_ahead_end == size
-        assert all(_present(mf, PAGE_SIZE, size))
-        assert not _present(mf, 0, PAGE_SIZE)[0]
+        assert all(mapped_pages(mf, PAGE_SIZE, size))
+        assert not mapped_pages(mf, 0, PAGE_SIZE)[0]
     finally:
         assert mf.close()
 
@@ -109,7 +94,7 @@ def test_populate_skips_what_the_writer_passed_and_stops_when_asked(
     try:
         mf.wrote_position = CHUNK + 100  # the writer is in the second chunk
         assert mf.populate_write_sync(0, 2 * CHUNK) == 2 * CHUNK
-        present = _present(mf, 0, 2 * CHUNK)
+        present = mapped_pages(mf, 0, 2 * CHUNK)
         assert not any(present[: CHUNK // PAGE_SIZE])  # passed: left alone
         assert all(present[CHUNK // PAGE_SIZE :])  # from the writer's page on
         calls = []
@@ -119,7 +104,7 @@ def test_populate_skips_what_the_writer_passed_and_stops_when_asked(
             return len(calls) == 1
 
         assert mf.populate_read_sync(2 * CHUNK, size, once) == 3 * CHUNK
-        present = _present(mf, 2 * CHUNK, size)
+        present = mapped_pages(mf, 2 * CHUNK, size)
         assert all(present[: CHUNK // PAGE_SIZE])
         assert not any(present[CHUNK // PAGE_SIZE :])
         assert mf.write_ahead_end == 2 * CHUNK  # read-populating is not write-ahead
@@ -137,7 +122,7 @@ def test_range_flush_unmaps_written_pages_keeps_their_data_and_the_window(tmp_pa
         mf.mm[:end] = data
         mf.wrote_position = end
         mf.flush_range_sync(0, end)
-        present = _present(mf, 0, 4 * MIB)
+        present = mapped_pages(mf, 0, 4 * MIB)
         whole = end // PAGE_SIZE
         assert not any(present[:whole])  # written and synced: no longer mapped
         assert all(present[whole:])  # the page holding ``end`` and the window ahead stay mapped
