@@ -276,6 +276,11 @@ class RaftDriver:
             node.log.last_index,
             node.committed,
         )
+        if not node.others:
+            # a group of one has nobody to wait for or to clash with: it leads at once instead of
+            # after an election timeout (half a second of the dev cluster's start-up)
+            node.campaign()
+            self._wake.set()
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._ticker)

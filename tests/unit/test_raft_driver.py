@@ -211,3 +211,27 @@ async def test_compaction_snapshot_restores_after_restart_and_catches_up_laggard
         sm = h.machines[leader.node_id]
         assert sm.restored == 1
         assert sm.items == [b"p%d" % i for i in range(30)]
+
+
+async def test_a_group_of_one_leads_at_once_and_again_after_a_restart(tmp_path):
+    # nobody to wait for: no election timeout (an hour of ticks here) before it leads and commits
+    async def one_peer() -> tuple[int, list[bytes]]:
+        net = MemoryNetwork(rng=random.Random(1), max_delay=0.0)
+        sm = ListMachine()
+        driver = RaftDriver(
+            "n0", {"n0": PEERS["n0"]}, tmp_path / "n0", net.transport("n0"), sm, tick_interval=3600.0
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(net.run)
+            net.attach("n0", driver.receive)
+            await nursery.start(driver.run)
+            with trio.fail_after(10):
+                await driver.propose(b"x")
+            assert driver.is_leader
+            nursery.cancel_scope.cancel()
+        return driver.term, sm.items
+
+    term1, items1 = await one_peer()
+    term2, items2 = await one_peer()
+    assert (items1, items2) == ([b"x"], [b"x", b"x"])  # the second run applied the first's entry too
+    assert term2 > term1
