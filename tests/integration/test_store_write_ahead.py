@@ -184,9 +184,9 @@ async def test_a_store_that_receives_a_few_messages_brings_little_into_memory(tm
         # far from the end of the file in use: no successor (64 MiB of disk reserved) yet
         assert cl.mfq.next_file is None
         assert len(os.listdir(tmp_path / "commitlog")) == 1
-        # pages mapped in this process (its RSS), give or take what the kernel maps around a
-        # fault: its fault-around and whole page-cache folios (up to 2 MiB with ext4's large
-        # folios, seen: up to 1.1 MiB past the window); its readahead may have put a few MiB
-        # more of zero-filled pages in the page cache, clean and not mapped
+        # pages mapped in this process (its RSS): the window, give or take what the kernel maps
+        # around a fault -- its fault-around and whole page-cache folios, which ext4's large
+        # folios (after its readahead) make several MiB long (seen: up to 2.6 MiB past the
+        # window in a full test run) -- and not the whole 64 MiB file, as before the pace
         mapped = sum(mapped_pages(cl.current, 0, size)) * PAGE_SIZE
-        assert cl.max_offset <= mapped <= cl.max_offset + MIN_LEAD + 2 * MIB
+        assert cl.max_offset <= mapped <= 4 * MIN_LEAD
