@@ -104,12 +104,14 @@ class IdleWorker:
         return done[0]
 
 
-#: how far ahead of the writer, in seconds of its recent rate, pages are dirtied (the write-ahead
-#: window and the start of a prepared file) and read into the page cache: 0.5 s of a 400 MB/s
-#: writer is the full window; a broker that receives a message now and then keeps the minimum
+#: seconds of the writer's recent rate dirtied ahead of it (the write-ahead window, the start of a
+#: prepared file): 0.5 s of a 400 MB/s writer is the full 128 MiB window
 LEAD_SECONDS = 0.5
+#: seconds of its rate read into the page cache ahead of it (zero-filled: dirtying those pages later
+#: costs only the write fault); a big file's successor is created once the writer is that close
 READ_AHEAD_SECONDS = 4.0
-#: the least that is dirtied ahead (and read ahead), whatever the rate
+#: the least that is dirtied and read ahead, whatever the rate (a broker that receives a message now
+#: and then)
 MIN_LEAD = 4 * 1024 * 1024
 
 
