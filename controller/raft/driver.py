@@ -54,6 +54,9 @@ from controller.raft.storage import FileStorage
 
 logger = logging.getLogger("controller.raft")
 
+#: how often the ticker of a group of one looks again once it leads (it does not tick then)
+SOLO_LEADER_CHECK_INTERVAL = 1.0
+
 
 class StateMachine(Protocol):
     """The replicated application (the controller's ReplicasInfoManager)."""
@@ -294,6 +297,14 @@ class RaftDriver:
     async def _ticker(self) -> None:
         deadline = trio.current_time()
         while True:
+            node = self._node
+            if node is not None and node.is_leader and not node.others:
+                # the leader of a group of one has nobody to heartbeat or to hear from, and stays
+                # leader: its ticks would only wake the loop (the dev cluster's controller, 40 times
+                # a second)
+                await trio.sleep(SOLO_LEADER_CHECK_INTERVAL)
+                deadline = trio.current_time()
+                continue
             deadline += self._tick_interval
             await trio.sleep_until(deadline)
             self._ticks_due += 1

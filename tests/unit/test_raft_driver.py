@@ -235,3 +235,26 @@ async def test_a_group_of_one_leads_at_once_and_again_after_a_restart(tmp_path):
     term2, items2 = await one_peer()
     assert (items1, items2) == ([b"x"], [b"x", b"x"])  # the second run applied the first's entry too
     assert term2 > term1
+
+
+async def test_the_leader_of_a_group_of_one_stops_ticking_and_still_serves(autojump_clock):
+    net = MemoryNetwork(rng=random.Random(1), max_delay=0.0)
+    sm = ListMachine()
+    driver = RaftDriver(
+        "n0", {"n0": PEERS["n0"]}, None, net.transport("n0"), sm, storage=MemoryStorage(), tick_interval=0.01
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(net.run)
+        net.attach("n0", driver.receive)
+        await nursery.start(driver.run)
+        assert await driver.propose(b"a") == 1
+        node = driver._node
+        assert node is not None
+        ticks = node._ticks
+        await trio.sleep(60)  # 6,000 tick intervals: nothing to heartbeat, nobody to hear from
+        assert node._ticks == ticks
+        assert driver.is_leader
+        assert await driver.propose(b"b") == 2
+        await driver.linearizable_read()
+        assert sm.items == [b"a", b"b"]
+        nursery.cancel_scope.cancel()
