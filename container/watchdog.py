@@ -3,7 +3,7 @@
 Everything a ``rmq-container`` process serves runs on one trio loop, so a call that blocks it -- a
 slow system call, a page fault that waits for the disk, a long computation -- stalls every broker,
 the name server and the controller at once, and from outside it only shows as latency. A task on
-the loop stamps the time every :data:`TICK` seconds; a daemon thread looks at the stamp and, once
+the loop stamps the time every fifth of the threshold; a daemon thread looks at the stamp and, once
 it is older than the threshold, logs the stack the loop's thread is in at that moment (and, when
 the loop runs again, how long the stall lasted). The thread needs the GIL to look: a stall inside
 C code that holds it is reported when the code returns, with its length but a later stack.
@@ -24,8 +24,10 @@ from container.logs import PROCESS_LOGGER
 
 log = logging.getLogger(f"{PROCESS_LOGGER}.watchdog")
 
-#: how often the loop stamps the time, and the watching thread looks (seconds)
-TICK = 0.05
+#: the loop stamps the time, and the watching thread looks, every fifth of the threshold (100 ms for
+#: the default; was 50 ms whatever the threshold: 40 wakeups a second of an idle process), at least
+#: this often (seconds)
+MIN_TICK = 0.005
 #: stamps older than this are a stall (seconds); ``RMQ_LOOP_STALL_MS`` in the environment sets it
 #: for a process (the broker benchmark uses 100 ms)
 DEFAULT_THRESHOLD = 0.5
@@ -51,6 +53,7 @@ class LoopWatchdog:
 
     def __init__(self, threshold: float | None = None) -> None:
         self.threshold = threshold_from_env() if threshold is None else threshold
+        self.tick = max(MIN_TICK, self.threshold / 5)
         #: stalls reported so far
         self.stalls = 0
         self._stamp = time.monotonic()
@@ -67,20 +70,20 @@ class LoopWatchdog:
         try:
             while True:
                 self._stamp = time.monotonic()
-                await trio.sleep(TICK)
+                await trio.sleep(self.tick)
         finally:
             self._stop.set()
 
     def _watch(self) -> None:
         reported_at = 0.0  # the stamp of the stall already reported, 0.0 when none
-        while not self._stop.wait(TICK):
+        while not self._stop.wait(self.tick):
             stamp = self._stamp
             lag = time.monotonic() - stamp
             if reported_at and stamp != reported_at:
                 # the loop ran again: the stall lasted from the old stamp to the new one
                 log.warning("event loop ran again after a stall of %.0f ms", (stamp - reported_at) * 1000)
                 reported_at = 0.0
-            if not reported_at and lag > self.threshold + TICK:
+            if not reported_at and lag > self.threshold + self.tick:
                 reported_at = stamp
                 self.stalls += 1
                 log.warning(

@@ -58,3 +58,5 @@ def test_the_threshold_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("RMQ_LOOP_STALL_MS")
     assert LoopWatchdog().threshold == pytest.approx(0.5)
     assert LoopWatchdog(threshold=0.3).threshold == pytest.approx(0.3)
+    # it looks every fifth of the threshold: 100 ms for the default, at least every 5 ms
+    assert (LoopWatchdog().tick, LoopWatchdog(threshold=0.001).tick) == pytest.approx((0.1, 0.005))
