@@ -108,6 +108,16 @@ def rss_bytes(pid: int) -> int:
     raise ContainerError(f"no VmRSS for pid {pid}")
 
 
+def write_bytes(pid: int) -> int:
+    """Bytes a process has caused to be written to storage (``write_bytes`` of /proc/PID/io: dirtied
+    pages count when dirtied, whether or not written back yet)."""
+    with open(f"/proc/{pid}/io") as f:
+        for line in f:
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+    raise ContainerError(f"no write_bytes for pid {pid}")
+
+
 def _toml(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

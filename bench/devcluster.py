@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import row
-from bench.container_proc import ContainerProcess, port_taken, rss_bytes
+from bench.container_proc import ContainerProcess, port_taken, rss_bytes, write_bytes
 from client import BlockingProducer
 from client.message import Message, SendStatus
 
@@ -40,16 +40,6 @@ TARGET_RSS_MB = 150.0
 #: its whole commit-log file and half the next one into memory for them)
 TRAFFIC_MESSAGES = 40
 TRAFFIC_TOPIC = "DevClusterBenchTopic"
-
-
-def _write_bytes(pid: int) -> int:
-    """Bytes the process has caused to be written to storage (``/proc/PID/io``: dirtied pages
-    count when dirtied, whether or not written back yet)."""
-    with open(f"/proc/{pid}/io") as f:
-        for line in f:
-            if line.startswith("write_bytes:"):
-                return int(line.split()[1])
-    return 0
 
 
 def _send_some(count: int) -> None:
@@ -73,7 +63,7 @@ def _start_once(work: Path, *, idle: float) -> tuple[float, dict[str, float]]:
             _send_some(TRAFFIC_MESSAGES)
             time.sleep(idle)
             got["rss_after"] = rss_bytes(container.pid) / 1e6
-            got["written_after"] = _write_bytes(container.pid) / 1e6
+            got["written_after"] = write_bytes(container.pid) / 1e6
     return elapsed, got
 
 

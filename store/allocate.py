@@ -423,15 +423,13 @@ class WriteAhead:
         self,
         commit_log: CommitLog,
         window: int = WRITE_AHEAD_BYTES,
-        pace: WritePace | None = None,
         allocator: FileAllocator | None = None,
     ) -> None:
         self.commit_log = commit_log
-        #: the widest window; with a ``pace``, as much of it as the writer's rate asks for
+        #: the widest window; with the allocator's pace, as much of it as the writer's rate asks for
         self.window = window
-        self.pace = pace
         #: told after each refill (:meth:`FileAllocator.follow`): reads the file further ahead and
-        #: prepares the next one as the pace asks for
+        #: prepares the next one as its pace asks for; its pace is sampled here
         self.allocator = allocator
         self._wakeup = trio.Event()
 
@@ -448,9 +446,10 @@ class WriteAhead:
             if mf is None or mf.closed:
                 continue
             window = self.window
-            if self.pace is not None:
-                self.pace.sample(mf.file_from_offset + mf.wrote_position)
-                window = min(window, self.pace.lead)
+            pace = self.allocator.pace if self.allocator is not None else None
+            if pace is not None:
+                pace.sample(mf.file_from_offset + mf.wrote_position)
+                window = min(window, pace.lead)
             start = max(mf.wrote_position, mf.write_ahead_end)
             end = min(mf.file_size, mf.wrote_position + window)
             if end > start:

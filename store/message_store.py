@@ -116,14 +116,11 @@ class DefaultMessageStore(PutPaths):
             lambda: self.confirm_offset,
             self.maintenance_lock,
         )
-        #: how fast the commit log is written: bounds what is brought into memory ahead of it
-        self.write_pace = WritePace(WRITE_AHEAD_BYTES)
+        # the writer's pace bounds what is brought into memory ahead of it (sampled by the write-ahead)
         self.allocator = FileAllocator(
-            self.commit_log.mfq, dirty_ahead=PREPARED_DIRTY_BYTES, pace=self.write_pace
+            self.commit_log.mfq, dirty_ahead=PREPARED_DIRTY_BYTES, pace=WritePace(WRITE_AHEAD_BYTES)
         )
-        self.write_ahead = WriteAhead(
-            self.commit_log, WRITE_AHEAD_BYTES, pace=self.write_pace, allocator=self.allocator
-        )
+        self.write_ahead = WriteAhead(self.commit_log, WRITE_AHEAD_BYTES, allocator=self.allocator)
         self.commit_log.write_ahead = self.write_ahead.kick
         self.clean_service = CleanService(self, disk_space)
         self.total_physical_memory = total_physical_memory or (
