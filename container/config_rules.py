@@ -139,14 +139,23 @@ def _check_controller(source: str, c: ControllerConfig) -> None:
 
 
 def _check_identities(proc: ProcessConfig) -> None:
+    """No two brokers of the process with one cluster, name and configured id (upstream's container
+    refuses the second: "has already been added to current broker container"). In controller mode
+    the controller assigns the ids, but the configured one still names the replica in the logs and
+    the banner, so two replicas of a group in one process need their own."""
     seen: dict[tuple[str, str, int], str] = {}
     for spec in proc.brokers:
-        if spec.broker.enableControllerMode:
-            continue  # ids are assigned by the controller
         ident = (spec.broker.brokerClusterName, spec.broker.brokerName, spec.broker.brokerId)
         if ident in seen:
+            hint = ""
+            if spec.broker.enableControllerMode:
+                hint = (
+                    " (in controller mode the controller assigns the ids, but the configured brokerId"
+                    " names the replica in the logs: give each replica of a group in one process its"
+                    " own, e.g. brokerId 0 and 1)"
+                )
             raise InvalidConfig(
-                f"{spec.source}: broker {spec.broker.broker_display_name} is already described by {seen[ident]}"
+                f"{spec.source}: broker {spec.broker.broker_display_name} is already described by {seen[ident]}{hint}"
             )
         seen[ident] = spec.source
 

@@ -424,6 +424,13 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         ),
         ("[[broker]]\nbrokerName='a'\n[[broker]]\nbrokerName='a'\nlistenPort=20000\n", "already described"),
         (
+            # controller mode too (as upstream's container): the configured id names the replica
+            "[[broker]]\nbrokerName='a'\nbrokerId=-1\nbrokerRole='SLAVE'\nenableControllerMode=true\ncontrollerAddr='127.0.0.1:9878'\n"
+            "[[broker]]\nbrokerName='a'\nbrokerId=-1\nbrokerRole='SLAVE'\nenableControllerMode=true\ncontrollerAddr='127.0.0.1:9878'\n"
+            "listenPort=20000\n",
+            r"already described .* give each replica of a group in one process its own",
+        ),
+        (
             "[controller]\ncontrollerDLegerGroup = 'g'\n",
             "needs controllerDLegerPeers, controllerDLegerSelfId",
         ),
