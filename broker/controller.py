@@ -26,7 +26,7 @@ from broker.locks import RebalanceLockManager
 from broker.long_polling import PullRequestHoldService
 from broker.offsets import ConsumerOffsetManager
 from broker.outer_api import BrokerIdentity, BrokerOuterAPI, split_addrs
-from broker.persist import write_async
+from broker.persist import MetadataWriter
 from broker.replication import Replication
 from broker.stats import BrokerStats
 from broker.topics import DeletedTopics, TopicConfigManager
@@ -126,6 +126,9 @@ class BrokerController:
         self._register_wanted = trio.Event()
         self._topics_dirty = False
         self._groups_dirty = False
+        #: writes topics.json, subscriptionGroup.json and consumerOffset.json; a refusing disk is
+        #: logged, and the table stays dirty until a write succeeds
+        self.metadata = MetadataWriter(self.log)
         self._rerun_pull: Callable[[object, RemotingCommand], object] | None = None
         #: HA service, send gate, role switch, slave metadata sync (broker/replication.py)
         self.replication = Replication(self)
@@ -365,10 +368,10 @@ class BrokerController:
         self.log.info("broker %s stopped", self.name)
 
     async def _persist_all(self) -> None:
-        await write_async(self.offsets.path, self.offsets.encode())
-        await write_async(self.topics.path, self.topics.encode())
-        await write_async(self.groups.path, self.groups.encode())
-        self._topics_dirty = self._groups_dirty = False
+        write = self.metadata.write
+        await write(self.offsets.path, self.offsets.encode())
+        self._topics_dirty = not await write(self.topics.path, self.topics.encode())
+        self._groups_dirty = not await write(self.groups.path, self.groups.encode())
 
     async def _register_loop(self) -> None:
         period = min(max(self.broker_config.registerNameServerPeriod, 10_000), 60_000) / 1000
@@ -383,7 +386,8 @@ class BrokerController:
             self._register_wanted = trio.Event()
             if self._topics_dirty:
                 self._topics_dirty = False
-                await write_async(self.topics.path, self.topics.encode())
+                if not await self.metadata.write(self.topics.path, self.topics.encode()):
+                    self._topics_dirty = True
             ok = await self.register_to_namesrvs()
             retry = REGISTER_RETRY_MIN_S if ok else min(2 * retry, period)
 
@@ -408,10 +412,12 @@ class BrokerController:
             await trio.sleep(interval)
             if self.offsets.dirty:
                 self.offsets.dirty = False
-                await write_async(self.offsets.path, self.offsets.encode())
+                if not await self.metadata.write(self.offsets.path, self.offsets.encode()):
+                    self.offsets.dirty = True
             if self._groups_dirty:
                 self._groups_dirty = False
-                await write_async(self.groups.path, self.groups.encode())
+                if not await self.metadata.write(self.groups.path, self.groups.encode()):
+                    self._groups_dirty = True
 
     async def _housekeeping_loop(self) -> None:
         timeout = self.broker_config.channelExpiredTimeout

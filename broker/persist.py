@@ -7,6 +7,7 @@ before the rename so a crash never leaves a half-written file under the real nam
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -16,6 +17,7 @@ import msgspec
 import trio
 
 from remoting import fastjson
+from remoting.repeats import RepeatedLog
 
 T = TypeVar("T")
 log = logging.getLogger("broker.config")
@@ -25,10 +27,16 @@ def atomic_write(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old or the new content, never a mix."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        # a full disk, say: the real file keeps its last content; the partial copy goes
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     if os.path.exists(path):
         try:
             os.replace(path, path + ".bak")
@@ -62,3 +70,34 @@ def load_json(path: str, type_: type[T], default: Callable[[], T]) -> T:
 async def write_async(path: str, data: bytes) -> None:
     """:func:`atomic_write` in a worker thread (fsync must not block the event loop)."""
     await trio.to_thread.run_sync(atomic_write, path, data)
+
+
+class MetadataWriter:
+    """Writes a broker's metadata files (:func:`write_async`) without letting a refusing disk stop
+    the broker: a failed write (a full disk, a read-only remount) leaves the file's previous
+    content in place, is logged at ERROR once per file and reason (repeats at DEBUG, a reminder
+    every 30 s), and :meth:`write` returns False so that the caller keeps the table dirty and
+    writes it again at its next period; the first write that succeeds again says so."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.log = logger
+        self._repeats = RepeatedLog(logger)
+        self.failing: set[str] = set()
+
+    async def write(self, path: str, data: bytes) -> bool:
+        try:
+            await write_async(path, data)
+        except OSError as exc:
+            self.failing.add(path)
+            reason = exc.strerror or str(exc)
+            self._repeats.log(
+                path,
+                logging.ERROR,
+                f"could not write {path}: {reason}; it keeps its previous content and is written again later",
+            )
+            return False
+        if path in self.failing:
+            self.failing.discard(path)
+            self._repeats.forget(path)
+            self.log.info("wrote %s again", path)
+        return True

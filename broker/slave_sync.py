@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from broker.persist import write_async
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.errors import RemotingError
@@ -250,7 +249,8 @@ class SlaveSynchronize:
         old = await trio.to_thread.run_sync(_read_or_none, path)
         if old == bytes(body):
             return
-        await write_async(path, bytes(body))
+        if not await self.broker.metadata.write(path, bytes(body)):
+            return  # logged; the next sync writes it
         service = getattr(self.broker, "delay_offsets", None)  # the schedule service, once it exists
         if service is not None and hasattr(service, "load"):
             service.load()

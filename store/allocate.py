@@ -22,6 +22,7 @@ from typing import TypeVar
 
 import trio
 
+from remoting.repeats import RepeatedLog
 from store.commitlog import CommitLog
 from store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue, delete_paths_sync
 
@@ -206,6 +207,27 @@ class FileAllocator:
         self._unpopulated: MappedFile | None = None
         self._lock = trio.Lock()
         self._wakeup = trio.Event()
+        #: creation failures (a full disk): said once per reason, repeats at DEBUG
+        self._failures = RepeatedLog(log)
+        self._failing = False
+
+    def creation_failed(self, offset: int, exc: OSError) -> None:
+        """The file at ``offset`` could not be created (by :meth:`get` for a writer that needs it,
+        or ahead of one): logged at ERROR once per offset and reason -- a writer retries with
+        every send, the preparation several times a second -- with a reminder every 30 s."""
+        self._failing = True
+        self._failures.log(
+            "create",
+            logging.ERROR,
+            f"cannot create the commit-log file at offset {offset}: {exc.strerror or exc}; "
+            "appends that need it are refused (CREATE_MAPPED_FILE_FAILED) until it can be created",
+        )
+
+    def _created(self, mf: MappedFile) -> None:
+        if self._failing:
+            self._failing = False
+            self._failures.forget("create")
+            log.info("created the commit-log file at offset %d: appends go on", mf.file_from_offset)
 
     async def get(self, offset: int) -> MappedFile:
         """The file starting at ``offset``: the prepared one (or the one being populated), or a
@@ -222,7 +244,12 @@ class FileAllocator:
             if mf is not None and mf.file_from_offset == offset:
                 self.populating = None  # the idle job stops at its next chunk
             else:
-                mf = await trio.to_thread.run_sync(self.mfq.create_file_sync, offset)
+                try:
+                    mf = await trio.to_thread.run_sync(self.mfq.create_file_sync, offset)
+                except OSError as exc:
+                    self.creation_failed(offset, exc)
+                    raise
+                self._created(mf)
             self.populate_later(mf)
             return mf
 
@@ -304,8 +331,9 @@ class FileAllocator:
                 try:
                     mf = await trio.to_thread.run_sync(create)
                 except OSError as exc:
-                    log.error("could not prepare commit-log file at %d: %s", at, exc)
+                    self.creation_failed(at, exc)
                     return
+                self._created(mf)
                 if urgent:
                     # a file no bigger than the write-ahead window is needed within milliseconds:
                     # populated here at normal priority, all writable, and published at once (left

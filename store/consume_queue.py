@@ -9,6 +9,16 @@ Like :mod:`store.commitlog`, this module never blocks: :meth:`ConsumeQueue.put` 
 a file is missing and the async layer creates it in a worker thread (:meth:`ConsumeQueue.file_needed`,
 :meth:`ConsumeQueue.install_file`).
 
+Disk blocks ahead of the writer: consume-queue files are sparse (10,000 queues of upstream's 5.7 MB
+files would reserve 57 GB), and a store through the map into a hole needs a block -- on a full disk
+the kernel has none and the process dies of SIGBUS. So a file's blocks are reserved
+(``posix_fallocate``, in a worker thread) in steps ahead of its writer, and units are written only
+below ``MappedFile.reserved``: :meth:`ConsumeQueue.put` returns False at that mark like at a
+file's end, and the async layer reserves the next step (:meth:`ConsumeQueue.reserve_sync`) where
+it would create a file. A step is as large as what the file has reserved so far, between
+:data:`RESERVE_MIN` and :data:`RESERVE_MAX`. A full disk then stops dispatch (retried), not the
+process.
+
 Staged units: the store's plain send path does not write a single message's unit into the map at
 once but into the queue's small staging buffer (``stage``/``staged``, up to :data:`STAGE_UNITS`
 units that follow ``cur.wrote_position``), and :meth:`ConsumeQueue.materialize` copies them into
@@ -23,12 +33,20 @@ only after the flusher materialized them).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
 from collections.abc import Callable, Iterator
 
-from store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue, offset_of_name, touch_page_sync
+from store.mapped_file import (
+    PAGE_SIZE,
+    MappedFile,
+    MappedFileQueue,
+    offset_of_name,
+    reserve_sync,
+    touch_page_sync,
+)
 
 log = logging.getLogger("store.consume_queue")
 
@@ -36,6 +54,10 @@ CQ_UNIT_SIZE = 20
 FILLER_SIZE = 2**31 - 1
 CQ_UNIT = struct.Struct(">qiq")
 FILLER_UNIT = CQ_UNIT.pack(0, FILLER_SIZE, 0)
+#: the first reservation of a file beyond the unit that needed it, and the smallest step
+RESERVE_MIN = 16 * 1024
+#: the largest reservation step (52,428 units)
+RESERVE_MAX = 1024 * 1024
 #: units a queue's staging buffer holds before they are copied into the map
 STAGE_UNITS = 16
 STAGE_BYTES = STAGE_UNITS * CQ_UNIT_SIZE
@@ -127,6 +149,8 @@ class ConsumeQueue:
                     break
                 valid += CQ_UNIT_SIZE
             last.set_positions(valid)
+            # pages holding units have blocks; beyond them the file may be sparse
+            last.reserved = _units_below(min(_page_ceil(valid), last.file_size), last.file_size)
         self._attach()
         if files:
             self.min_logic_offset = self.mfq.min_offset
@@ -173,7 +197,7 @@ class ConsumeQueue:
         mf = self.cur
         if mf is not None and queue_offset == self.max_offset:
             w = mf.wrote_position
-            if w < self.file_size:
+            if w < mf.reserved:
                 CQ_UNIT.pack_into(mf.mm, w, phys, size, tags_code)
                 mf.wrote_position = w + CQ_UNIT_SIZE
                 self.max_offset = queue_offset + 1
@@ -212,11 +236,11 @@ class ConsumeQueue:
             )
         while True:
             mf = self.cur
-            if mf is None or mf.wrote_position >= self.file_size:
-                return False
+            if mf is None or mf.wrote_position >= mf.reserved:
+                return False  # a new file, or more of this one reserved (needs_room)
             w = mf.wrote_position
             if self.max_offset < queue_offset:
-                n = min(queue_offset - self.max_offset, (self.file_size - w) // CQ_UNIT_SIZE)
+                n = min(queue_offset - self.max_offset, (mf.reserved - w) // CQ_UNIT_SIZE)
                 mf.view[w : w + n * CQ_UNIT_SIZE] = FILLER_UNIT * n
                 mf.wrote_position = w + n * CQ_UNIT_SIZE
                 self.max_offset += n
@@ -226,6 +250,22 @@ class ConsumeQueue:
             self.max_offset = queue_offset + 1
             self.max_physic_offset = phys + size
             return True
+
+    def needs_room(self) -> bool:
+        """Whether :meth:`put` stopped at the reserved end of a file it has not filled (the async
+        layer then reserves the next step instead of creating a file)."""
+        mf = self.cur
+        return mf is not None and mf.wrote_position >= mf.reserved and mf.reserved < mf.file_size
+
+    def reserve_sync(self, mf: MappedFile, need: int) -> int:
+        """Reserve the next step of ``mf``'s blocks, at least through byte ``need``; blocking,
+        raises OSError (ENOSPC). Returns the new value for ``mf.reserved`` (set it on the store's
+        thread)."""
+        have = min(_page_ceil(mf.reserved), mf.file_size)
+        step = min(RESERVE_MAX, max(RESERVE_MIN, have))
+        end = min(mf.file_size, max(_page_ceil(need), have + step))
+        reserve_sync(mf.path, have, end)
+        return _units_below(end, mf.file_size)
 
     def file_needed(self, queue_offset: int) -> int:
         """Byte offset of the file to create so that :meth:`put` of ``queue_offset`` can proceed."""
@@ -255,9 +295,20 @@ class ConsumeQueue:
         pos = 0
         if queue_offset is not None:
             pos = min(max(queue_offset * CQ_UNIT_SIZE - offset, 0), self.file_size - 1)
-        touch_page_sync(
-            mf.path, pos - pos % PAGE_SIZE, min(PAGE_SIZE, self.file_size - pos + pos % PAGE_SIZE)
-        )
+        try:
+            # blocks from the start (units before the first are written as fillers) through the
+            # first unit's page and a step beyond: see the module docstring
+            end = min(self.file_size, _page_ceil(pos + CQ_UNIT_SIZE) + RESERVE_MIN)
+            reserve_sync(mf.path, 0, end)
+            touch_page_sync(
+                mf.path, pos - pos % PAGE_SIZE, min(PAGE_SIZE, self.file_size - pos + pos % PAGE_SIZE)
+            )
+        except OSError:
+            mf.close()
+            with contextlib.suppress(OSError):
+                os.unlink(mf.path)
+            raise
+        mf.reserved = _units_below(end, self.file_size)
         return mf
 
     # --- reading ---------------------------------------------------------------------------------
@@ -414,6 +465,15 @@ class ConsumeQueue:
         self.materialize()
         self.cur = None
         self.mfq.close_all()
+
+
+def _page_ceil(n: int) -> int:
+    return -(-n // PAGE_SIZE) * PAGE_SIZE
+
+
+def _units_below(end: int, file_size: int) -> int:
+    """The writable end for units when bytes below ``end`` have blocks: whole units only."""
+    return file_size if end >= file_size else end - end % CQ_UNIT_SIZE
 
 
 def list_queue_dirs(root_dir: str) -> list[tuple[str, int]]:

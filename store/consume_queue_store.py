@@ -8,6 +8,8 @@ from the commit log; upstream has no such file and would silently serve an empty
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -128,6 +130,10 @@ class ConsumeQueueStore:
         out, self._unrecorded = self._unrecorded, []
         return out
 
+    def restore_unrecorded(self, queues: list[tuple[str, int]]) -> None:
+        """Queues taken by :meth:`take_unrecorded` whose recording failed: the next round has them."""
+        self._unrecorded = queues + self._unrecorded
+
     def record_sync(self, queues: list[tuple[str, int]]) -> None:
         """Append queues to the manifest durably; blocking."""
         if not queues:
@@ -136,8 +142,16 @@ class ConsumeQueueStore:
         new = not os.path.exists(self.manifest_path)
         fd = os.open(self.manifest_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, data)
-            os.fdatasync(fd)
+            size = os.fstat(fd).st_size
+            try:
+                if os.write(fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, "short write")
+                os.fdatasync(fd)
+            except OSError:
+                # a full disk: no partial line stays (the next round appends the whole lines)
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                raise
         finally:
             os.close(fd)
         if new:

@@ -18,10 +18,11 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
+from remoting.repeats import RepeatedLog
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog
 from store.consume_queue_store import ConsumeQueueStore
@@ -145,15 +146,7 @@ class CommitLogFlusher:
     async def run_periodic(self, interval_ms: int, least_pages: int, thorough_interval_ms: int) -> None:
         """ASYNC_FLUSH service: every ``interval_ms`` flush if ``least_pages`` are dirty, and
         everything at least every ``thorough_interval_ms``."""
-        last_thorough = trio.current_time()
-        while True:
-            await trio.sleep(interval_ms / 1000)
-            now = trio.current_time()
-            pages = least_pages
-            if (now - last_thorough) * 1000 >= thorough_interval_ms:
-                last_thorough = now
-                pages = 0
-            await self.flush(pages)
+        await _periodic(self.flush, "commit log", interval_ms, least_pages, thorough_interval_ms)
 
 
 class LogicsFlusher:
@@ -206,7 +199,11 @@ class LogicsFlusher:
 
             if index is not None:
                 index.drain()  # on this thread: flush() in the worker must not race put_keys
-            index_ts = await trio.to_thread.run_sync(job)
+            try:
+                index_ts = await trio.to_thread.run_sync(job)
+            except OSError:
+                queues.restore_unrecorded(manifest)
+                raise
             for mf, w in chosen:
                 if mf.flushed_position < w:
                     mf.flushed_position = w
@@ -227,15 +224,42 @@ class LogicsFlusher:
             await trio.to_thread.run_sync(self.checkpoint.flush_sync, self.checkpoint.snapshot())
 
     async def run_periodic(self, interval_ms: int, least_pages: int, thorough_interval_ms: int) -> None:
-        last_thorough = trio.current_time()
-        while True:
-            await trio.sleep(interval_ms / 1000)
-            now = trio.current_time()
-            pages = least_pages
-            if (now - last_thorough) * 1000 >= thorough_interval_ms:
-                last_thorough = now
-                pages = 0
-            await self.flush(pages)
+        await _periodic(
+            self.flush, "consume queues, index and checkpoint", interval_ms, least_pages, thorough_interval_ms
+        )
+
+
+async def _periodic(
+    flush: Callable[[int], Awaitable[object]],
+    what: str,
+    interval_ms: int,
+    least_pages: int,
+    thorough_interval_ms: int,
+) -> None:
+    """Every ``interval_ms`` ``flush(least_pages)``, and ``flush(0)`` at least every
+    ``thorough_interval_ms``. A round the disk refuses (a full disk, an I/O error) is logged --
+    once per reason, then as a reminder every 30 s -- and the next round tries again: what it did
+    not make durable stays dirty, and the checkpoint does not claim it."""
+    repeats = RepeatedLog(log)
+    failing = False
+    last_thorough = trio.current_time()
+    while True:
+        await trio.sleep(interval_ms / 1000)
+        now = trio.current_time()
+        pages = least_pages
+        if (now - last_thorough) * 1000 >= thorough_interval_ms:
+            last_thorough = now
+            pages = 0
+        try:
+            await flush(pages)
+        except OSError as exc:
+            failing = True
+            repeats.log("flush", logging.ERROR, f"flush of the {what} failed: {exc}; retried every round")
+            continue
+        if failing:
+            failing = False
+            repeats.forget("flush")
+            log.info("flush of the %s succeeds again", what)
 
 
 def fsync_paths_sync(paths: list[str]) -> None:

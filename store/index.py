@@ -5,7 +5,10 @@ One index file = a 40-byte header, ``max_hash_slot_num`` 4-byte slots (the newes
 slot's chain, 0 = empty) and ``max_index_num`` 20-byte entries (key hash, commit-log offset, seconds
 since the header's begin timestamp, previous entry number in the same slot). Entry numbers start at 1.
 Files live in ``<root>/index`` and are named after their creation time ``yyyyMMddHHmmssSSS`` (local
-time); files are created sparse, so the default 420 MB size costs nothing until written.
+time); files are created sparse, so the default 420 MB size costs nothing until written: disk
+blocks are reserved for the header and slots at creation and for entries in steps ahead of them
+(``IndexFile.reserve_entries``), so that a full disk refuses an entry with ENOSPC instead of killing
+the process with SIGBUS at a store into a hole of the map.
 
 Threading contract: everything runs on the store's (trio) thread except :meth:`IndexService.flush`,
 which the store calls from a worker thread; flush only fsyncs duplicated descriptors, so it never
@@ -26,9 +29,11 @@ ones; recovery re-dispatches them).
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +47,7 @@ from remoting.protocol.message import (
     java_string_hash,
     java_string_hash_extend,
 )
+from remoting.repeats import RepeatedLog
 from store.index_batch import PENDING_FIELDS, entry_columns, key_hashes, write_entries
 from store.index_file import (
     INDEX_ENTRY_SIZE,
@@ -81,6 +87,10 @@ DEFAULT_BATCH_SIZE = 1024
 #: drains of fewer pending messages take the scalar path: numpy's fixed costs (~20 us a batch)
 #: make the vector path slower below ~20 messages (measured: 16 -> 1.8 vs 1.6 us/msg, 24 -> 1.1 vs 1.5)
 VECTOR_MIN = 20
+#: seconds between attempts to write entries while the disk refuses them room
+INDEX_RETRY_S = 1.0
+#: queued messages kept while the disk refuses room (beyond it the oldest half is not indexed)
+BLOCKED_MAX_PENDING = 262_144
 
 
 def _topic_prefix_hash(topic: str) -> int:
@@ -126,6 +136,9 @@ class IndexService:
         self._prefix_hashes: dict[str, int] = {}
         # guards file descriptors against flush() running in a worker thread
         self._fd_lock = threading.Lock()
+        #: while the disk refuses room for entries: when drains may try again (0: not refused)
+        self._retry_at = 0.0
+        self._repeats = RepeatedLog(log)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -251,11 +264,20 @@ class IndexService:
 
     def drain(self) -> None:
         """Write every queued message: vectorized from :data:`VECTOR_MIN` messages on, else one
-        entry at a time. If writing fails the queue is dropped and the error raised; the index
-        then ends at the last entry written (re-dispatch from :attr:`max_indexed_phy_offset`
-        completes it)."""
+        entry at a time.
+
+        When the disk refuses room for entries or a new file (OSError, a full disk), the messages
+        not written stay queued, the error is logged (once, then as a reminder) and drains do not
+        try again for :data:`INDEX_RETRY_S`; while that lasts, more than :data:`BLOCKED_MAX_PENDING`
+        queued messages drop the oldest half, logged (they cannot be found by key). Any other
+        failure drops the queue and is raised; the index then ends at the last entry written
+        (re-dispatch from :attr:`max_indexed_phy_offset` completes it)."""
         pending = self.pending
         if not pending:
+            return
+        if self._retry_at and time.monotonic() < self._retry_at:
+            if len(pending) > BLOCKED_MAX_PENDING * PENDING_FIELDS:
+                self._drop_oldest_half()
             return
         self.pending = []
         try:
@@ -264,9 +286,41 @@ class IndexService:
                     self._write_now(*pending[i : i + PENDING_FIELDS])
             else:
                 self._write_batch(pending)
+        except OSError as exc:
+            self._requeue_unwritten(pending)
+            self._retry_at = time.monotonic() + INDEX_RETRY_S
+            self._repeats.log(
+                "room",
+                logging.ERROR,
+                f"cannot write key-index entries in {self.index_dir}: {exc.strerror or exc}; "
+                f"{self.pending_count} messages wait to be indexed (retried every {INDEX_RETRY_S:g} s)",
+            )
+            return
         except BaseException:
             self.last_phy = self._max_indexed()
             raise
+        if self._retry_at:
+            self._retry_at = 0.0
+            self._repeats.forget("room")
+            log.info("key-index entries are written again in %s", self.index_dir)
+
+    def _requeue_unwritten(self, pending: list[Any]) -> None:
+        """Queue again, before anything queued since, the messages of ``pending`` not written:
+        those from the newest indexed one on (it may have only some of its keys; one it had
+        completely gets duplicate entries, which queries skip)."""
+        first = bisect.bisect_left(pending[1::PENDING_FIELDS], self._max_indexed())
+        self.pending = pending[first * PENDING_FIELDS :] + self.pending
+
+    def _drop_oldest_half(self) -> None:
+        pending = self.pending
+        n = len(pending) // PENDING_FIELDS // 2
+        self.pending = pending[n * PENDING_FIELDS :]
+        log.warning(
+            "%d messages from commit-log offset %d on are not indexed by key: the disk has had no room "
+            "for their entries (they stay stored and readable by queue offset)",
+            n,
+            pending[1],
+        )
 
     def _prefix_hash(self, topic: str) -> int:
         """Unsigned Java hash of ``topic#`` (cached)."""

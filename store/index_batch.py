@@ -196,6 +196,8 @@ def write_entries(f: IndexFile, hashes: np.ndarray, phys: np.ndarray, timestamps
     count = f.index_count
     if count + k > f.index_num or k < 1:
         raise ValueError(f"{k} entries do not fit a file holding {count} of {f.index_num}")
+    if count + k > f.entry_limit:
+        f.reserve_entries(k)  # OSError on a full disk, before anything is written
     # sort by (slot, batch position): unique keys, so any sort groups each slot in batch order
     shift = k.bit_length()
     key = hashes.astype(np.int64)

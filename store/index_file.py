@@ -7,6 +7,7 @@ header's begin timestamp, previous entry number in the same slot); entry numbers
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -21,6 +22,10 @@ log = logging.getLogger("store.index")
 INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
 INDEX_ENTRY_SIZE = 20
+#: bytes of entries reserved with a new file, and the smallest reservation step (3,276 entries)
+ENTRY_RESERVE_MIN = 64 * 1024
+#: the largest reservation step (209,715 entries)
+ENTRY_RESERVE_MAX = 4 * 1024 * 1024
 
 _HEADER = struct.Struct(">qqqqii")  # begin ts, end ts, begin phy, end phy, hash slot count, index count
 _ENTRY = struct.Struct(">iqii")  # key hash, phy offset, time diff (s), prev index
@@ -92,10 +97,16 @@ class IndexFile:
         self.entries_pos = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self.fd = os.open(path, flags, 0o644)
+        #: bytes below this have disk blocks: entries are written only below it (see
+        #: :meth:`reserve_entries`)
+        self.reserved = self.file_size
         try:
             size = os.fstat(self.fd).st_size
             if create:
                 os.ftruncate(self.fd, self.file_size)  # sparse: no page is touched
+                # blocks for the header and every slot (written anywhere) and the first entries
+                self.reserved = 0
+                self._reserve(min(self.file_size, self.entries_pos + ENTRY_RESERVE_MIN))
             elif size != self.file_size:
                 raise IndexCorruptError(
                     f"size {size} != {self.file_size} expected for {slot_num} slots / {index_num} entries"
@@ -103,6 +114,9 @@ class IndexFile:
             self.map = mmap.mmap(self.fd, self.file_size)
         except BaseException:
             os.close(self.fd)
+            if create:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
             raise
         (
             self.begin_timestamp,
@@ -117,7 +131,36 @@ class IndexFile:
             self._write_header()
         else:
             self._validate()
+            # the file may have holes anywhere (slots never written): the first write reserves
+            # everything through its entry (cheap where blocks exist already)
+            self.reserved = 0
         self.dirty = create
+        #: entries numbered below this fit below :attr:`reserved`
+        self.entry_limit = self._entry_limit()
+
+    def _entry_limit(self) -> int:
+        return min(self.index_num, (self.reserved - self.entries_pos) // INDEX_ENTRY_SIZE)
+
+    def _reserve(self, end: int) -> None:
+        if end > self.reserved:
+            os.posix_fallocate(self.fd, self.reserved, end - self.reserved)
+            self.reserved = end
+
+    def reserve_entries(self, count: int) -> None:
+        """Make room for ``count`` more entries: give the file's bytes through them disk blocks
+        (``posix_fallocate``), in steps as large as the entries reserved so far, between
+        :data:`ENTRY_RESERVE_MIN` and :data:`ENTRY_RESERVE_MAX` bytes. The file is sparse (upstream's
+        is 420 MB), and a store through the map into a hole on a full disk kills the process with
+        SIGBUS; this raises OSError (ENOSPC) instead. Blocking, but on the store's thread like the
+        index writes, whose page faults allocate blocks too; a step is one call per 3,000 to 200,000
+        entries."""
+        need = self.entries_pos + min(self.index_num, self.index_count + count) * INDEX_ENTRY_SIZE
+        if need <= self.reserved:
+            return
+        have = max(0, self.reserved - self.entries_pos)
+        step = min(ENTRY_RESERVE_MAX, max(ENTRY_RESERVE_MIN, have))
+        self._reserve(min(self.file_size, need + step))
+        self.entry_limit = self._entry_limit()
 
     def _validate(self) -> None:
         if not 1 <= self.index_count <= self.index_num:
@@ -156,10 +199,13 @@ class IndexFile:
         return self.index_count > 1
 
     def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
-        """Append one entry; False when the file is full."""
+        """Append one entry; False when the file is full. Raises OSError when the disk has no room
+        for it (:meth:`reserve_entries`)."""
         count = self.index_count
         if count >= self.index_num:
             return False
+        if count >= self.entry_limit:
+            self.reserve_entries(1)
         m = self.map
         slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * HASH_SLOT_SIZE
         prev = _SLOT_UNPACK(m, slot_pos)[0]

@@ -20,6 +20,7 @@ allocator's prepared file), or for the whole file when ``warm`` (upstream
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import logging
@@ -113,6 +114,16 @@ def zero_file_range_sync(path: str, start: int, end: int) -> None:
         os.close(fd)
 
 
+def reserve_sync(path: str, start: int, end: int) -> None:
+    """Give bytes [start, end) of the file at ``path`` disk blocks (``posix_fallocate``; contents
+    unchanged); blocking. Raises OSError (ENOSPC on a full disk)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, start, end - start)
+    finally:
+        os.close(fd)
+
+
 def touch_page_sync(path: str, start: int, length: int) -> None:
     """Write zeros over [start, start + length) of a fresh (all-zero) file so its first page
     fault happens here, in a worker thread; blocking."""
@@ -170,6 +181,7 @@ class MappedFile:
         "last_store_timestamp",
         "mm",
         "path",
+        "reserved",
         "view",
         "write_ahead_end",
         "wrote_position",
@@ -190,6 +202,11 @@ class MappedFile:
         #: pages below this position were mapped writable ahead of the writer
         #: (:meth:`populate_write_sync`; the commit log's write-ahead window)
         self.write_ahead_end = 0
+        #: bytes below this position have disk blocks and may be written through the map. A store
+        #: into a hole of a sparse file needs a block the kernel may not have (a full disk): the
+        #: process then dies of SIGBUS. Commit-log files are reserved whole at creation; a
+        #: consume-queue file reserves in steps ahead of its writer (see ``store.consume_queue``).
+        self.reserved = file_size
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path!r}, wrote={self.wrote_position}, flushed={self.flushed_position})"
@@ -221,8 +238,10 @@ class MappedFile:
         """
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
         fd = os.open(path, flags, 0o644)
+        made = False  # a file this call made (empty before): removed again if it cannot be set up
         try:
             size = os.fstat(fd).st_size
+            made = create and not size
             if size != file_size:
                 if size and not create:
                     log.warning("mapped file %s is %d bytes, expected %d: resizing", path, size, file_size)
@@ -235,6 +254,13 @@ class MappedFile:
                         raise
                     log.debug("posix_fallocate unsupported for %s: %s", path, exc)
             mm = mmap.mmap(fd, file_size)
+        except OSError:
+            if made:
+                # a full disk, say: no empty file is left behind (nor the blocks a failed
+                # posix_fallocate may have reserved) for recovery to find after the log's end
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            raise
         finally:
             os.close(fd)
         mf = cls(path, file_from_offset, file_size, mm)

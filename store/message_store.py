@@ -22,6 +22,7 @@ from collections.abc import Callable
 import trio
 
 from remoting.protocol.message import BLANK_MAGIC, dispatch_info
+from remoting.repeats import RepeatedLog
 from store import recovery, truncation
 from store.allocate import (
     PREPARED_DIRTY_BYTES,
@@ -40,7 +41,7 @@ from store.checkpoint import (
 from store.cleanup import CleanService, DiskSpaceFn
 from store.commitlog import CommitLog
 from store.config import FlushDiskType, MessageStoreConfig
-from store.consume_queue import FILLER_SIZE, ConsumeQueue
+from store.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
 from store.dispatch import ArrivalListener, Dispatcher, DispatchNeedsFile
 from store.epoch import EpochFile
@@ -57,6 +58,9 @@ from store.results import (
 )
 
 log = logging.getLogger("store")
+
+#: seconds between dispatch attempts while the disk refuses a consume-queue file or its room
+DISPATCH_RETRY_S = 1.0
 
 _SIZE_MAGIC = struct.Struct(">ii")
 
@@ -130,6 +134,9 @@ class DefaultMessageStore(PutPaths):
         self._controller_mode = controller_mode
         self._confirm_offset = 0
         self._dispatch_lock = trio.Lock()
+        #: dispatch stopped because the disk refused a consume-queue file (retried, logged once)
+        self._dispatch_blocked = False
+        self._dispatch_repeats = RepeatedLog(log)
         self._dispatch_wakeup = trio.Event()
         self._roll_lock = trio.Lock()
         self._rolling = 0
@@ -400,13 +407,32 @@ class DefaultMessageStore(PutPaths):
             self._dispatch_wakeup.set()
 
     async def _catch_up(self) -> None:
+        """Dispatch up to the limit, making consume-queue files and room as needed. When the disk
+        refuses one (full), dispatch stops there -- the messages stay in the commit log, not yet
+        pullable -- and :meth:`_dispatch_loop` tries again every :data:`DISPATCH_RETRY_S`."""
         async with self._dispatch_lock:
             while True:
                 try:
                     self.dispatcher.pump(self.dispatch_limit)
-                    return
                 except DispatchNeedsFile as need:
-                    await self.create_cq_file(need.cq, need.queue_offset)
+                    try:
+                        await self.create_cq_file(need.cq, need.queue_offset)
+                    except OSError as exc:
+                        self._dispatch_blocked = True
+                        self._dispatch_repeats.log(
+                            "cq",
+                            logging.ERROR,
+                            f"dispatch stopped at commit-log offset {self.dispatcher.reput_offset}: no room "
+                            f"for consume queue {need.cq.topic}/{need.cq.queue_id}: {exc.strerror or exc}; "
+                            "the messages are stored and become pullable once it can be made",
+                        )
+                        return
+                    continue
+                if self._dispatch_blocked:
+                    self._dispatch_blocked = False
+                    self._dispatch_repeats.forget("cq")
+                    log.info("dispatch goes on: consume queues have room again")
+                return
 
     async def reput(self) -> None:
         """Dispatch everything up to the dispatch limit now (creating consume-queue files)."""
@@ -414,15 +440,27 @@ class DefaultMessageStore(PutPaths):
 
     async def _dispatch_loop(self) -> None:
         while True:
-            await self._dispatch_wakeup.wait()
+            if self._dispatch_blocked:
+                await trio.sleep(DISPATCH_RETRY_S)  # not at every append's wakeup
+            else:
+                await self._dispatch_wakeup.wait()
             self._dispatch_wakeup = trio.Event()
             await self._catch_up()
 
     async def create_cq_file(self, cq: ConsumeQueue, queue_offset: int) -> None:
-        """Create the consume-queue file ``queue_offset`` needs, in a worker thread (after cutting
-        the queue's stale units when it started over: ``cq.restart_at``)."""
+        """Create the consume-queue file ``queue_offset`` needs, or reserve the next step of the
+        current one's disk blocks (:meth:`ConsumeQueue.needs_room`), in a worker thread (after
+        cutting the queue's stale units when it started over: ``cq.restart_at``). Raises OSError
+        when the disk refuses."""
         if cq.restart_at is not None:
             await truncation.restart_queue(cq)
+        cq.materialize()
+        if cq.needs_room():
+            mf = cq.cur
+            assert mf is not None
+            reserved = await trio.to_thread.run_sync(cq.reserve_sync, mf, mf.wrote_position + CQ_UNIT_SIZE)
+            mf.reserved = max(mf.reserved, reserved)
+            return
         off = cq.file_needed(queue_offset)
         last = cq.mfq.last
         if last is not None and last.file_from_offset >= off:

@@ -134,7 +134,7 @@ class PutPaths:
                 and d.reput_offset == phys
                 and cmf is not None
                 and qo == cq.max_offset
-                and cmf.wrote_position + staged < cq.file_size
+                and cmf.wrote_position + staged < cmf.reserved
             ):
                 now = self.now_ms()
                 _QO_PO_PACK(encoded, 20, qo, phys)
@@ -446,7 +446,7 @@ class PutPaths:
             or d.reput_offset != base
             or cmf is None
             or qo0 != cq.max_offset
-            or cmf.wrote_position + cq.staged + count * CQ_UNIT_SIZE > cq.file_size
+            or cmf.wrote_position + cq.staged + count * CQ_UNIT_SIZE > cmf.reserved
         ):
             return None
         max_size = self._max_body_size
@@ -590,8 +590,7 @@ class PutPaths:
                     off = cl.next_file_offset()
                     try:
                         mf = await self.allocator.get(off)
-                    except OSError as exc:
-                        log.error("cannot create commit-log file at offset %d: %s", off, exc)
+                    except OSError as exc:  # logged by the allocator
                         return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, remark=str(exc))
                     cl.install_file(mf)
                     if cl.last_blank_offset >= 0:

@@ -51,11 +51,14 @@ from controller.raft.messages import (
 )
 from controller.raft.peers import check_self_id
 from controller.raft.storage import FileStorage
+from remoting.repeats import RepeatedLog
 
 logger = logging.getLogger("controller.raft")
 
 #: how often the ticker of a group of one looks again once it leads (it does not tick then)
 SOLO_LEADER_CHECK_INTERVAL = 1.0
+#: seconds between attempts to write the raft log while the disk refuses
+SAVE_RETRY_S = 1.0
 
 
 class StateMachine(Protocol):
@@ -171,6 +174,7 @@ class RaftDriver:
         self._max_inbox = max_inbox
         self._node: RaftNode | None = None
         self._wake = trio.Event()
+        self._repeats = RepeatedLog(logger)
         self._ticks_due = 0
         self._inbox: deque[Message] = deque()
         self._proposals_in: list[tuple[bytes, _Waiter]] = []
@@ -355,7 +359,7 @@ class RaftDriver:
 
     async def _handle_ready(self, node: RaftNode, rd: Ready) -> None:
         if rd.snapshot is not None or rd.entries or rd.hard_state is not None:
-            await self._blocking(self._storage.save, rd.hard_state, rd.entries, rd.snapshot)
+            await self._save(rd)
         for m in rd.messages:
             await self._transport.send(m.to, encode_message(m))
         if rd.snapshot is not None:
@@ -444,6 +448,30 @@ class RaftDriver:
         self._proposals.clear()
         self._reads.clear()
         self._reads_applying.clear()
+
+    async def _save(self, rd: Ready) -> None:
+        """Make ``rd``'s state and entries durable before anything is sent or applied. While the
+        disk refuses (full), try again every :data:`SAVE_RETRY_S`: this peer stands still meanwhile
+        -- a leader stops heartbeating and the others elect one that can write -- and says so
+        once, with a reminder every 30 s."""
+        failing = False
+        while True:
+            try:
+                await self._blocking(self._storage.save, rd.hard_state, rd.entries, rd.snapshot)
+            except OSError as exc:
+                failing = True
+                self._repeats.log(
+                    "save",
+                    logging.ERROR,
+                    f"{self.node_id}: cannot write the raft log: {exc}; this peer waits (retrying every "
+                    f"{SAVE_RETRY_S:g} s) and takes part again once it can",
+                )
+                await trio.sleep(SAVE_RETRY_S)
+                continue
+            if failing:
+                self._repeats.forget("save")
+                logger.info("%s: the raft log is written again", self.node_id)
+            return
 
     async def _blocking(self, fn: Any, *args: Any) -> Any:
         if self._storage.blocking:

@@ -22,6 +22,7 @@ decode (a torn tail). All methods are blocking; the driver calls them through
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -173,6 +174,10 @@ def _write_atomically(path: Path, data: bytes) -> None:
     try:
         _write_all(fd, data)
         os.fsync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # a full disk: nothing half-written stays
+        raise
     finally:
         os.close(fd)
     os.replace(tmp, path)
@@ -266,8 +271,15 @@ class FileStorage:
             return
         rec = LogRecord(snapshot.meta if snapshot is not None else None, entries, hard_state)
         fd = self._require_open()
-        _write_all(fd, encode_record(rec))
-        os.fsync(fd)
+        end = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            _write_all(fd, encode_record(rec))
+            os.fsync(fd)
+        except OSError:
+            # a full disk, say: cut a partial record off, so that the caller may call again
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, end)
+            raise
         self._image.apply(rec)
 
     def compact(self, snapshot: Snapshot) -> None:

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from remoting.repeats import RepeatedLog
 from store.config import MessageStoreConfig
 from store.ha.ack_waiters import AckWaiters
 from store.ha.classic import ClassicHAClient, ClassicHAConnection
@@ -63,6 +64,8 @@ class ClassicHAService:
         self.log = rlog
         self.config = config
         self.role = role
+        #: the local store refusing replicated bytes (a full disk): said once per reason
+        self._store_repeats = RepeatedLog(log)
         self.master_address = master_address
         self.reconnect_interval = reconnect_interval
         self._connect = connect
@@ -251,6 +254,13 @@ class ClassicHAService:
                         return
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             log.info("classic HA connection to master %s ended: %r", address, exc)
+        except OSError as exc:  # the store's: socket errors arrive as BrokenResourceError
+            self._store_repeats.log(
+                "store",
+                logging.ERROR,
+                f"classic replication from {address} paused: the local store refused the master's bytes "
+                f"({exc}); reconnecting",
+            )
         finally:
             self._session_scope = None
             client.connection_lost()

@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from remoting.repeats import RepeatedLog
 from store.config import MessageStoreConfig
 from store.ha.client import RECONNECT_RETRY, HAClient
 from store.ha.connection import HAConnection
@@ -47,6 +48,8 @@ from store.results import PutMessageStatus
 log = logging.getLogger("store.ha.service")
 
 RECEIVE_SIZE = 256 * 1024
+#: seconds before a slave reconnects after its store refused replicated bytes (a full disk)
+STORE_REFUSED_RETRY_S = 1.0
 AlterSyncStateSet = Callable[[set[int]], Awaitable[tuple[set[int], int] | None]]
 
 
@@ -97,6 +100,8 @@ class HAService:
         self.log = rlog
         self.config = config
         self.broker_id = broker_id
+        #: the local store refusing replicated bytes (a full disk): said once per reason
+        self._store_repeats = RepeatedLog(log)
         self.listen_port = listen_port
         self.listen_host = listen_host
         self._connect = connect
@@ -403,6 +408,14 @@ class HAService:
                             return event.retry_after
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             log.info("HA connection to master %s ended: %r", self.master_address, exc)
+        except OSError as exc:  # the store's: socket errors arrive as BrokenResourceError
+            self._store_repeats.log(
+                "store",
+                logging.ERROR,
+                f"replication from {self.master_address} paused: the local store refused the master's "
+                f"bytes ({exc}); reconnecting in {STORE_REFUSED_RETRY_S:g} s",
+            )
+            return STORE_REFUSED_RETRY_S
         finally:
             self._connection_scopes.discard(scope)
             await trio.aclose_forcefully(stream)

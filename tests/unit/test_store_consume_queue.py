@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
-from store.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue, cq_file_size
+from store.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, RESERVE_MAX, RESERVE_MIN, ConsumeQueue, cq_file_size
 
 UNITS = 10
 FILE = UNITS * CQ_UNIT_SIZE
 
 
 def _put(cq: ConsumeQueue, qo: int, phys: int, size: int = 100, tags: int = 0) -> None:
-    if not cq.put(phys, size, tags, qo):
-        cq.install_file(cq.create_file_sync(cq.file_needed(qo)), qo)
-        assert cq.put(phys, size, tags, qo)
+    """What the store's dispatch does: a new file, or more room in the current one, when needed."""
+    while not cq.put(phys, size, tags, qo):
+        if cq.needs_room():
+            assert cq.cur is not None
+            cq.cur.reserved = cq.reserve_sync(cq.cur, cq.cur.wrote_position + CQ_UNIT_SIZE)
+        else:
+            cq.install_file(cq.create_file_sync(cq.file_needed(qo), qo), qo)
 
 
 def test_unit_bytes_follow_the_reference_layout(tmp_path: Path) -> None:
@@ -114,3 +119,39 @@ def test_retention_drops_files_and_moves_the_min_offset(tmp_path: Path) -> None:
     cq.correct_min_offset(1250)
     assert cq.min_offset == 13
     cq.close()
+
+
+def test_units_are_written_only_where_blocks_were_reserved(tmp_path: Path) -> None:
+    # upstream's file size (6 MB): the file is sparse, blocks are reserved in growing steps ahead
+    # of the units -- a store into a hole of the map is a SIGBUS on a full disk
+    size = 300_000 * CQ_UNIT_SIZE
+    cq = ConsumeQueue("T", 0, str(tmp_path), size)
+    steps = []
+    for i in range(120_000):
+        if not cq.put(i * 100, 100, 0, i):
+            if cq.needs_room():
+                assert cq.cur is not None
+                steps.append(cq.cur.reserved)
+            _put(cq, i, i * 100)
+        mf = cq.cur
+        assert mf is not None
+        assert mf.wrote_position <= mf.reserved < mf.file_size
+        assert mf.reserved % CQ_UNIT_SIZE == 0
+    assert mf.reserved - mf.wrote_position <= RESERVE_MAX + 4096
+    blocks = os.stat(mf.path).st_blocks * 512
+    assert mf.reserved <= blocks < mf.reserved + 4096 + RESERVE_MIN  # the rest stays a hole
+    # steps grow from RESERVE_MIN to RESERVE_MAX: few of them
+    assert 5 <= len(steps) <= 12
+    assert steps == sorted(steps)
+    cq.close()
+    again = ConsumeQueue("T", 0, str(tmp_path), size)
+    again.load_sync()
+    cur = again.cur
+    assert cur is not None
+    # after a reload only the pages holding units are known to have blocks
+    assert cur.wrote_position <= cur.reserved <= cur.wrote_position + 4096
+    for i in range(120_000, 130_000):
+        _put(again, i, i * 100)
+    assert again.max_offset == 130_000
+    assert cur.wrote_position <= cur.reserved
+    again.close()
