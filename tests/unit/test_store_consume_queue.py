@@ -6,7 +6,14 @@ import os
 import struct
 from pathlib import Path
 
-from store.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, RESERVE_MAX, RESERVE_MIN, ConsumeQueue, cq_file_size
+from store.consume_queue import (
+    CQ_UNIT_SIZE,
+    FILLER_SIZE,
+    RESERVE_MAX,
+    RESERVE_MIN,
+    ConsumeQueue,
+    cq_file_size,
+)
 
 UNITS = 10
 FILE = UNITS * CQ_UNIT_SIZE

@@ -1,0 +1,150 @@
+"""A full disk, for real: the default dev cluster (controller mode, a master and a slave per group)
+with its data directory on a small tmpfs that another file then fills to the last byte.
+
+The process must stay up (it used to die: of an OSError from a metadata write, and -- once that
+was handled -- silently, of SIGBUS at a store into a hole of a sparse consume-queue or index map),
+say what is refused once rather than at every attempt, keep every acknowledged message, and make
+those messages pullable as soon as there is room again, also after a restart.
+
+Needs a tmpfs mount (root, as in CI); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from client.admin_controller import ControllerAdmin
+from client.instance import ClientInstance
+from client.message import Message, MQClientError, PullStatus, SendStatus
+from client.producer import Producer
+from client.pull_consumer import PullConsumer
+from remoting.client import RemotingClient
+from tests.cluster.harness import ContainerProc, wait_until
+from tests.cluster.test_failover_dev_cluster import dev_cluster_on_free_ports, groups_ready
+
+#: room for the dev cluster's four 64 MiB commit-log files, their index slots and a little more
+FS_SIZE = "300m"
+TOPIC = "DiskFullTopic"
+
+
+@contextlib.contextmanager
+def small_filesystem(path: Path) -> Iterator[Path]:
+    path.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={FS_SIZE}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(path: Path) -> int:
+    """Write zeros to ``path`` until the filesystem has no byte left; returns how many."""
+    chunk = bytes(1 << 20)
+    written = 0
+    with path.open("wb", buffering=0) as f:
+        while True:
+            try:
+                n = f.write(chunk if len(chunk) else b"\0")
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                if len(chunk) == 1:
+                    return written
+                chunk = chunk[: len(chunk) // 2]
+                continue
+            written += n or 0
+
+
+async def pullable(namesrv: str) -> dict[bytes, int]:
+    """Every message of the topic readable by queue offset: body -> times seen."""
+    seen: dict[bytes, int] = {}
+    reader = ClientInstance(namesrv)
+    async with reader, PullConsumer("CG_DISK_FULL", instance=reader) as consumer:
+        for mq in await consumer.fetch_subscribe_message_queues(TOPIC):
+            offset = 0
+            while True:
+                result = await consumer.pull(mq, "*", offset, 64)
+                if result.status != PullStatus.FOUND:
+                    break
+                for m in result.messages:
+                    seen[m.body] = seen.get(m.body, 0) + 1
+                offset = result.next_begin_offset
+    return seen
+
+
+@pytest.mark.slow
+async def test_a_full_disk_refuses_writes_and_loses_nothing(tmp_path: Path) -> None:
+    path, ports = dev_cluster_on_free_ports(tmp_path)
+    namesrv = f"127.0.0.1:{ports[9876]}"
+    with small_filesystem(tmp_path / "fs") as fs:
+        proc = ContainerProc("dev", path, tmp_path, data_dir=fs / "data")
+        try:
+            with trio.fail_after(120):
+                await proc.start()
+                async with RemotingClient(name="disk-full-test") as client:
+                    admin = ControllerAdmin(client, f"127.0.0.1:{ports[9878]}")
+                    await wait_until(lambda: groups_ready(admin), 20, "both groups: a master and 2 in sync")
+                instance = ClientInstance(namesrv, poll_name_server_interval=0.5)
+                acked: list[bytes] = []
+                refusals: list[str] = []
+                async with instance, Producer("PG_DISK_FULL", instance=instance) as producer:
+                    # every broker's commit-log file (64 MiB, reserved whole) and index exist ...
+                    for i in range(16):
+                        result = await producer.send(Message("WarmUpTopic", b"warm", keys=f"w{i}"))
+                        assert result.send_status == SendStatus.SEND_OK
+                    # ... then the disk fills up: new queues of a new topic get no file
+                    filled = await trio.to_thread.run_sync(fill, fs / "filler")
+                    assert filled > 0
+                    assert os.statvfs(fs).f_bavail == 0
+                    for i in range(600):
+                        body = f"disk-full-{i}".encode()
+                        try:
+                            result = await producer.send(Message(TOPIC, body, keys=f"k{i}"))
+                        except MQClientError as exc:
+                            refusals.append(str(exc))
+                            continue
+                        if result.send_status == SendStatus.SEND_OK:
+                            acked.append(body)
+                # the messages are in the commit log (acknowledged), their queues could not be made
+                assert acked, refusals[:3]
+                await trio.sleep(2.5)  # dispatch retries every second meanwhile, the flushers too
+                assert proc.running, proc.output()
+                log = proc.log_text()
+                assert "no room for consume queue" in log, proc.output()
+                # said once per broker, not at every retry
+                assert log.count("dispatch stopped at commit-log offset") <= 4, proc.output()
+                assert "Traceback" not in log, proc.output()
+                assert set(await pullable(namesrv)).isdisjoint(acked)
+                # room again: every acknowledged message becomes pullable, exactly once
+                (fs / "filler").unlink()
+
+                async def all_pullable() -> bool:
+                    seen = await pullable(namesrv)
+                    return all(seen.get(b) == 1 for b in acked)
+
+                await wait_until(all_pullable, 20, "every acknowledged message pullable", interval=0.5)
+                assert "dispatch goes on" in proc.log_text()
+                # and after a restart (the stop writes the metadata it could not write before)
+                await proc.stop()
+                await proc.start()
+                async with RemotingClient(name="disk-full-test") as client:
+                    admin = ControllerAdmin(client, f"127.0.0.1:{ports[9878]}")
+                    await wait_until(lambda: groups_ready(admin), 20, "both groups back after a restart")
+                await wait_until(all_pullable, 20, "every acknowledged message pullable after a restart")
+        finally:
+            proc.close()
