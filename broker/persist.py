@@ -80,24 +80,18 @@ class MetadataWriter:
     writes it again at its next period; the first write that succeeds again says so."""
 
     def __init__(self, logger: logging.Logger) -> None:
-        self.log = logger
         self._repeats = RepeatedLog(logger)
-        self.failing: set[str] = set()
 
     async def write(self, path: str, data: bytes) -> bool:
         try:
             await write_async(path, data)
         except OSError as exc:
-            self.failing.add(path)
-            reason = exc.strerror or str(exc)
             self._repeats.log(
                 path,
                 logging.ERROR,
-                f"could not write {path}: {reason}; it keeps its previous content and is written again later",
+                f"could not write {path}: {exc.strerror or exc}; it keeps its previous content and is "
+                "written again later",
             )
             return False
-        if path in self.failing:
-            self.failing.discard(path)
-            self._repeats.forget(path)
-            self.log.info("wrote %s again", path)
+        self._repeats.resolved(path, f"wrote {path} again")
         return True

@@ -39,3 +39,11 @@ class RepeatedLog:
     def forget(self, key: str) -> None:
         """The condition behind ``key`` is over: its next message is logged at full level."""
         self._last.pop(key, None)
+
+    def resolved(self, key: str, message: str) -> bool:
+        """The condition behind ``key`` is over: if something was logged for it, log ``message``
+        at INFO (a retry loop's "works again") and forget the key; True when it did."""
+        if self._last.pop(key, None) is None:
+            return False
+        self.logger.info("%s", message)
+        return True

@@ -209,13 +209,11 @@ class FileAllocator:
         self._wakeup = trio.Event()
         #: creation failures (a full disk): said once per reason, repeats at DEBUG
         self._failures = RepeatedLog(log)
-        self._failing = False
 
     def creation_failed(self, offset: int, exc: OSError) -> None:
         """The file at ``offset`` could not be created (by :meth:`get` for a writer that needs it,
         or ahead of one): logged at ERROR once per offset and reason -- a writer retries with
         every send, the preparation several times a second -- with a reminder every 30 s."""
-        self._failing = True
         self._failures.log(
             "create",
             logging.ERROR,
@@ -224,10 +222,9 @@ class FileAllocator:
         )
 
     def _created(self, mf: MappedFile) -> None:
-        if self._failing:
-            self._failing = False
-            self._failures.forget("create")
-            log.info("created the commit-log file at offset %d: appends go on", mf.file_from_offset)
+        self._failures.resolved(
+            "create", f"created the commit-log file at offset {mf.file_from_offset}: appends go on"
+        )
 
     async def get(self, offset: int) -> MappedFile:
         """The file starting at ``offset``: the prepared one (or the one being populated), or a

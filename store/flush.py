@@ -241,7 +241,6 @@ async def _periodic(
     once per reason, then as a reminder every 30 s -- and the next round tries again: what it did
     not make durable stays dirty, and the checkpoint does not claim it."""
     repeats = RepeatedLog(log)
-    failing = False
     last_thorough = trio.current_time()
     while True:
         await trio.sleep(interval_ms / 1000)
@@ -253,13 +252,9 @@ async def _periodic(
         try:
             await flush(pages)
         except OSError as exc:
-            failing = True
             repeats.log("flush", logging.ERROR, f"flush of the {what} failed: {exc}; retried every round")
             continue
-        if failing:
-            failing = False
-            repeats.forget("flush")
-            log.info("flush of the %s succeeds again", what)
+        repeats.resolved("flush", f"flush of the {what} succeeds again")
 
 
 def fsync_paths_sync(paths: list[str]) -> None:

@@ -301,8 +301,7 @@ class IndexService:
             raise
         if self._retry_at:
             self._retry_at = 0.0
-            self._repeats.forget("room")
-            log.info("key-index entries are written again in %s", self.index_dir)
+            self._repeats.resolved("room", f"key-index entries are written again in {self.index_dir}")
 
     def _requeue_unwritten(self, pending: list[Any]) -> None:
         """Queue again, before anything queued since, the messages of ``pending`` not written:

@@ -454,12 +454,10 @@ class RaftDriver:
         disk refuses (full), try again every :data:`SAVE_RETRY_S`: this peer stands still meanwhile
         -- a leader stops heartbeating and the others elect one that can write -- and says so
         once, with a reminder every 30 s."""
-        failing = False
         while True:
             try:
                 await self._blocking(self._storage.save, rd.hard_state, rd.entries, rd.snapshot)
             except OSError as exc:
-                failing = True
                 self._repeats.log(
                     "save",
                     logging.ERROR,
@@ -468,9 +466,7 @@ class RaftDriver:
                 )
                 await trio.sleep(SAVE_RETRY_S)
                 continue
-            if failing:
-                self._repeats.forget("save")
-                logger.info("%s: the raft log is written again", self.node_id)
+            self._repeats.resolved("save", f"{self.node_id}: the raft log is written again")
             return
 
     async def _blocking(self, fn: Any, *args: Any) -> Any:

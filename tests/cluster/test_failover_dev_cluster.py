@@ -79,10 +79,15 @@ async def send_and_read(namesrv: str, bodies: list[bytes]) -> list[bytes]:
         for body in bodies:
             result = await producer.send(Message(TOPIC, body))
             assert result.send_status == SendStatus.SEND_OK
+    return await read_topic(namesrv, TOPIC, "CG_DEV")
+
+
+async def read_topic(namesrv: str, topic: str, group: str) -> list[bytes]:
+    """The body of every message of ``topic`` pullable by queue offset, queue by queue."""
     got: list[bytes] = []
     reader = ClientInstance(namesrv)
-    async with reader, PullConsumer("CG_DEV", instance=reader) as consumer:
-        for mq in await consumer.fetch_subscribe_message_queues(TOPIC):
+    async with reader, PullConsumer(group, instance=reader) as consumer:
+        for mq in await consumer.fetch_subscribe_message_queues(topic):
             offset = 0
             while True:
                 result = await consumer.pull(mq, "*", offset, 64)

@@ -45,3 +45,20 @@ def test_forget_and_the_interval_bring_the_full_level_back(caplog: pytest.LogCap
         logging.INFO,
         logging.INFO,
     ]
+
+
+def test_resolved_says_so_only_after_a_logged_failure(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    rep = RepeatedLog(logging.getLogger(LOGGER), interval=3600)
+    assert not rep.resolved("disk", "works again")  # nothing was wrong: nothing to say
+    rep.log("disk", logging.ERROR, "full")
+    rep.log("disk", logging.ERROR, "full")
+    assert rep.resolved("disk", "works again")
+    assert not rep.resolved("disk", "works again")  # once
+    assert rep.log("disk", logging.ERROR, "full")  # a new failure is logged at full level again
+    assert records(caplog) == [
+        (logging.ERROR, "full"),
+        (logging.DEBUG, "full (repeated)"),
+        (logging.INFO, "works again"),
+        (logging.ERROR, "full"),
+    ]
