@@ -628,6 +628,17 @@ class ReplicasManager:
                 replication.on_sync_state_set_changed(
                     set(decision.sync_state_set), decision.sync_state_set_epoch
                 )
+        except OSError as e:
+            # the store could not make the change durable (a full disk: the epoch file): the broker
+            # stays fenced, and the next replica-info round decides (and tries) again
+            role = "master" if isinstance(decision, ChangeToMaster) else "slave"
+            self._repeats.log(
+                "role-io",
+                logging.ERROR,
+                f"becoming {role} failed: the store refused to write ({e}); sends stay refused and the "
+                "next replica-info round tries again",
+            )
+            return False
         except RoleChangeError as e:
             # The controller's epochs are behind this broker's epoch file: it lost its data or runs
             # on an older store (another controllerStorePath, a restored backup). Acting on them

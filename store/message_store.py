@@ -201,7 +201,10 @@ class DefaultMessageStore(PutPaths):
         await trio.to_thread.run_sync(create_abort_file_sync, cfg.abort_path)
         self.running = True
         self._update_gate()
-        await self.logics_flusher.flush()
+        try:
+            await self.logics_flusher.flush()
+        except OSError as exc:  # a full disk: the periodic flush tries again
+            log.error("flush after recovery failed (%s); retried by the periodic flush", exc)
         if self.commit_log.current is not None:
             self.allocator.populate_later(self.commit_log.current)  # the part not written yet
         self.allocator.request_prepare()
@@ -238,11 +241,20 @@ class DefaultMessageStore(PutPaths):
         self._refuse = "the message store is shut down"
         self._refresh_plain()
         if was_running:
-            await self.cl_flusher.flush()
-            await self.logics_flusher.flush()
-            if self.epoch_file.dirty:
-                await trio.to_thread.run_sync(self.epoch_file.persist)
-            await trio.to_thread.run_sync(remove_abort_file_sync, self.config.abort_path)
+            try:
+                await self.cl_flusher.flush()
+                await self.logics_flusher.flush()
+                if self.epoch_file.dirty:
+                    await trio.to_thread.run_sync(self.epoch_file.persist)
+            except OSError as exc:
+                # a full disk, say: what is not durable is what a crash would lose, and the abort
+                # file stays so that the next start checks the store as after one
+                log.error(
+                    "the final flush failed (%s): the abort file stays, so the next start recovers as after a crash",
+                    exc,
+                )
+            else:
+                await trio.to_thread.run_sync(remove_abort_file_sync, self.config.abort_path)
         self.commit_log.mfq.close_all()
         self.queues.close()
         if self.index is not None:
@@ -445,6 +457,24 @@ class DefaultMessageStore(PutPaths):
                 await self._dispatch_wakeup.wait()
             self._dispatch_wakeup = trio.Event()
             await self._catch_up()
+
+    async def create_cq_file_waiting(self, cq: ConsumeQueue, queue_offset: int) -> None:
+        """:meth:`create_cq_file` for recovery, which cannot go on without it: while the disk
+        refuses (full), say so once and try again every :data:`DISPATCH_RETRY_S`."""
+        while True:
+            try:
+                await self.create_cq_file(cq, queue_offset)
+            except OSError as exc:
+                self._dispatch_repeats.log(
+                    "recovery",
+                    logging.ERROR,
+                    f"recovery waits for room for consume queue {cq.topic}/{cq.queue_id}: {exc.strerror or exc}; "
+                    "the store starts once there is room",
+                )
+                await trio.sleep(DISPATCH_RETRY_S)
+                continue
+            self._dispatch_repeats.resolved("recovery", "recovery goes on: consume queues have room again")
+            return
 
     async def create_cq_file(self, cq: ConsumeQueue, queue_offset: int) -> None:
         """Create the consume-queue file ``queue_offset`` needs, or reserve the next step of the

@@ -209,7 +209,7 @@ async def recover(store: DefaultMessageStore, abnormal: bool) -> RecoveryReport:
             _scan_sync(store, st, limit, cfg.checkCRCOnRecover)
             break
         except DispatchNeedsFile as need:
-            await store.create_cq_file(need.cq, need.queue_offset)
+            await store.create_cq_file_waiting(need.cq, need.queue_offset)
     end = st.offset
     gaps = dispatcher.gap_queues
     dispatcher.gap_queues = None
@@ -324,7 +324,7 @@ async def _rebuild(
             _rebuild_scan_sync(store, st, end, keys)
             break
         except DispatchNeedsFile as need:
-            await store.create_cq_file(need.cq, need.queue_offset)
+            await store.create_cq_file_waiting(need.cq, need.queue_offset)
     for topic, qid in sorted(keys):
         cq = store.queues.get_or_create(topic, qid)
         msg = f"consume queue {topic}/{qid} rebuilt from the commit log: offsets {cq.min_offset}..{cq.max_offset}"
