@@ -125,6 +125,10 @@ class BrokerController:
         self.server: object | None = None
         self._register_wanted = trio.Event()
         self._topics_dirty = False
+        #: topics to register with the name servers at the register loop's next round; the whole
+        #: table when ``_register_full`` (and at every period)
+        self._register_topics: set[str] = set()
+        self._register_full = False
         self._groups_dirty = False
         #: writes topics.json, subscriptionGroup.json and consumerOffset.json; a refusing disk is
         #: logged, and the table stays dirty until a write succeeds
@@ -170,9 +174,17 @@ class BrokerController:
 
     # --- hooks used by processors ---
 
-    def request_register(self) -> None:
-        """Topic table changed: persist it and re-register with the name servers soon."""
+    def request_register(self, topic: str | None = None) -> None:
+        """The topic table changed: persist it and re-register with the name servers soon -- with
+        ``topic`` only when it is given (created or changed: upstream's
+        ``registerIncrementBrokerData``), else with the whole table. Sending the whole table for
+        every new topic cost the broker, the name servers and the slaves time in proportion to the
+        number of topics: a dev cluster given 7,000 topics took 13 new ones a second."""
         self._topics_dirty = True
+        if topic is None:
+            self._register_full = True
+        else:
+            self._register_topics.add(topic)
         self._register_wanted.set()
 
     def groups_changed(self) -> None:
@@ -210,19 +222,23 @@ class BrokerController:
 
     # --- lifecycle ---
 
-    def topic_wrapper(self) -> TopicConfigAndMappingSerializeWrapper:
-        """The topic table as registered: with a broker-level read/write ban applied (upstream
-        ``registerBrokerAll`` masks each topic's perm by ``brokerPermission``)."""
+    def topic_wrapper(self, only: set[str] | None = None) -> TopicConfigAndMappingSerializeWrapper:
+        """The topic table as registered (``only`` these topics, when given): with a broker-level
+        read/write ban applied (upstream ``registerBrokerAll`` masks each topic's perm by
+        ``brokerPermission``)."""
         w = self.topics.wrapper()
         table = w.topicConfigTable
+        if only is not None:
+            table = {name: table[name] for name in only if name in table}
         perm = self.broker_config.brokerPermission
         if not (PermName.is_writeable(perm) and PermName.is_readable(perm)):
             table = {name: msgspec.structs.replace(tc, perm=tc.perm & perm) for name, tc in table.items()}
         return TopicConfigAndMappingSerializeWrapper(topicConfigTable=table, dataVersion=w.dataVersion)
 
-    async def register_to_namesrvs(self) -> bool:
-        """Register with every name server; False when one of them did not accept it (the
-        register loop then retries within seconds, not at the next period)."""
+    async def register_to_namesrvs(self, only: set[str] | None = None) -> bool:
+        """Register with every name server (``only`` these topics: an incremental registration);
+        False when one of them did not accept it (the register loop then retries within seconds,
+        not at the next period, with the whole table)."""
         namesrvs = split_addrs(self.broker_config.namesrvAddr)
         if not namesrvs or self.isolated or self.stopping:
             return True
@@ -230,7 +246,7 @@ class BrokerController:
         results = await self.outer.register_all(
             namesrvs,
             self.identity,
-            self.topic_wrapper(),
+            self.topic_wrapper(only),
             heartbeat_timeout_ms=bc.brokerNotActiveTimeoutMillis if bc.enableSlaveActingMaster else None,
             enable_acting_master=bc.enableSlaveActingMaster,
         )
@@ -388,7 +404,10 @@ class BrokerController:
                 self._topics_dirty = False
                 if not await self.metadata.write(self.topics.path, self.topics.encode()):
                     self._topics_dirty = True
-            ok = await self.register_to_namesrvs()
+            # the whole table at every period, after a failure and after a deletion
+            only: set[str] | None = self._register_topics if ok and not self._register_full else None
+            self._register_topics, self._register_full = set(), False
+            ok = await self.register_to_namesrvs(only or None)
             retry = REGISTER_RETRY_MIN_S if ok else min(2 * retry, period)
 
     async def _heartbeat_loop(self) -> None:

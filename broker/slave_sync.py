@@ -117,6 +117,8 @@ class SlaveSynchronize:
                     await self.sync_all(master)
                 except SlaveSyncError as exc:
                     log.warning("slave sync from %s: %s", master, exc)
+                except OSError as exc:  # the local files (a full disk, out of descriptors): next round
+                    log.warning("slave sync from %s: %s", master, exc)
             elif self._topics_due:
                 await trio.sleep(max(0.0, self._last_topics + self.catch_up_gap - now))
                 if not b.is_slave or b.master_addr != master:
@@ -125,7 +127,7 @@ class SlaveSynchronize:
                 self._last_topics = trio.current_time()
                 try:
                     await self.sync_topic_config(master)
-                except SlaveSyncError as exc:
+                except (SlaveSyncError, OSError) as exc:
                     log.warning("slave topic catch-up from %s: %s", master, exc)
                 else:
                     self.catch_ups += 1
@@ -180,6 +182,7 @@ class SlaveSynchronize:
             if master == self.synced_from
             else []
         )
+        old = topics.table
         topics.replace_all(wrapper.topicConfigTable, wrapper.dataVersion)
         log.info(
             "slave sync: %d topic configs from %s (version %s)",
@@ -187,7 +190,12 @@ class SlaveSynchronize:
             master,
             wrapper.dataVersion,
         )
-        self.broker.request_register()  # persists the table and registers it
+        # persists the table and registers what changed (the whole table when a topic went away)
+        changed = [name for name, config in topics.table.items() if old.get(name) != config]
+        if not changed or old.keys() - topics.table.keys():
+            self.broker.request_register()
+        for name in changed:
+            self.broker.request_register(name)
         if deleted:
             log.info(
                 "slave sync: topics %s deleted on the master, deleting their consume queues and offsets",

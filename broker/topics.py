@@ -7,7 +7,10 @@ import os
 import re
 from collections.abc import Callable
 
+import msgspec
+
 from broker.persist import atomic_write, load_json
+from remoting import fastjson
 from remoting.protocol.common import DataVersion, PermName, TopicConfig, TopicConfigSerializeWrapper
 from remoting.protocol.topics import (  # noqa: F401 -- re-exported: the broker's modules import them from here
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -134,7 +137,8 @@ def validate_group(group: str) -> str | None:
 class TopicConfigManager:
     """The broker's topic table, persisted as ``config/topics.json`` with a DataVersion.
 
-    ``on_change`` is called after every change so the broker re-registers with the name servers.
+    ``on_change(topic)`` is called after every change so the broker re-registers with the name servers
+    (``topic``: the one created or changed; None after a deletion).
     """
 
     def __init__(
@@ -150,7 +154,7 @@ class TopicConfigManager:
         trace_topic: str | None = None,
         broker_permission: int = PermName.PERM_READ | PermName.PERM_WRITE,
         now_ms: Callable[[], int],
-        on_change: Callable[[], None] = lambda: None,
+        on_change: Callable[[str | None], None] = lambda topic: None,
         logger: logging.Logger | None = None,
     ) -> None:
         self.log = logger or log
@@ -162,6 +166,8 @@ class TopicConfigManager:
         self.data_version = DataVersion()
         #: configs made by :meth:`adopt_stored` (one that is still in the table may be widened)
         self._adopted: dict[str, TopicConfig] = {}
+        #: topic -> (a copy of the config it was encoded from, its encoding): see :meth:`encode`
+        self._encoded: dict[str, tuple[TopicConfig, bytes]] = {}
         #: the system topics this broker makes (upstream adds them to ``TopicValidator``'s set):
         #: besides the fixed ones its cluster's and its own name, ``<cluster>_REPLY_TOPIC``, the
         #: revive and member-sync topics and the trace topic
@@ -226,16 +232,38 @@ class TopicConfigManager:
         self.data_version = wrapper.dataVersion
 
     def encode(self) -> bytes:
-        return TopicConfigSerializeWrapper(
-            topicConfigTable=self.table, dataVersion=self.data_version
-        ).encode()
+        """``topics.json``: the bytes of ``TopicConfigSerializeWrapper(table, data_version).encode()``,
+        assembled from each topic's encoding kept from the last call (encoded again only when its
+        config changed). The table is written for every new topic, and encoding all of it cost
+        ~20 us a topic: half the broker's time when a dev cluster held 7,000 topics."""
+        cache = self._encoded
+        parts = []
+        for name, config in self.table.items():
+            hit = cache.get(name)
+            if hit is None or hit[0] != config:
+                snapshot = msgspec.structs.replace(config, attributes=dict(config.attributes))
+                hit = cache[name] = (snapshot, fastjson.dumps({name: config})[1:-1])
+            parts.append(hit[1])
+        if len(cache) > 2 * len(self.table) + 64:  # deleted topics
+            self._encoded = {name: cache[name] for name in self.table}
+        return b"".join(
+            (
+                b'{"dataVersion":',
+                self.data_version.encode(),
+                b',"topicConfigTable":{',
+                b",".join(parts),
+                b"}}",
+            )
+        )
 
     def persist(self) -> None:
         atomic_write(self.path, self.encode())
 
-    def _changed(self) -> None:
+    def _changed(self, topic: str | None) -> None:
+        """A new DataVersion, and ``on_change(topic)``: the topic created or changed, None when
+        one was deleted (the name servers then need the whole table)."""
         self.data_version = self.data_version.next_version(self.now_ms())
-        self.on_change()
+        self.on_change(topic)
 
     # --- queries and updates ---
 
@@ -250,14 +278,14 @@ class TopicConfigManager:
         self.table[config.topicName] = config
         if old != config:
             self.log.info("%s", describe_topic_change(old, config))
-            self._changed()
+            self._changed(config.topicName)
 
     def delete(self, topic: str) -> TopicConfig | None:
         old = self.table.pop(topic, None)
         self._adopted.pop(topic, None)
         if old is not None:
             self.log.info("deleted topic %s", old.topicName)
-            self._changed()
+            self._changed(None)
         return old
 
     def replace_all(self, table: dict[str, TopicConfig], data_version: DataVersion) -> None:

@@ -305,7 +305,13 @@ class ClientInstance:
             self.routes[topic] = route
             self.publish[topic] = publish_info_from_route(topic, route, from_default_topic=from_default_topic)
             self.subscribe[topic] = subscribe_queues_from_route(topic, route)
-            new_addrs = self.brokers.rebuild(self.routes.values())
+            # this route's brokers only (upstream's client puts each route's brokers into its
+            # table the same way); the whole table is rebuilt after every poll of all routes.
+            # Rebuilding it from every route here cost a producer sending to 7,000 topics
+            # 90 % of its time
+            before = self.brokers.all_addrs()
+            self.brokers.update(route.brokerDatas)
+            new_addrs = self.brokers.all_addrs() - before
             if not self.consumers:
                 new_addrs &= self.brokers.master_addrs()
             if new_addrs and self._nursery is not None:
@@ -423,6 +429,8 @@ class ClientInstance:
     async def update_all_routes(self) -> None:
         for topic in sorted(self.topics_in_use()):
             await self.update_route(topic)
+        # brokers that no route names any more leave the table
+        self.brokers.rebuild(self.routes.values())
 
     def broker_unreachable(self, addr: str) -> None:
         """A connection to ``addr`` could not be made. When that is a broker, its process may be

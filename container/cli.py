@@ -22,7 +22,7 @@ from container.config import KINDS, ConfigError, load_process_config
 from container.config_fields import PROJECT_ROOT
 from container.config_render import render_toml
 from container.logs import PROCESS_LOGGER, LogLevelError, parse_log_levels, setup_logging
-from container.process import StartupError, run_process
+from container.process import StartupError, raise_open_file_limit, run_process
 
 DEFAULT_CONFIG = PROJECT_ROOT / "conf" / "dev-cluster.toml"
 
@@ -106,6 +106,7 @@ def main(
         click.echo(render_toml(config), nl=False)
         return
 
+    raise_open_file_limit()
     try:
         code = trio.run(lambda: run_process(config, on_started=_print_banner))
     except* StartupError as group:

@@ -434,9 +434,9 @@ class DefaultMessageStore(PutPaths):
                         self._dispatch_repeats.log(
                             "cq",
                             logging.ERROR,
-                            f"dispatch stopped at commit-log offset {self.dispatcher.reput_offset}: no room "
-                            f"for consume queue {need.cq.topic}/{need.cq.queue_id}: {exc.strerror or exc}; "
-                            "the messages are stored and become pullable once it can be made",
+                            f"dispatch stopped at commit-log offset {self.dispatcher.reput_offset}: cannot "
+                            f"make room for consume queue {need.cq.topic}/{need.cq.queue_id}: "
+                            f"{exc.strerror or exc}; the messages are stored and become pullable once it can",
                         )
                         return
                     continue

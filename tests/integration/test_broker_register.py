@@ -12,8 +12,12 @@ from broker.controller import BrokerController
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
 from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand, request
+from remoting.connection import RequestContext
+from remoting.protocol.namesrv import RegisterBrokerBody
 from remoting.server import RemotingServer
-from tests.integration.broker_env import BROKER_NAME, broker_configs, wait_until
+from tests.integration.broker_env import BROKER_NAME, broker_configs, broker_env, wait_until
 
 
 def _free_port() -> int:
@@ -42,3 +46,33 @@ async def test_registration_is_retried_soon_when_the_name_server_comes_up_late(
             lambda: bool(namesrv.routes.brokerAddrTable.get(BROKER_NAME)), 8.0, "a retried registration"
         )
         nursery.cancel_scope.cancel()
+
+
+async def test_a_new_topic_is_registered_alone_and_a_deletion_with_the_whole_table(
+    tmp_path: os.PathLike[str],
+) -> None:
+    # upstream's registerIncrementBrokerData: sending the whole table for every new topic cost the
+    # broker and the name servers time in proportion to the number of topics
+    async with broker_env(tmp_path) as env:
+        registered: list[set[str]] = []
+        table = env.namesrv.processor_table
+        inner = table.get(RequestCode.REGISTER_BROKER)
+        assert inner is not None
+
+        async def recording(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
+            body = RegisterBrokerBody.decode(cmd.body_bytes)
+            registered.append(set(body.topicConfigSerializeWrapper.topicConfigTable))
+            return await inner(ctx, cmd)
+
+        table.register(RequestCode.REGISTER_BROKER, recording)
+        everything = set(env.broker.topics.table)
+        for topic in ("IncrementA", "IncrementB"):
+            fields = {"topic": topic, "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}
+            response = await env.call(request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields))
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            await wait_until(lambda t=topic: t in env.namesrv.routes.topicQueueTable, what=f"{topic} routed")
+        assert registered == [{"IncrementA"}, {"IncrementB"}]
+        response = await env.call(request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "IncrementA"}))
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        await wait_until(lambda: len(registered) == 3, what="the registration after the deletion")
+        assert registered[2] == everything | {"IncrementB"}

@@ -6,7 +6,10 @@ import json
 import os
 from dataclasses import dataclass
 
+import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from broker.clients import ClientChannel, ConsumerManager
 from broker.filter import TagFilter, build_subscription
@@ -15,7 +18,7 @@ from broker.locks import RebalanceLockManager
 from broker.offsets import ConsumerOffsetManager
 from broker.topics import TopicConfigManager, describe_topic_change, validate_group, validate_topic
 from remoting.protocol.broker import ConsumerData, HeartbeatData
-from remoting.protocol.common import MessageQueue, PermName, TopicConfig
+from remoting.protocol.common import MessageQueue, PermName, TopicConfig, TopicConfigSerializeWrapper
 
 
 def _topics(tmp_path: object, auto: bool = True) -> TopicConfigManager:
@@ -213,3 +216,35 @@ def test_topic_changes_are_logged_as_queues_and_changed_fields(
         made
         == "created topic F: 16 read / 16 write queues, perm 6 (RW-), order True, attributes {'+message.type': 'FIFO'}"
     )
+
+
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["create", "change", "attr", "delete", "replace"]),
+            st.integers(0, 30),
+            st.integers(1, 16),
+        ),
+        max_size=60,
+    )
+)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_topics_json_from_kept_encodings_is_the_whole_wrapper_encoded(tmp_path: object, ops: list) -> None:
+    # topics.json is assembled from each topic's encoding kept between calls: after any sequence of
+    # creations, changes (also in place, of attributes), deletions and whole-table replacements
+    # its bytes are exactly those of the wrapper encoded from scratch
+    topics = _topics(tmp_path)
+    for op, n, queues in ops:
+        name = f'T{n}\\u00e9"' if n % 7 == 0 else f"T{n}"
+        if op == "create":
+            topics.update(TopicConfig(topicName=name, readQueueNums=queues, writeQueueNums=queues))
+        elif op == "change" and name in topics.table:
+            topics.update(msgspec.structs.replace(topics.table[name], perm=queues % 8))
+        elif op == "attr" and name in topics.table:
+            topics.table[name].attributes = {**topics.table[name].attributes, "+message.type": str(queues)}
+        elif op == "delete":
+            topics.delete(name)
+        elif op == "replace":
+            topics.replace_all(dict(list(topics.table.items())[::2]), topics.data_version)
+        expected = TopicConfigSerializeWrapper(topicConfigTable=topics.table, dataVersion=topics.data_version)
+        assert topics.encode() == expected.encode()
