@@ -404,10 +404,11 @@ class BrokerController:
                 self._topics_dirty = False
                 if not await self.metadata.write(self.topics.path, self.topics.encode()):
                     self._topics_dirty = True
-            # the whole table at every period, after a failure and after a deletion
-            only: set[str] | None = self._register_topics if ok and not self._register_full else None
-            self._register_topics, self._register_full = set(), False
-            ok = await self.register_to_namesrvs(only or None)
+            # the topics asked for alone; the whole table at every period (none asked for), after
+            # a failure and after a deletion
+            topics, self._register_topics = self._register_topics, set()
+            full, self._register_full = self._register_full or not ok or not topics, False
+            ok = await self.register_to_namesrvs(None if full else topics)
             retry = REGISTER_RETRY_MIN_S if ok else min(2 * retry, period)
 
     async def _heartbeat_loop(self) -> None:

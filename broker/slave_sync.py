@@ -115,9 +115,7 @@ class SlaveSynchronize:
                 self._topics_due = False
                 try:
                     await self.sync_all(master)
-                except SlaveSyncError as exc:
-                    log.warning("slave sync from %s: %s", master, exc)
-                except OSError as exc:  # the local files (a full disk, out of descriptors): next round
+                except (SlaveSyncError, OSError) as exc:  # OSError: local files (a full disk, ...)
                     log.warning("slave sync from %s: %s", master, exc)
             elif self._topics_due:
                 await trio.sleep(max(0.0, self._last_topics + self.catch_up_gap - now))
