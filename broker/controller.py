@@ -397,17 +397,20 @@ class BrokerController:
         retry = REGISTER_RETRY_MIN_S
         ok = await self.register_to_namesrvs()
         while True:
-            with trio.move_on_after(period if ok else retry):
+            with trio.move_on_after(period if ok else retry) as waited:
                 await self._register_wanted.wait()
             self._register_wanted = trio.Event()
             if self._topics_dirty:
                 self._topics_dirty = False
                 if not await self.metadata.write(self.topics.path, self.topics.encode()):
                     self._topics_dirty = True
-            # the topics asked for alone; the whole table at every period (none asked for), after
-            # a failure and after a deletion
+            # the topics asked for alone; the whole table at every period, after a failure and
+            # after a deletion. (A wake-up whose topics the round before took -- asked for while
+            # it wrote topics.json -- has nothing to send: it used to send the whole table.)
             topics, self._register_topics = self._register_topics, set()
-            full, self._register_full = self._register_full or not ok or not topics, False
+            full, self._register_full = self._register_full or not ok or waited.cancelled_caught, False
+            if not full and not topics:
+                continue
             ok = await self.register_to_namesrvs(None if full else topics)
             retry = REGISTER_RETRY_MIN_S if ok else min(2 * retry, period)
 

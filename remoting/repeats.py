@@ -21,6 +21,8 @@ class RepeatedLog:
         self.logger = logger
         self.interval = interval
         self._last: dict[str, tuple[str, float]] = {}
+        #: keys whose last full-level message no :meth:`resolved` has answered yet
+        self._open: set[str] = set()
 
     def log(self, key: str, level: int, message: str) -> bool:
         """Log ``message`` at ``level`` if it is new for ``key`` or the interval passed, else at
@@ -32,18 +34,24 @@ class RepeatedLog:
             return False
         if last is None and len(self._last) >= _MAX_KEYS:
             self._last.clear()
+            self._open.clear()
         self._last[key] = (message, now)
+        self._open.add(key)
         self.logger.log(level, "%s", message)
         return True
 
     def forget(self, key: str) -> None:
         """The condition behind ``key`` is over: its next message is logged at full level."""
         self._last.pop(key, None)
+        self._open.discard(key)
 
     def resolved(self, key: str, message: str) -> bool:
-        """The condition behind ``key`` is over: if something was logged for it, log ``message``
-        at INFO (a retry loop's "works again") and forget the key; True when it did."""
-        if self._last.pop(key, None) is None:
+        """The condition behind ``key`` is over, for now: if its last message was logged at full
+        level, log ``message`` at INFO (a retry loop's "works again"); True when it did. The key's
+        last message is kept: a condition that comes and goes (a disk at its last bytes, a process
+        at its descriptor limit) repeats at DEBUG within the interval, and its ups at all."""
+        if key not in self._open:
             return False
+        self._open.discard(key)
         self.logger.info("%s", message)
         return True

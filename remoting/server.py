@@ -35,6 +35,7 @@ from remoting.connection import (
     detach_stream,
 )
 from remoting.log_owner import set_log_owner
+from remoting.repeats import RepeatedLog
 
 __all__ = [
     "Connection",
@@ -90,6 +91,8 @@ class RemotingServer:
         self.shutdown_grace = shutdown_grace
         self.listeners: list[Listener] = []
         self._log = logging.getLogger(name)
+        #: accept failing (out of descriptors): said once per listener and reason
+        self._accept_failures = RepeatedLog(self._log)
         self._nursery: trio.Nursery | None = None
         self._work_scope: trio.CancelScope | None = None
         self._shutting_down = False
@@ -201,12 +204,17 @@ class RemotingServer:
                 stream = await sock.accept()
             except OSError as e:
                 if e.errno in _ACCEPT_RETRY_ERRNOS:
-                    self._log.error("accept on %s failed (%s); retrying in 100 ms", listener.address, e)
+                    self._accept_failures.log(
+                        listener.address,
+                        logging.ERROR,
+                        f"accept on {listener.address} failed ({e}); retrying every 100 ms",
+                    )
                     await trio.sleep(0.1)
                     continue
                 raise
             except trio.ClosedResourceError:
                 return
+            self._accept_failures.resolved(listener.address, f"accept on {listener.address} works again")
             conn = Connection(
                 detach_stream(stream),
                 table=listener.table,

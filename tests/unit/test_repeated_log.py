@@ -55,10 +55,19 @@ def test_resolved_says_so_only_after_a_logged_failure(caplog: pytest.LogCaptureF
     rep.log("disk", logging.ERROR, "full")
     assert rep.resolved("disk", "works again")
     assert not rep.resolved("disk", "works again")  # once
-    assert rep.log("disk", logging.ERROR, "full")  # a new failure is logged at full level again
+    # a condition that comes and goes: its repeats within the interval, and their ends, are quiet
+    assert not rep.log("disk", logging.ERROR, "full")
+    assert not rep.resolved("disk", "works again")
+    assert rep.log("disk", logging.ERROR, "no inodes")  # another reason: full level
+    assert rep.resolved("disk", "works again")
+    rep.forget("disk")
+    assert rep.log("disk", logging.ERROR, "full")
     assert records(caplog) == [
         (logging.ERROR, "full"),
         (logging.DEBUG, "full (repeated)"),
+        (logging.INFO, "works again"),
+        (logging.DEBUG, "full (repeated)"),
+        (logging.ERROR, "no inodes"),
         (logging.INFO, "works again"),
         (logging.ERROR, "full"),
     ]
