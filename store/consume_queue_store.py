@@ -12,10 +12,12 @@ import contextlib
 import errno
 import logging
 import os
+import resource
 import shutil
 from collections.abc import Callable, Iterator
 
 from store.consume_queue import ConsumeQueue, list_queue_dirs
+from store.errors import StoreOpenError
 from store.mapped_file import MappedFile, fsync_dir
 
 log = logging.getLogger("store.consume_queue")
@@ -92,7 +94,20 @@ class ConsumeQueueStore:
         on_disk = set(list_queue_dirs(self.root_dir))
         for topic, qid in sorted(on_disk):
             cq = self.get_or_create(topic, qid)
-            found = cq.load_sync()
+            try:
+                found = cq.load_sync()
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                    raise
+                soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+                raise StoreOpenError(
+                    f"cannot map the files of consume queue {topic}/{qid} in {self.root_dir}: {exc.strerror}. "
+                    f"Every mapped store file holds a descriptor, this store has {len(on_disk)} consume queues "
+                    f"(each a file or more), and the process may open {soft} files. Raise the limit "
+                    "(ulimit -Hn / systemd LimitNOFILE; the process raises its soft limit to the hard one), "
+                    "or delete unused topics (rmq-admin deleteTopic; with the data directory of a dev cluster, "
+                    "deleting the whole directory starts it afresh)"
+                ) from exc
             if any("does not follow" in p for p in found):
                 rebuild.add((topic, qid))
             problems.extend(found)
