@@ -11,12 +11,8 @@ Needs a tmpfs mount (root, as in CI); skipped with the reason otherwise.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
-import subprocess
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,45 +25,11 @@ from client.producer import Producer
 from remoting.client import RemotingClient
 from tests.cluster.harness import ContainerProc, wait_until
 from tests.cluster.test_failover_dev_cluster import dev_cluster_on_free_ports, groups_ready, read_topic
+from tests.integration.storekit import fill, small_filesystem
 
 #: room for the dev cluster's four 64 MiB commit-log files, their index slots and a little more
 FS_SIZE = "300m"
 TOPIC = "DiskFullTopic"
-
-
-@contextlib.contextmanager
-def small_filesystem(path: Path) -> Iterator[Path]:
-    path.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={FS_SIZE}", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(path: Path) -> int:
-    """Write zeros to ``path`` until the filesystem has no byte left; returns how many."""
-    chunk = bytes(1 << 20)
-    written = 0
-    with path.open("wb", buffering=0) as f:
-        while True:
-            try:
-                n = f.write(chunk)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                if len(chunk) == 1:
-                    return written
-                chunk = chunk[: len(chunk) // 2]
-                continue
-            written += n or 0
 
 
 async def pullable(namesrv: str) -> Counter[bytes]:
@@ -79,7 +41,7 @@ async def pullable(namesrv: str) -> Counter[bytes]:
 async def test_a_full_disk_refuses_writes_and_loses_nothing(tmp_path: Path) -> None:
     path, ports = dev_cluster_on_free_ports(tmp_path)
     namesrv = f"127.0.0.1:{ports[9876]}"
-    with small_filesystem(tmp_path / "fs") as fs:
+    with small_filesystem(tmp_path / "fs", FS_SIZE) as fs:
         proc = ContainerProc("dev", path, tmp_path, data_dir=fs / "data")
         try:
             with trio.fail_after(120):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import struct
-from collections.abc import AsyncIterator
+import subprocess
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +179,43 @@ def mapped_pages(mf: MappedFile, start: int, end: int) -> list[bool]:
     finally:
         os.close(fd)
     return [bool(e >> 63) for e in struct.unpack(f"<{count}Q", raw)]
+
+
+# --- a disk that fills up ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def small_filesystem(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (mount's syntax: ``300m``) mounted at ``path`` (made here) for the
+    block; skips the test where it cannot be mounted (not root)."""
+    path.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(path: Path) -> int:
+    """Write zeros to ``path`` until the filesystem has no byte left; returns how many."""
+    chunk = bytes(1 << 20)
+    written = 0
+    with path.open("wb", buffering=0) as f:
+        while True:
+            try:
+                n = f.write(chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                if len(chunk) == 1:
+                    return written
+                chunk = chunk[: len(chunk) // 2]
+                continue
+            written += n or 0
