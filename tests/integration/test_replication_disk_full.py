@@ -22,12 +22,9 @@ from tests.integration.replication_kit import (
     wait_until,
 )
 from tests.integration.storekit import fill, small_filesystem
+from tests.integration.test_replication_auto import auto
 
 QUEUES = 2
-
-
-def _auto(broker_id: int, **kw: object) -> dict[str, object]:
-    return dict(enableControllerMode=True, brokerId=broker_id, checkSyncStateSetPeriod=200, **kw)
 
 
 async def test_a_slave_out_of_disk_pauses_and_catches_up_once_there_is_room(
@@ -36,8 +33,8 @@ async def test_a_slave_out_of_disk_pauses_and_catches_up_once_there_is_room(
     caplog.set_level(logging.INFO, logger="store.ha.service")
     with small_filesystem(tmp_path / "fs", "16m") as fs:
         async with replication_group(tmp_path) as g:
-            m = await g.start("m", **_auto(1))
-            s = await g.start("s", **_auto(2), storePathRootDir=str(fs / "store"))
+            m = await g.start("m", **auto(1))
+            s = await g.start("s", **auto(2), storePathRootDir=str(fs / "store"))
             await m.broker.replication.change_to_master(1)
             await g.create_topic(m.addr, queues=QUEUES)
             await s.broker.replication.change_to_slave(m.ha_addr, 1, master_addr=m.addr)
