@@ -98,14 +98,14 @@ class IndexFile:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self.fd = os.open(path, flags, 0o644)
         #: bytes below this have disk blocks: entries are written only below it (see
-        #: :meth:`reserve_entries`)
-        self.reserved = self.file_size
+        #: :meth:`reserve_entries`). Nothing is known of a loaded file (holes may be anywhere, slots
+        #: never written): its first write reserves through its entry, cheap where blocks exist
+        self.reserved = 0
         try:
             size = os.fstat(self.fd).st_size
             if create:
                 os.ftruncate(self.fd, self.file_size)  # sparse: no page is touched
                 # blocks for the header and every slot (written anywhere) and the first entries
-                self.reserved = 0
                 self._reserve(min(self.file_size, self.entries_pos + ENTRY_RESERVE_MIN))
             elif size != self.file_size:
                 raise IndexCorruptError(
@@ -131,9 +131,6 @@ class IndexFile:
             self._write_header()
         else:
             self._validate()
-            # the file may have holes anywhere (slots never written): the first write reserves
-            # everything through its entry (cheap where blocks exist already)
-            self.reserved = 0
         self.dirty = create
         #: entries numbered below this fit below :attr:`reserved`
         self.entry_limit = self._entry_limit()

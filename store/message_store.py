@@ -440,9 +440,8 @@ class DefaultMessageStore(PutPaths):
                         )
                         return
                     continue
-                if self._dispatch_blocked:
-                    self._dispatch_blocked = False
-                    self._dispatch_repeats.resolved("cq", "dispatch goes on: consume queues have room again")
+                self._dispatch_blocked = False
+                self._dispatch_repeats.resolved("cq", "dispatch goes on: consume queues have room again")
                 return
 
     async def reput(self) -> None:
