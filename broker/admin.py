@@ -324,6 +324,7 @@ class AdminProcessor:
             attributes=attributes,
         )
         broker.topics.update(config)  # bumps the DataVersion and requests a re-registration on change
+        await broker.wait_routed(topic)  # routed when the answer comes, as upstream
         return _ok(request)
 
     async def delete_topic(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:

@@ -158,6 +158,7 @@ async def update_and_create_topic_list(
         # an unchanged config is a no-op; a changed one bumps the DataVersion and asks for a
         # re-registration, which runs once after this handler (no checkpoint in between)
         broker.topics.update(config)
+    await broker.wait_routed(*(c.topicName for c in configs))  # routed when the answer comes
     return request.response(ResponseCode.SUCCESS)
 
 

@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 
 #: first retry of a failed name-server registration (doubling up to registerNameServerPeriod)
 REGISTER_RETRY_MIN_S = 1.0
+#: how long a send that created its topic (or an admin topic update) waits for the name servers
+#: to have the topic's route before it is answered: long enough for a live name server, short
+#: enough that a dead one does not make the client's send (3 s by default) time out
+ROUTE_WAIT_S = 1.0
 
 
 def wall_clock_ms() -> int:
@@ -129,6 +133,12 @@ class BrokerController:
         #: table when ``_register_full`` (and at every period)
         self._register_topics: set[str] = set()
         self._register_full = False
+        #: rounds of the register loop that took their topics, and that ended (registered or not)
+        self._rounds_taken = 0
+        self._rounds_done = 0
+        self._round_done = trio.Event()
+        #: topics asked for and not yet registered: the round that will carry each
+        self._unrouted: dict[str, int] = {}
         self._groups_dirty = False
         #: writes topics.json, subscriptionGroup.json and consumerOffset.json; a refusing disk is
         #: logged, and the table stays dirty until a write succeeds
@@ -185,7 +195,23 @@ class BrokerController:
             self._register_full = True
         else:
             self._register_topics.add(topic)
+            self._unrouted[topic] = self._rounds_taken + 1
         self._register_wanted.set()
+
+    def is_unrouted(self, topic: str) -> bool:
+        """True while ``topic`` (created or changed) waits for its registration."""
+        return topic in self._unrouted
+
+    async def wait_routed(self, *topics: str) -> None:
+        """Return once the name servers were told of ``topics`` (or were asked and refused, or
+        ``ROUTE_WAIT_S`` passed). Upstream registers a topic created by a send before it answers
+        the send: a client that starts a consumer as soon as its first send returned -- a test --
+        finds the topic's route (without it the official clients look again only after their
+        30 s route poll and consume nothing until then)."""
+        target = max((self._unrouted.get(t, 0) for t in topics), default=0)
+        with trio.move_on_after(ROUTE_WAIT_S):
+            while self._rounds_done < target:
+                await self._round_done.wait()
 
     def groups_changed(self) -> None:
         self._groups_dirty = True
@@ -408,11 +434,18 @@ class BrokerController:
             # after a deletion. (A wake-up whose topics the round before took -- asked for while
             # it wrote topics.json -- has nothing to send: it used to send the whole table.)
             topics, self._register_topics = self._register_topics, set()
+            self._rounds_taken += 1
             full, self._register_full = self._register_full or not ok or waited.cancelled_caught, False
-            if not full and not topics:
-                continue
-            ok = await self.register_to_namesrvs(None if full else topics)
-            retry = REGISTER_RETRY_MIN_S if ok else min(2 * retry, period)
+            if full or topics:
+                ok = await self.register_to_namesrvs(None if full else topics)
+                retry = REGISTER_RETRY_MIN_S if ok else min(2 * retry, period)
+            self._round_ended()
+
+    def _round_ended(self) -> None:
+        done = self._rounds_done = self._rounds_taken
+        self._unrouted = {t: r for t, r in self._unrouted.items() if r > done}
+        self._round_done.set()
+        self._round_done = trio.Event()
 
     async def _heartbeat_loop(self) -> None:
         bc = self.broker_config

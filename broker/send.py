@@ -328,6 +328,8 @@ class SendProcessor:
         if error is not None:
             return error
         assert config is not None
+        if self.broker.is_unrouted(config.topicName):
+            await self.broker.wait_routed(config.topicName)  # created by this send (or just before)
         if h.batch or cmd.code == _SEND_BATCH_MESSAGE:
             return await self._send_batch(cmd, h, config, remote)
         body = cmd.body

@@ -18,6 +18,7 @@ from remoting.connection import RequestContext
 from remoting.protocol.namesrv import RegisterBrokerBody
 from remoting.server import RemotingServer
 from tests.integration.broker_env import BROKER_NAME, broker_configs, broker_env, wait_until
+from tests.integration.broker_requests import send_ok, send_request
 
 
 def _free_port() -> int:
@@ -88,3 +89,22 @@ async def test_a_new_topic_is_registered_alone_and_a_deletion_with_the_whole_tab
         assert response.code == ResponseCode.SUCCESS, response.remark
         await wait_until(lambda: len(registered) == 3, what="the registration after the deletion")
         assert registered[2] == everything | {"IncrementB"} | set(burst)
+
+
+async def test_a_topic_is_routed_when_the_send_that_created_it_or_its_update_is_answered(
+    tmp_path: os.PathLike[str],
+) -> None:
+    # upstream registers a topic it creates before it answers: a test that starts a consumer as
+    # soon as its first send returned must find the route (the official clients look again only
+    # after their 30 s poll). Asserted without waiting: the answer itself is the moment
+    async with broker_env(tmp_path) as env:
+        routes = env.namesrv.routes.topicQueueTable
+        for i in range(5):
+            await send_ok(env, send_request(f"CreatedBySend{i}"))
+            assert f"CreatedBySend{i}" in routes
+            fields = {"topic": f"CreatedByAdmin{i}", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}
+            response = await env.call(request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields))
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            assert f"CreatedByAdmin{i}" in routes
+        # a second send to a routed topic does not wait for anything
+        assert not env.broker.is_unrouted("CreatedBySend0")
