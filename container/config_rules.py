@@ -92,6 +92,13 @@ def _check_broker(spec: BrokerSpec, explicit: set[str]) -> None:
     b, s = spec.broker, spec.store
     if s.enableDLegerCommitLog:
         raise InvalidConfig(f"{spec.source}: enableDLegerCommitLog=true is not supported by rmq-container")
+    if b.aclEnable:
+        # refused rather than ignored: a broker the config says checks signatures must not serve
+        # every client unchecked
+        raise InvalidConfig(
+            f"{spec.source}: aclEnable=true is not supported by rmq-container yet (requests are not "
+            "authenticated); remove the key or set it to false"
+        )
     if s.duplicationEnable:
         raise InvalidConfig(f"{spec.source}: a broker with duplicationEnable=true cannot run in a container")
     if not (

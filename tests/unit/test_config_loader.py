@@ -448,6 +448,7 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
             r"needs the controller keys in a \[controller\] table",
         ),
         ("[[broker]]\nenableDLegerCommitLog = true\n", "not supported"),
+        ("[[broker]]\naclEnable = true\n", "aclEnable=true is not supported"),
         ("[[broker]]\nenableControllerMode = true\n", "needs controllerAddr"),
         ("[namesrv]\n[nettyClient]\nuseTLS = true\n", "useTLS=true is not supported"),
         ("# nothing\n", "nothing to run"),
