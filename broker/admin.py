@@ -757,6 +757,11 @@ class AdminProcessor:
                 return request.response(
                     ResponseCode.INVALID_PARAMETER, f"bad value {text_value!r} for config key {key}: {e}"
                 )
+        if values.get("aclEnable"):
+            return request.response(
+                ResponseCode.INVALID_PARAMETER,
+                "aclEnable=true is not supported by rmq-container yet (requests are not authenticated)",
+            )
         for key, value in values.items():
             setattr(targets[key], key, value)
         self._apply_config_change(set(values))

@@ -430,6 +430,10 @@ async def test_update_broker_config_refuses_black_listed_unknown_and_start_up_ke
         bad_value = await update("defaultTopicQueueNums=many\n")
         assert bad_value.code == ResponseCode.INVALID_PARAMETER
         assert "defaultTopicQueueNums" in (bad_value.remark or "")
+        acl = await update("defaultTopicQueueNums=3\naclEnable=true\n")  # would serve unchecked
+        assert acl.code == ResponseCode.INVALID_PARAMETER
+        assert "aclEnable=true is not supported" in (acl.remark or "")
+        assert (await update("aclEnable=false\n")).code == ResponseCode.SUCCESS
         # nothing of the refused updates was applied
         got = await env.call(request(RequestCode.GET_BROKER_CONFIG))
         assert "defaultTopicQueueNums=8\n" in got.body_bytes.decode()
