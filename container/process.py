@@ -287,6 +287,12 @@ class ContainerProcess:
                     refusal = _leaves(group)[0]
                     await _release_listeners(server)
                     raise StartupError(f"{hosted.name}: {refusal}") from refusal
+                except* OSError as group:
+                    # a data directory that cannot be made or written (read-only file system, no
+                    # permission): one line naming the path, not a traceback
+                    error = _leaves(group)[0]
+                    await _release_listeners(server)
+                    raise StartupError(f"{hosted.name}: cannot start: {_describe_os_error(error)}") from error
             async with trio.open_nursery() as transport:
                 await transport.start(server.run)
                 lines = self.banner()
@@ -325,6 +331,13 @@ class ContainerProcess:
                 err = _leaves(group)[0]
                 raise err from err.__cause__
         log.info("rmq-container stopped")
+
+
+def _describe_os_error(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        where = f": {error.filename}" if error.filename is not None else ""
+        return f"{error.strerror}{where}"
+    return str(error)
 
 
 async def run_process(

@@ -159,6 +159,24 @@ async def test_port_in_use_exits_1_naming_component_and_address(tmp_path: Path) 
     assert f"namesrv: cannot listen on 127.0.0.1:{port}".encode() in await proc.drain_stderr()
 
 
+async def test_a_store_directory_that_cannot_be_made_exits_1_with_one_line(tmp_path: Path) -> None:
+    # a data directory on a read-only file system or without permission ends the same way; a
+    # path through a file is the one every user of the suite can make
+    (tmp_path / "afile").write_text("not a directory")
+    store = tmp_path / "afile" / "store"
+    conf = tmp_path / "b.properties"
+    conf.write_text(
+        f"brokerClusterName=C\nbrokerName=x\nlistenPort=0\nnamesrvAddr=127.0.0.1:1\nstorePathRootDir={store}\n"
+    )
+    proc = await start(conf)
+    with trio.fail_after(STOP_DEADLINE):
+        code = await proc.process.wait()
+    stderr = (await proc.drain_stderr()).decode()
+    assert code == 1
+    assert f"rmq-container: C_x_0: cannot start: Not a directory: {store}\n" in stderr
+    assert "Traceback" not in stderr
+
+
 def test_print_config_output_loads_back(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "container.cli", "--print-config", "--data-dir", str(tmp_path)],
