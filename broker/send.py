@@ -10,6 +10,7 @@ shortcuts of :mod:`broker.send_records`, which store the same bytes as the gener
 
 from __future__ import annotations
 
+import logging
 import random
 from time import monotonic_ns
 from typing import TYPE_CHECKING
@@ -75,6 +76,7 @@ from remoting.protocol.message import (
     topic_field,
     transaction_type,
 )
+from remoting.repeats import RepeatedLog
 from store.config import BrokerRole
 from store.results import PutMessageStatus
 
@@ -119,6 +121,15 @@ def decode_send_header(cmd: RemotingCommand) -> SendHeader:
 #: Cached per-connection / per-topic values stay below this many entries (cleared when full).
 _CACHE_LIMIT = 4096
 
+log = logging.getLogger("broker.send")
+
+
+def _code_name(code: int) -> str:
+    try:
+        return f"{ResponseCode(code).name} ({code})"
+    except ValueError:
+        return str(code)
+
 
 class SendProcessor:
     def __init__(self, broker: BrokerController) -> None:
@@ -139,10 +150,16 @@ class SendProcessor:
         self._store_field = b""
         self._client_props = ClientProperties()
         self._batch_encoder = BatchRecordEncoder(self._complete_properties, self._client_props)
+        self._refusals = RepeatedLog(log)
 
     # --- helpers ---
 
     def _error(self, cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+        # logged (each reason once per interval): the official C++ client reports every refused
+        # send as "No route info of this topic" and keeps the broker's reason in its own log file
+        fields = cmd.ext_fields or {}
+        what = f"send to {topic}" if (topic := fields.get("topic") or fields.get("b")) else "send-back"
+        self._refusals.log(remark, logging.WARNING, f"{what} refused, {_code_name(code)}: {remark}")
         resp = cmd.response(code, remark)
         resp.ext_fields = dict(self._ext_ok)
         return resp

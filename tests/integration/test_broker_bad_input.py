@@ -3,6 +3,7 @@ readable remark, and the broker keeps serving good requests afterwards (issue 3,
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -76,6 +77,25 @@ async def test_body_over_max_message_size_is_message_illegal(tmp_path: os.PathLi
         sent = await send_text(env, TOPIC, "z" * MAX_SIZE)
         assert sent.queueOffset == 0
         await assert_still_serving(env)
+
+
+async def test_a_refused_send_is_logged_once_per_reason(
+    tmp_path: os.PathLike[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # the official C++ client reports every refused send as "No route info of this topic": the
+    # broker's log says why (the same reason again within the interval only at DEBUG)
+    caplog.set_level(logging.DEBUG, logger="broker.send")
+    async with broker_env(tmp_path, maxMessageSize=MAX_SIZE) as env:
+        for _ in range(3):
+            await expect(env, send_request(TOPIC, b"x" * (MAX_SIZE + 1)), ResponseCode.MESSAGE_ILLEGAL)
+        await expect(env, send_request("bad topic"), ResponseCode.INVALID_PARAMETER)
+    warnings = [
+        r.getMessage() for r in caplog.records if r.name == "broker.send" and r.levelno == logging.WARNING
+    ]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith(f"send to {TOPIC} refused, MESSAGE_ILLEGAL (13): ")
+    assert str(MAX_SIZE + 1) in warnings[0]
+    assert warnings[1].startswith("send to bad topic refused, INVALID_PARAMETER (")
 
 
 async def test_properties_over_32767_bytes_are_message_illegal(tmp_path: os.PathLike[str]) -> None:
