@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import random
-from time import monotonic_ns
+from time import monotonic, monotonic_ns
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -76,7 +76,7 @@ from remoting.protocol.message import (
     topic_field,
     transaction_type,
 )
-from remoting.repeats import RepeatedLog
+from remoting.repeats import REPEAT_INTERVAL
 from store.config import BrokerRole
 from store.results import PutMessageStatus
 
@@ -150,16 +150,33 @@ class SendProcessor:
         self._store_field = b""
         self._client_props = ClientProperties()
         self._batch_encoder = BatchRecordEncoder(self._complete_properties, self._client_props)
-        self._refusals = RepeatedLog(log)
+        #: (response code, topic) -> when a refusal of it was last logged at WARNING
+        self._refused_at: dict[tuple[int, str | None], float] = {}
 
     # --- helpers ---
 
     def _error(self, cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
-        # logged (each reason once per interval): the official C++ client reports every refused
-        # send as "No route info of this topic" and keeps the broker's reason in its own log file
+        # logged: the official C++ client reports every refused send as "No route info of this
+        # topic" and keeps the broker's reason in its own log file
         fields = cmd.ext_fields or {}
-        what = f"send to {topic}" if (topic := fields.get("topic") or fields.get("b")) else "send-back"
-        self._refusals.log(remark, logging.WARNING, f"{what} refused, {_code_name(code)}: {remark}")
+        topic = fields.get("topic") or fields.get("b")
+        what = (
+            f"send to {topic} refused, {_code_name(code)}: {remark}"
+            if topic
+            else f"send-back refused, {_code_name(code)}: {remark}"
+        )
+        # per topic and code, whatever the remark's numbers: a client repeating a bad send with
+        # other sizes does not flood the log
+        now = monotonic()
+        key = (code, topic)
+        last = self._refused_at.get(key)
+        if last is None or now - last >= REPEAT_INTERVAL:
+            if len(self._refused_at) >= _CACHE_LIMIT:
+                self._refused_at.clear()
+            self._refused_at[key] = now
+            log.warning("%s", what)
+        else:
+            log.debug("%s", what)
         resp = cmd.response(code, remark)
         resp.ext_fields = dict(self._ext_ok)
         return resp
