@@ -8,7 +8,7 @@ if the scenario overruns its ``deadline`` (a hung native call), so the caller st
 Actions (``spec["action"]``):
 
 - ``produce``: send ``messages`` (each: ``topic``, ``body`` text or ``body_random`` byte count,
-  optional ``keys``, ``tags``, ``props``, ``mode`` = ``sync`` | ``oneway`` | ``orderly`` with ``arg``,
+  optional ``keys``, ``tags``, ``props``, ``mode`` = ``sync`` | ``async`` | ``oneway`` | ``orderly`` with ``arg``,
   or ``batch`` with the batch's messages in ``items``) with one producer (``max_message_size``: the
   client's own body limit, 128 KiB unless given); report one result per message or batch (``ok``,
   ``status``, ``msg_id``, ``offset`` or ``error`` / ``error_type``).
@@ -46,6 +46,7 @@ import sys
 import threading
 import time
 import traceback
+from functools import partial
 from typing import Any
 
 from rocketmq.client import Message, Producer, PullConsumer, PushConsumer, RecvMessage
@@ -120,6 +121,7 @@ def produce(spec: dict[str, Any], result: dict[str, Any]) -> None:
     producer.set_namesrv_addr(spec["namesrv"])
     producer.start()
     results: list[dict[str, Any]] = result.setdefault("results", [])
+    pending: list[dict[str, Any]] = []
     keep: list[Message] = []
     try:
         if spec.get("quiet_start", True):
@@ -140,6 +142,12 @@ def produce(spec: dict[str, Any], result: dict[str, Any]) -> None:
             msg = _message(m)
             keep.append(msg)
             try:
+                if mode == "async":
+                    slot: dict[str, Any] = {"ok": False, "error": "no callback yet"}
+                    results.append(slot)
+                    pending.append(slot)
+                    producer.send_async(msg, partial(_async_ok, slot), partial(_async_failed, slot))
+                    continue
                 if mode == "sync":
                     r = producer.send_sync(msg)
                 elif mode == "orderly":
@@ -153,8 +161,21 @@ def produce(spec: dict[str, Any], result: dict[str, Any]) -> None:
                 results.append({"ok": True, "status": int(r.status), "msg_id": r.msg_id, "offset": r.offset})
             except Exception as e:
                 results.append(_error(e))
+        # async sends: their callbacks (on the client's threads) fill their slots
+        deadline = time.monotonic() + spec.get("timeout_ms", 5000) / 1000 + 5
+        while any(not slot.get("done") for slot in pending) and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         producer.shutdown()
+
+
+def _async_ok(slot: dict[str, Any], r: Any) -> None:
+    slot.update(ok=True, status=int(r.status), msg_id=r.msg_id, offset=r.offset, done=True)
+    slot.pop("error", None)
+
+
+def _async_failed(slot: dict[str, Any], e: BaseException) -> None:
+    slot.update(_error(e), done=True)
 
 
 #: What the client logs when a heartbeat pass finds no broker to send to.

@@ -1,4 +1,4 @@
-"""The real C++ client produces (sync, oneway, ordered) and push-consumes (clustering, tag expression)
+"""The real C++ client produces (sync, async, oneway, ordered) and push-consumes (clustering, tag expression)
 through a real ``rmq-container`` with two master broker groups and auto-created topics."""
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from tests.compat.cluster import Clients, MakeContainer, invoke, requires_cpp_cl
 pytestmark = [pytest.mark.compat, requires_cpp_client]
 
 TOPIC = "CompatMixedTopic"
-MODES = ("sync", "oneway", "orderly")
+MODES = ("sync", "oneway", "orderly", "async")
 TAGS = ("TagA", "TagB", "TagC")
 PROPS = ("seq", "mode", "note")
 
 
 def mixed_messages(first: int, count: int) -> list[dict[str, Any]]:
     """Messages ``first .. first+count-1``: modes cycle every message, tags every three, so every
-    (mode, tag) pair occurs; two keys each; user properties incl. non-ASCII text and spaces."""
+    (mode, tag) pair occurs within 36; two keys each; user properties incl. non-ASCII text and spaces."""
     out = []
     for i in range(first, first + count):
         out.append(
@@ -33,8 +33,8 @@ def mixed_messages(first: int, count: int) -> list[dict[str, Any]]:
                 "body": f"body-{i:03d}",
                 "keys": f"key-{i:03d} group-{i % 4}",
                 "tags": TAGS[(i // 3) % 3],
-                "props": {"seq": str(i), "mode": MODES[i % 3], "note": f"héllo wörld = {i}: ok"},
-                "mode": MODES[i % 3],
+                "props": {"seq": str(i), "mode": MODES[i % len(MODES)], "note": f"héllo wörld = {i}: ok"},
+                "mode": MODES[i % len(MODES)],
                 "arg": i,
             }
         )
