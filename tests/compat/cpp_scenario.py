@@ -12,7 +12,7 @@ Actions (``spec["action"]``):
   or ``batch`` with the batch's messages in ``items``) with one producer (``max_message_size``: the
   client's own body limit, 128 KiB unless given); report one result per message or batch (``ok``,
   ``status``, ``msg_id``, ``offset`` or ``error`` / ``error_type``).
-- ``push``: a push consumer (``orderly`` or concurrent, clustering) subscribed to ``topic`` with
+- ``push``: a push consumer (``orderly`` or concurrent, clustering or ``broadcasting``) subscribed to ``topic`` with
   ``expression``; records every delivery (body, keys, tags, the ``props`` asked for, queue id and
   offset, reconsume count, message id, arrival time and thread), then sleeps up to ``sleep_ms``
   (random) and appends the body to ``completed`` (the order in which handlers finished). Raises (→ RECONSUME_LATER) on the
@@ -49,7 +49,7 @@ import traceback
 from functools import partial
 from typing import Any
 
-from rocketmq.client import Message, Producer, PullConsumer, PushConsumer, RecvMessage
+from rocketmq.client import Message, MessageModel, Producer, PullConsumer, PushConsumer, RecvMessage
 from rocketmq.ffi import _CMessageQueue, _CPullStatus, dll
 
 RESULT_PREFIX = "SCENARIO-RESULT "
@@ -268,7 +268,8 @@ def push(spec: dict[str, Any], result: dict[str, Any]) -> None:
         with lock:
             completed.append(body)
 
-    consumer = PushConsumer(spec["group"], orderly=bool(spec.get("orderly", False)))
+    model = MessageModel.BROADCASTING if spec.get("broadcasting") else MessageModel.CLUSTERING
+    consumer = PushConsumer(spec["group"], orderly=bool(spec.get("orderly", False)), message_model=model)
     consumer.set_namesrv_addr(spec["namesrv"])
     if spec.get("thread_count"):
         consumer.set_thread_count(int(spec["thread_count"]))

@@ -187,6 +187,46 @@ def test_cpp_two_push_consumers_of_one_group_share_the_queues(
     assert not duplicates
 
 
+def test_cpp_broadcasting_consumers_of_one_group_each_get_every_message(
+    make_container: MakeContainer, client: Clients
+) -> None:
+    topic = "CompatBroadcastTopic"
+    group = "CG_BROADCAST"
+    cluster = make_container("broker-a", "broker-b")
+    seed = [{"topic": topic, "body": f"seed-{i}", "mode": "sync"} for i in range(8)]  # creates the topic
+    assert_sent(client({"action": "produce", "namesrv": cluster.namesrv, "messages": seed}), seed)
+    messages = [{"topic": topic, "body": f"cast-{i:02d}", "mode": "sync"} for i in range(40)]
+    spec = {
+        "action": "push",
+        "namesrv": cluster.namesrv,
+        "group": group,
+        "topic": topic,
+        "broadcasting": True,
+        # the messages sent once both run (a broadcasting consumer keeps its offsets itself and
+        # picks its start; whether it gets the seeds is not asserted)
+        "expect": [m["body"] for m in messages],
+        "settle": 2,
+        "wait": 30,
+        "deadline": 45,
+    }
+    consumers = [client.start(spec), client.start(spec)]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if all(len(consumer_ids(addr, group)) == 2 for addr in cluster.brokers.values()):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"both consumers never showed up on both brokers: {cluster.output()}")
+    time.sleep(1)  # their first pulls (which fix their start offsets) are out
+    assert_sent(client({"action": "produce", "namesrv": cluster.namesrv, "messages": messages}), messages)
+    for consumer in consumers:
+        report = consumer.report(50)
+        assert not report.get("timed_out"), f"got {len(report['received'])} of {len(messages)}"
+        got = Counter(r["body"] for r in report["received"] if r["body"].startswith("cast-"))
+        assert set(got) == {m["body"] for m in messages}
+        assert max(got.values()) == 1, got
+
+
 def test_cpp_batch_send_is_consumed_message_by_message_with_properties(
     make_container: MakeContainer, client: Clients
 ) -> None:
