@@ -271,6 +271,8 @@ def push(spec: dict[str, Any], result: dict[str, Any]) -> None:
     model = MessageModel.BROADCASTING if spec.get("broadcasting") else MessageModel.CLUSTERING
     consumer = PushConsumer(spec["group"], orderly=bool(spec.get("orderly", False)), message_model=model)
     consumer.set_namesrv_addr(spec["namesrv"])
+    if spec.get("instance_name"):
+        consumer.set_instance_name(spec["instance_name"])
     if spec.get("thread_count"):
         consumer.set_thread_count(int(spec["thread_count"]))
     consumer.subscribe(spec["topic"], on_message, spec.get("expression", "*"))

@@ -209,7 +209,10 @@ def test_cpp_broadcasting_consumers_of_one_group_each_get_every_message(
         "wait": 30,
         "deadline": 45,
     }
-    consumers = [client.start(spec), client.start(spec)]
+    # each its own instance name: the C++ client keeps a broadcasting consumer's offsets in
+    # ~/.rocketmq_offsets/<ip>@<instance name>/<group>, and two consumers starting together in one
+    # home with the same name race to create that directory (the loser never starts consuming)
+    consumers = [client.start({**spec, "instance_name": f"cast{i}"}) for i in range(2)]
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         if all(len(consumer_ids(addr, group)) == 2 for addr in cluster.brokers.values()):
