@@ -49,6 +49,8 @@ log = logging.getLogger("namesrv")
 
 #: Liveness timeout of a broker whose registration gave none (upstream 2 minutes).
 DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000
+#: a registration that brings more new topics than this logs one line for all of them
+NEW_TOPICS_LOGGED_ONE_BY_ONE = 10
 
 
 class RouteSettings(Protocol):
@@ -237,12 +239,15 @@ class RouteInfoManager:
                     if topic not in topic_table:
                         self._remove_queue_data(topic, brokerName)
             version_changed = self._data_version_changed(addr_info, new_version)
+            created: list[str] = []
             for tc in topic_table.values():
                 if register_first or version_changed or self._topic_missing(tc.topicName, brokerName):
                     perm = tc.perm
                     if is_prime_slave and broker_data.enableActingMaster:
                         perm &= ~PermName.PERM_WRITE
-                    self._update_queue_data(brokerName, tc, perm)
+                    if self._update_queue_data(brokerName, tc, perm):
+                        created.append(tc.topicName)
+            self._log_created(brokerName, brokerAddr, created)
             if version_changed or register_first:
                 for topic, info in mapping.items():
                     bname = info.get("bname") if isinstance(info, dict) else None
@@ -289,7 +294,23 @@ class RouteInfoManager:
         qmap = self.topicQueueTable.get(topic)
         return not qmap or brokerName not in qmap
 
-    def _update_queue_data(self, brokerName: str, tc: TopicConfig, perm: int) -> None:
+    def _log_created(self, brokerName: str, brokerAddr: str, created: list[str]) -> None:
+        """One line per new topic -- or, for a registration that brings many (a name server
+        started after its brokers, e.g. a dev cluster restarted on a data directory of thousands
+        of topics), one line for all of them, each topic at DEBUG."""
+        if len(created) <= NEW_TOPICS_LOGGED_ONE_BY_ONE:
+            for topic in created:
+                qd = self.topicQueueTable[topic][brokerName]
+                log.info("new topic registered: %s %s", topic, qd)
+            return
+        for topic in created:
+            log.debug("new topic registered: %s %s", topic, self.topicQueueTable[topic][brokerName])
+        shown = ", ".join(created[:NEW_TOPICS_LOGGED_ONE_BY_ONE])
+        log.info("%d new topics registered by %s (%s): %s, ...", len(created), brokerName, brokerAddr, shown)
+
+    def _update_queue_data(self, brokerName: str, tc: TopicConfig, perm: int) -> bool:
+        """Put ``brokerName``'s queues of ``tc`` in the route table; True when the topic is new
+        there (the caller logs it)."""
         qd = QueueData(
             brokerName=brokerName,
             readQueueNums=tc.readQueueNums,
@@ -300,12 +321,12 @@ class RouteInfoManager:
         qmap = self.topicQueueTable.setdefault(tc.topicName, {})
         old = qmap.get(brokerName)
         if old is None:
-            if len(qmap) == 0:
-                log.info("new topic registered: %s %s", tc.topicName, qd)
             qmap[brokerName] = qd
-        elif old != qd:
+            return len(qmap) == 1
+        if old != qd:
             log.info("topic changed: %s old %s new %s", tc.topicName, old, qd)
             qmap[brokerName] = qd
+        return False
 
     def _remove_queue_data(self, topic: str, brokerName: str) -> None:
         qmap = self.topicQueueTable.get(topic)

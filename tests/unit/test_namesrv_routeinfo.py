@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -407,3 +408,21 @@ def test_no_unregister_notification_without_acting_master(acting: bool | None) -
     route = rim.pickup_topic_route_data("T1")
     assert route is not None
     assert route.queueDatas[0].perm == 6
+
+
+def test_a_registration_of_many_new_topics_logs_one_line_for_them(caplog: pytest.LogCaptureFixture) -> None:
+    # a name server started after its brokers (a dev cluster restarted on thousands of topics)
+    # used to log one line per topic
+    caplog.set_level(logging.DEBUG, logger="namesrv")
+    rim = RouteInfoManager(cfg())
+    few = [TopicConfig(topicName=f"Few{i}") for i in range(3)]
+    register(rim, MASTER, 0, *few)
+    many = [TopicConfig(topicName=f"Many{i:03d}") for i in range(200)]
+    register(rim, SLAVE, 0, *many, name="broker-b")
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and "topic" in r.getMessage()]
+    assert sorted(m.split()[3] for m in info[:4]) == ["Few0", "Few1", "Few2", SYS]
+    assert len(info) == 5, info
+    assert info[4].startswith(f"200 new topics registered by broker-b ({SLAVE}): Many000, Many001, ")
+    debug = [r for r in caplog.records if r.levelno == logging.DEBUG and "Many" in r.getMessage()]
+    assert len(debug) == 200
+    assert len(user_topics(rim)) == 203
