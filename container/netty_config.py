@@ -27,7 +27,8 @@ class NettyServerConfig(msgspec.Struct, kw_only=True):
     #: Ignored (upstream: bounds on oneway / async requests the server itself sends).
     serverOnewaySemaphoreValue: int = 256
     serverAsyncSemaphoreValue: int = 64
-    #: Ignored for now (upstream closes connections idle this long; the remoting server does not).
+    #: Honored: a connection without a read or a write this long (and no request open) is
+    #: closed, as upstream's idle handler does; 0 never closes one.
     serverChannelMaxIdleTimeSeconds: int = 120
     #: Ignored (0 = OS default, which is what we use).
     serverSocketSndBufSize: int = 0

@@ -316,7 +316,9 @@ class ContainerProcess:
     async def run(self, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, report the banner lines, serve until :meth:`stop`, then shut down."""
         cfg = self.config
-        server = RemotingServer(name=REMOTING_LOGGER)
+        server = RemotingServer(
+            name=REMOTING_LOGGER, idle_timeout=cfg.nettyServer.serverChannelMaxIdleTimeSeconds
+        )
         self.server = server
         with trio.CancelScope() as cancel_all:
             self._cancel_all = cancel_all

@@ -172,6 +172,8 @@ class Connection:
         self._drain_lot = trio.lowlevel.ParkingLot()
         self._closed = False
         self._finished = False
+        #: reads and writes that moved bytes so far (the server's idle scan compares it)
+        self.activity = 0
         #: "ip:port" of the peer
         self.remote_address = "?"
         #: the local port the connection arrived at (or left from)
@@ -264,9 +266,14 @@ class Connection:
             self._log.debug("dropping response (opaque %d): %s", response.opaque, e)
         await trio.lowlevel.cancel_shielded_checkpoint()  # yield even when the write was immediate
 
-    async def aclose(self) -> None:
+    @property
+    def awaiting_responses(self) -> bool:
+        """Whether requests sent on this connection wait for the peer's responses."""
+        return bool(self._pending)
+
+    async def aclose(self, reason: str = "closed locally") -> None:
         """Close the connection; the reader notices, fails pending requests and fires on_close."""
-        self._close_now("closed locally")
+        self._close_now(reason)
         await trio.lowlevel.checkpoint()
 
     def _close_now(self, reason: str) -> None:
@@ -304,6 +311,7 @@ class Connection:
         """
         out = self._out
         sock = self._sock
+        self.activity += 1
         try:
             while out:
                 sent = sock.send(out[0]) if len(out) == 1 else sock.sendmsg(out[:_IOV_MAX])
@@ -422,6 +430,7 @@ class Connection:
                         self._log.info("connection %s: read failed: %s", self.remote_address, e)
                         self.close_reason = f"read failed: {e}"
                     break
+                self.activity += 1
                 if not n:
                     if decoder.buffered:
                         self._log.warning(

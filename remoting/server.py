@@ -84,8 +84,12 @@ class RemotingServer:
         max_in_flight_per_connection: int = 256,
         name: str = "remoting",
         shutdown_grace: float = 2.0,
+        idle_timeout: float = 0.0,
     ) -> None:
         self.name = name
+        #: seconds without a read or a write (and with no request open either way) after which
+        #: a connection is closed (upstream ``serverChannelMaxIdleTimeSeconds``); 0: never
+        self.idle_timeout = idle_timeout
         self.max_frame_size = max_frame_size
         self.max_in_flight_per_connection = max_in_flight_per_connection
         self.shutdown_grace = shutdown_grace
@@ -167,6 +171,8 @@ class RemotingServer:
                     self._nursery = nursery
                     for listener in self.listeners:
                         await nursery.start(self._accept_loop, listener)
+                    if self.idle_timeout > 0:
+                        nursery.start_soon(self._close_idle_connections)
                     task_status.started()
                     await trio.sleep_forever()
         finally:
@@ -185,6 +191,37 @@ class RemotingServer:
         for conn in self.connections:
             await conn.aclose()
         self._log.info("server %s stopped", self.name)
+
+    async def _close_idle_connections(self) -> None:
+        """Close connections idle for ``idle_timeout``: a peer that vanished without closing (a
+        machine gone, a network cut, a process frozen for good) would otherwise hold its
+        connection and its client-table entries forever. Live clients are never idle this long
+        (they heartbeat every 30 s); a connection with a request open either way is not idle."""
+        limit = self.idle_timeout
+        period = min(max(limit / 4, 0.05), 10.0)
+        #: connection -> (its activity count, when that count was first seen)
+        seen: dict[Connection, tuple[int, float]] = {}
+        while True:
+            await trio.sleep(period)
+            now = trio.current_time()
+            kept: dict[Connection, tuple[int, float]] = {}
+            for conn in self.connections:
+                if conn.closed:
+                    continue
+                prev = seen.get(conn)
+                if prev is None or prev[0] != conn.activity or conn.in_flight or conn.awaiting_responses:
+                    kept[conn] = (conn.activity, now)
+                elif now - prev[1] >= limit:
+                    self._log.info(
+                        "closing connection %s (%s): idle for %.0f s (serverChannelMaxIdleTimeSeconds)",
+                        conn.remote_address,
+                        conn.listener,
+                        now - prev[1],
+                    )
+                    await conn.aclose("idle")
+                else:
+                    kept[conn] = prev
+            seen = kept
 
     async def _accept_loop(self, listener: Listener, *, task_status: trio.TaskStatus[None]) -> None:
         assert self._nursery is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -710,3 +711,39 @@ async def test_many_connections_one_request_each_all_answered_every_round(
                 assert (got.opaque, got.remark) == (rnd * 100 + i, f"{rnd}/{i}")
         for s in streams:
             await s.aclose()
+
+
+async def test_idle_connections_are_closed_and_busy_ones_kept(caplog: pytest.LogCaptureFixture) -> None:
+    # upstream serverChannelMaxIdleTimeSeconds: a peer that vanished without closing must not hold
+    # its connection forever; one that talks, or waits for a held request, is not idle
+    caplog.set_level(logging.INFO, logger="remoting")
+    released = trio.Event()
+
+    async def held(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        await released.wait()  # a long poll
+        return req.response(ResponseCode.SUCCESS)
+
+    table = ProcessorTable()
+    table.register(10, echo)
+    table.register(11, held)
+    async with (
+        serving(table, idle_timeout=0.4) as (server, (listener,)),
+        raw_peer(listener) as silent,
+        raw_peer(listener) as talker,
+        raw_peer(listener) as waiter,
+    ):
+        await waiter.send(request(11))
+        t0 = trio.current_time()
+        while trio.current_time() - t0 < 1.2:  # three times the limit
+            await talker.send(request(10))
+            assert (await talker.read()) is not None
+            await trio.sleep(0.1)
+        assert await silent.read(timeout=1.0) is None  # closed by the server: EOF
+        assert len(server.connections) == 2
+        released.set()
+        response = await waiter.read()
+        assert response is not None
+        assert response.code == ResponseCode.SUCCESS
+        await talker.send(request(10))
+        assert (await talker.read()) is not None
+    assert "idle for" in caplog.text
