@@ -12,7 +12,7 @@ import pytest
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import request
-from tests.compat.cluster import Clients, MakeContainer, invoke, requires_cpp_client
+from tests.compat.cluster import Clients, Container, MakeContainer, invoke, requires_cpp_client
 
 pytestmark = [pytest.mark.compat, requires_cpp_client]
 
@@ -81,6 +81,16 @@ def assert_exactly(report: dict[str, Any], expected: list[dict[str, Any]]) -> No
             # UNIQ_KEY, kept by the broker) and the queue offset the broker answered
             assert r["id"] == sent["result"]["msg_id"], (r, sent)
             assert r["queue_offset"] == sent["result"]["offset"], (r, sent)
+
+
+def wait_for_members(cluster: Container, group: str, count: int) -> None:
+    """Wait until every broker of ``cluster`` lists ``count`` consumers of ``group`` (15 s)."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if all(len(consumer_ids(addr, group)) == count for addr in cluster.brokers.values()):
+            return
+        time.sleep(0.1)
+    pytest.fail(f"{count} consumers of {group} never showed up on every broker: {cluster.output()}")
 
 
 def test_cpp_producer_and_push_consumers_exact_set_with_properties(
@@ -165,13 +175,7 @@ def test_cpp_two_push_consumers_of_one_group_share_the_queues(
         "deadline": 35,
     }
     first, second = client.start(spec), client.start(spec)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if all(len(consumer_ids(addr, group)) == 2 for addr in cluster.brokers.values()):
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail(f"both consumers never showed up on both brokers: {cluster.output()}")
+    wait_for_members(cluster, group, 2)
     assert_sent(client({"action": "produce", "namesrv": cluster.namesrv, "messages": messages}), messages)
     reports = [first.report(50), second.report(50)]
 
@@ -213,13 +217,7 @@ def test_cpp_broadcasting_consumers_of_one_group_each_get_every_message(
     # ~/.rocketmq_offsets/<ip>@<instance name>/<group>, and two consumers starting together in one
     # home with the same name race to create that directory (the loser never starts consuming)
     consumers = [client.start({**spec, "instance_name": f"cast{i}"}) for i in range(2)]
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if all(len(consumer_ids(addr, group)) == 2 for addr in cluster.brokers.values()):
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail(f"both consumers never showed up on both brokers: {cluster.output()}")
+    wait_for_members(cluster, group, 2)
     time.sleep(1)  # their first pulls (which fix their start offsets) are out
     assert_sent(client({"action": "produce", "namesrv": cluster.namesrv, "messages": messages}), messages)
     for consumer in consumers:
