@@ -129,16 +129,15 @@ class BrokerController:
         self.server: object | None = None
         self._register_wanted = trio.Event()
         self._topics_dirty = False
-        #: topics to register with the name servers at the register loop's next round; the whole
-        #: table when ``_register_full`` (and at every period)
-        self._register_topics: set[str] = set()
+        #: topics asked for and not yet registered with the name servers, each with the round of
+        #: the register loop that carries it: the next round takes those above ``_rounds_taken``
+        #: (the whole table instead when ``_register_full``, and at every period)
+        self.unrouted: dict[str, int] = {}
         self._register_full = False
         #: rounds of the register loop that took their topics, and that ended (registered or not)
         self._rounds_taken = 0
         self._rounds_done = 0
         self._round_done = trio.Event()
-        #: topics asked for and not yet registered: the round that will carry each
-        self._unrouted: dict[str, int] = {}
         self._groups_dirty = False
         #: writes topics.json, subscriptionGroup.json and consumerOffset.json; a refusing disk is
         #: logged, and the table stays dirty until a write succeeds
@@ -194,13 +193,8 @@ class BrokerController:
         if topic is None:
             self._register_full = True
         else:
-            self._register_topics.add(topic)
-            self._unrouted[topic] = self._rounds_taken + 1
+            self.unrouted[topic] = self._rounds_taken + 1
         self._register_wanted.set()
-
-    def is_unrouted(self, topic: str) -> bool:
-        """True while ``topic`` (created or changed) waits for its registration."""
-        return topic in self._unrouted
 
     async def wait_routed(self, *topics: str) -> None:
         """Return once the name servers were told of ``topics`` (or were asked and refused, or
@@ -208,7 +202,7 @@ class BrokerController:
         the send: a client that starts a consumer as soon as its first send returned -- a test --
         finds the topic's route (without it the official clients look again only after their
         30 s route poll and consume nothing until then)."""
-        target = max((self._unrouted.get(t, 0) for t in topics), default=0)
+        target = max((self.unrouted.get(t, 0) for t in topics), default=0)
         with trio.move_on_after(ROUTE_WAIT_S):
             while self._rounds_done < target:
                 await self._round_done.wait()
@@ -433,8 +427,9 @@ class BrokerController:
             # the topics asked for alone; the whole table at every period, after a failure and
             # after a deletion. (A wake-up whose topics the round before took -- asked for while
             # it wrote topics.json -- has nothing to send: it used to send the whole table.)
-            topics, self._register_topics = self._register_topics, set()
-            self._rounds_taken += 1
+            taken = self._rounds_taken
+            topics = {t for t, r in self.unrouted.items() if r > taken}
+            self._rounds_taken = taken + 1
             full, self._register_full = self._register_full or not ok or waited.cancelled_caught, False
             if full or topics:
                 ok = await self.register_to_namesrvs(None if full else topics)
@@ -443,7 +438,7 @@ class BrokerController:
 
     def _round_ended(self) -> None:
         done = self._rounds_done = self._rounds_taken
-        self._unrouted = {t: r for t, r in self._unrouted.items() if r > done}
+        self.unrouted = {t: r for t, r in self.unrouted.items() if r > done}
         self._round_done.set()
         self._round_done = trio.Event()
 

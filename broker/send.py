@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import random
-from time import monotonic, monotonic_ns
+from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -76,7 +76,7 @@ from remoting.protocol.message import (
     topic_field,
     transaction_type,
 )
-from remoting.repeats import REPEAT_INTERVAL
+from remoting.repeats import RepeatedLog
 from store.config import BrokerRole
 from store.results import PutMessageStatus
 
@@ -150,8 +150,7 @@ class SendProcessor:
         self._store_field = b""
         self._client_props = ClientProperties()
         self._batch_encoder = BatchRecordEncoder(self._complete_properties, self._client_props)
-        #: (response code, topic) -> when a refusal of it was last logged at WARNING
-        self._refused_at: dict[tuple[int, str | None], float] = {}
+        self._refusals = RepeatedLog(log)
 
     # --- helpers ---
 
@@ -165,18 +164,9 @@ class SendProcessor:
             if topic
             else f"send-back refused, {_code_name(code)}: {remark}"
         )
-        # per topic and code, whatever the remark's numbers: a client repeating a bad send with
-        # other sizes does not flood the log
-        now = monotonic()
-        key = (code, topic)
-        last = self._refused_at.get(key)
-        if last is None or now - last >= REPEAT_INTERVAL:
-            if len(self._refused_at) >= _CACHE_LIMIT:
-                self._refused_at.clear()
-            self._refused_at[key] = now
-            log.warning("%s", what)
-        else:
-            log.debug("%s", what)
+        # once per topic and code, whatever the remark's numbers: a client repeating a bad send
+        # with other sizes does not flood the log
+        self._refusals.log(f"{code} {topic}", logging.WARNING, what, whatever_text=True)
         resp = cmd.response(code, remark)
         resp.ext_fields = dict(self._ext_ok)
         return resp
@@ -362,8 +352,9 @@ class SendProcessor:
         if error is not None:
             return error
         assert config is not None
-        if self.broker.is_unrouted(config.topicName):
-            await self.broker.wait_routed(config.topicName)  # created by this send (or just before)
+        b = self.broker
+        if b.unrouted and config.topicName in b.unrouted:
+            await b.wait_routed(config.topicName)  # created by this send (or just before)
         if h.batch or cmd.code == _SEND_BATCH_MESSAGE:
             return await self._send_batch(cmd, h, config, remote)
         body = cmd.body

@@ -24,12 +24,14 @@ class RepeatedLog:
         #: keys whose last full-level message no :meth:`resolved` has answered yet
         self._open: set[str] = set()
 
-    def log(self, key: str, level: int, message: str) -> bool:
+    def log(self, key: str, level: int, message: str, *, whatever_text: bool = False) -> bool:
         """Log ``message`` at ``level`` if it is new for ``key`` or the interval passed, else at
-        DEBUG; True when it was logged at ``level``."""
+        DEBUG; True when it was logged at ``level``. With ``whatever_text`` a key's messages
+        repeat at DEBUG within the interval even when their text differs (a reason whose text
+        carries numbers that change from one occurrence to the next)."""
         now = time.monotonic()
         last = self._last.get(key)
-        if last is not None and last[0] == message and now - last[1] < self.interval:
+        if last is not None and (whatever_text or last[0] == message) and now - last[1] < self.interval:
             self.logger.debug("%s (repeated)", message)
             return False
         if last is None and len(self._last) >= _MAX_KEYS:

@@ -30,6 +30,21 @@ def test_same_text_is_logged_once_then_at_debug_until_it_changes(caplog: pytest.
     ]
 
 
+def test_whatever_text_repeats_a_key_at_debug_even_when_the_text_changes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    rep = RepeatedLog(logging.getLogger(LOGGER), interval=3600)
+    assert rep.log("a", logging.WARNING, "body of 1025 bytes", whatever_text=True)
+    assert not rep.log("a", logging.WARNING, "body of 1026 bytes", whatever_text=True)
+    assert rep.log("b", logging.WARNING, "body of 1027 bytes", whatever_text=True)
+    assert records(caplog) == [
+        (logging.WARNING, "body of 1025 bytes"),
+        (logging.DEBUG, "body of 1026 bytes (repeated)"),
+        (logging.WARNING, "body of 1027 bytes"),
+    ]
+
+
 def test_forget_and_the_interval_bring_the_full_level_back(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     rep = RepeatedLog(logging.getLogger(LOGGER), interval=3600)
