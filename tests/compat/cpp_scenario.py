@@ -420,7 +420,7 @@ def push_until(spec: dict[str, Any], result: dict[str, Any]) -> None:
         with lock:
             received.append(record)
 
-    consumer = PushConsumer(spec["group"])
+    consumer = PushConsumer(spec["group"], orderly=bool(spec.get("orderly", False)))
     consumer.set_namesrv_addr(spec["namesrv"])
     consumer.subscribe(spec["topic"], on_message, spec.get("expression", "*"))
     consumer.start()

@@ -1,4 +1,5 @@
-"""The real C++ client across a controller-mode failover (issue #5).
+"""The real C++ client across a controller-mode failover (issue #5). (A second test: a C++ orderly
+push consumer keeps each key's order across a kill of both groups' masters.)
 
 Three ``rmq-container`` processes: ``c0`` (name server + controller), ``p1`` and ``p2`` (one replica of
 broker-a and one of broker-b each, ``allAckInSyncStateSet``, dev timings), with broker-a's master and
@@ -34,10 +35,14 @@ from bench.failover_kit import (
     wait_settled,
 )
 from client.admin_controller import ControllerAdmin
+from client.instance import ClientInstance
+from client.message import Message, MQClientError, SendStatus
+from client.producer import Producer
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from remoting.protocol.controller import ReplicasInfo
 from tests.cluster.harness import wait_until
+from tests.cluster.test_orderly_failover import by_key
 from tests.compat.cluster import Clients, requires_cpp_client
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, requires_cpp_client]
@@ -189,3 +194,76 @@ async def test_cpp_client_sends_and_consumes_across_a_master_failover(
         f"consumer timed out; {len(missing)} of {len(acked)} missing: {missing[:5]}"
     )
     assert not missing, f"{len(missing)} of {len(acked)} acknowledged messages never delivered: {missing[:5]}"
+
+
+async def test_cpp_orderly_consumer_keeps_each_key_in_order_across_a_master_failover(
+    cluster: FailoverCluster, client: Clients, tmp_path: Path
+) -> None:
+    # the Python producer pins each key to a queue (the C++ client's send_orderly would retry a
+    # failed send on the next queue, which breaks a key's order by design); the process holding
+    # both groups' masters is SIGKILLed while it sends; the C++ orderly push consumer finds the new
+    # masters at its route refresh and must deliver each key's messages in send order
+    topic = "CompatOrderlyFailoverTopic"
+    expect_file = tmp_path / "expect.json"
+    acked: dict[int, list[int]] = {k: [] for k in range(8)}
+    with trio.fail_after(170):
+        await cluster.start()
+        async with RemotingClient(name="test.cpp-orderly-failover") as rc:
+            admin = ControllerAdmin(rc, cluster.controllers, timeout=5.0)
+            before = await wait_settled(admin, "broker-a", 2, 30)
+            await wait_settled(admin, "broker-b", 2, 30)
+            assert before.masterAddress is not None
+            await create_topic(rc, [a for g in GROUPS for a in cluster.replica_addrs(g)], topic, QUEUES)
+            for g in GROUPS:
+
+                async def routed(g: str = g) -> bool:
+                    return await route_master(rc, cluster.namesrvs, topic, g) is not None
+
+                await wait_until(routed, 10, f"the route of {topic} with {g}")
+            consumer = client.start(
+                {
+                    "action": "push_until",
+                    "namesrv": cluster.namesrvs,
+                    "group": "CG_CPP_ORDERLY_FAILOVER",
+                    "topic": topic,
+                    "orderly": True,
+                    "expect_file": str(expect_file),
+                    "wait": 90,
+                    "settle": 1,
+                    "deadline": 100,
+                }
+            )
+            instance = ClientInstance(cluster.namesrvs, poll_name_server_interval=0.5)
+            async with instance, Producer("PG_CPP_ORDERLY_FAILOVER", instance=instance) as producer:
+                t0 = time.monotonic()
+                n = killed_at = 0
+                while time.monotonic() - t0 < 10:
+                    for key in acked:
+                        try:
+                            r = await producer.send(
+                                Message(topic, f"{key}-{n}".encode()), selector=by_key, arg=key
+                            )
+                        except (MQClientError, RemotingError):
+                            continue  # a pinned send to a dead master: not acknowledged
+                        if r.send_status == SendStatus.SEND_OK:
+                            acked[key].append(n)
+                    n += 1
+                    if not killed_at and time.monotonic() - t0 > 3:
+                        cluster.procs[cluster.process_of(before.masterAddress)].kill_now()
+                        killed_at = n
+                    await trio.sleep(0.02)
+            expect_file.write_text(json.dumps([f"{k}-{x}" for k, ns in acked.items() for x in ns]))
+            got: dict[str, Any] = await trio.to_thread.run_sync(consumer.report, 110)
+    assert "exception" not in got, got
+    assert not got.get("timed_out"), f"{len(got['received'])} received; not every acknowledged message"
+    assert all(len([x for x in ns if x > killed_at]) > 50 for ns in acked.values()), (
+        "few sends after the kill"
+    )
+    received: dict[int, list[int]] = {k: [] for k in acked}
+    for r in got["received"]:
+        key, x = r["body"].split("-")
+        received[int(key)].append(int(x))
+    for key, xs in received.items():
+        first = list(dict.fromkeys(xs))  # first deliveries (a redelivered tail may repeat)
+        assert first == sorted(first), f"key {key}: first deliveries out of send order: {first}"
+        assert set(acked[key]) <= set(first)
