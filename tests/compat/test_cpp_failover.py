@@ -1,5 +1,5 @@
 """The real C++ client across a controller-mode failover (issue #5). (A second test: a C++ orderly
-push consumer keeps each key's order across a kill of both groups' masters.)
+push consumer keeps each key's order across a kill of broker-a's master's process.)
 
 Three ``rmq-container`` processes: ``c0`` (name server + controller), ``p1`` and ``p2`` (one replica of
 broker-a and one of broker-b each, ``allAckInSyncStateSet``, dev timings), with broker-a's master and
@@ -201,7 +201,7 @@ async def test_cpp_orderly_consumer_keeps_each_key_in_order_across_a_master_fail
 ) -> None:
     # the Python producer pins each key to a queue (the C++ client's send_orderly would retry a
     # failed send on the next queue, which breaks a key's order by design); the process holding
-    # both groups' masters is SIGKILLed while it sends; the C++ orderly push consumer finds the new
+    # broker-a's master is SIGKILLed while it sends; the C++ orderly push consumer finds the new
     # masters at its route refresh and must deliver each key's messages in send order
     topic = "CompatOrderlyFailoverTopic"
     expect_file = tmp_path / "expect.json"
