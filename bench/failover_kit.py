@@ -91,6 +91,15 @@ class ProcSpec:
     groups: tuple[str, ...] = ()
 
 
+def spread_specs(groups: tuple[str, ...]) -> list[ProcSpec]:
+    """``c0`` (name server + controller) and ``p1``, ``p2``, each with one replica of every group."""
+    return [
+        ProcSpec("c0", namesrv=True, controller=True),
+        ProcSpec("p1", groups=groups),
+        ProcSpec("p2", groups=groups),
+    ]
+
+
 class FailoverCluster:
     """The processes of ``specs`` under ``directory`` (not started; see :meth:`start`)."""
 
@@ -278,6 +287,21 @@ async def create_topic(
         r = await client.invoke(addr, request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext), timeout)
         if r.code != ResponseCode.SUCCESS:
             raise AssertionError(f"creating {topic} on {addr}: {r.code} {r.remark}")
+
+
+async def create_routed_topic(
+    client: RemotingClient, cluster: FailoverCluster, topic: str, queues: int, groups: Iterable[str]
+) -> None:
+    """:func:`create_topic` on every replica of ``groups``; returns once the name server routes the
+    topic to each group's master."""
+    groups = list(groups)
+    await create_topic(client, [a for g in groups for a in cluster.replica_addrs(g)], topic, queues)
+    deadline = trio.current_time() + 10
+    for g in groups:
+        while await route_master(client, cluster.namesrvs, topic, g) is None:
+            if trio.current_time() > deadline:
+                raise AssertionError(f"the name server does not route {topic} with {g} after 10 s")
+            await trio.sleep(0.02)
 
 
 def send_request(

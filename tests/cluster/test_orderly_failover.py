@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
 import trio
 
-from bench.failover_kit import FailoverCluster, ProcSpec, create_topic, route_master, wait_settled
+from bench.failover_kit import FailoverCluster, create_routed_topic, spread_specs, wait_settled
 from client.admin_controller import ControllerAdmin
 from client.instance import ClientInstance
 from client.message import ConsumeStatus, Message, MessageExt, MQClientError, SendStatus
@@ -36,12 +36,7 @@ KILL_AFTER = 3.0
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[FailoverCluster]:
-    specs = [
-        ProcSpec("c0", namesrv=True, controller=True),
-        ProcSpec("p1", groups=GROUPS),
-        ProcSpec("p2", groups=GROUPS),
-    ]
-    c = FailoverCluster(tmp_path / "cluster", specs, cluster="OrderlyFailover")
+    c = FailoverCluster(tmp_path / "cluster", spread_specs(GROUPS), cluster="OrderlyFailover")
     try:
         yield c
     finally:
@@ -54,14 +49,45 @@ def by_key(queues: list[MessageQueue], _msg: Message, key: object) -> MessageQue
     return sorted(queues, key=lambda q: (q.brokerName, q.queueId))[key % len(queues)]
 
 
+async def send_pinned_and_kill(
+    producer: Producer, topic: str, keys: int, seconds: float, kill: Callable[[], None], kill_after: float
+) -> tuple[dict[int, list[int]], int]:
+    """Send ``<key>-<n>`` bodies, each key pinned to its queue (:func:`by_key`), round after round
+    for ``seconds``; call ``kill`` ``kill_after`` seconds in. Returns each key's acknowledged
+    ``n`` and the round at the kill."""
+    acked: dict[int, list[int]] = {k: [] for k in range(keys)}
+    t0 = time.monotonic()
+    n = killed_at = 0
+    while time.monotonic() - t0 < seconds:
+        for key in acked:
+            try:
+                r = await producer.send(Message(topic, f"{key}-{n}".encode()), selector=by_key, arg=key)
+            except (MQClientError, RemotingError):
+                continue  # a pinned send to a dead master: not acknowledged
+            if r.send_status == SendStatus.SEND_OK:
+                acked[key].append(n)
+        n += 1
+        if not killed_at and time.monotonic() - t0 > kill_after:
+            kill()
+            killed_at = n
+        await trio.sleep(0.02)
+    return acked, killed_at
+
+
+def first_deliveries(bodies: Iterable[str]) -> dict[int, list[int]]:
+    """Each key's ``n`` in the order of their first delivery (a redelivered tail repeats)."""
+    seen: dict[int, dict[int, None]] = defaultdict(dict)
+    for body in bodies:
+        key, n = body.split("-")
+        seen[int(key)].setdefault(int(n))
+    return {k: list(ns) for k, ns in seen.items()}
+
+
 async def test_ordered_messages_keep_their_order_across_a_master_failover(cluster: FailoverCluster) -> None:
-    acked: dict[int, list[int]] = defaultdict(list)
-    got: dict[int, list[int]] = defaultdict(list)
+    bodies: list[str] = []
 
     async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
-        for m in msgs:
-            key, n = m.body.decode().split("-")
-            got[int(key)].append(int(n))
+        bodies.extend(m.body.decode() for m in msgs)
         return ConsumeStatus.SUCCESS
 
     with trio.fail_after(150):
@@ -71,15 +97,7 @@ async def test_ordered_messages_keep_their_order_across_a_master_failover(cluste
             before = await wait_settled(admin, "broker-a", 2, 30)
             await wait_settled(admin, "broker-b", 2, 30)
             assert before.masterAddress is not None
-            addrs = [a for g in GROUPS for a in cluster.replica_addrs(g)]
-            await create_topic(rc, addrs, TOPIC, 4)
-            for g in GROUPS:
-
-                async def routed(g: str = g) -> bool:
-                    return await route_master(rc, cluster.namesrvs, TOPIC, g) is not None
-
-                await wait_until(routed, 10, f"the route of {TOPIC} with {g}")
-
+            await create_routed_topic(rc, cluster, TOPIC, 4, GROUPS)
             consumer = PushConsumer(
                 "CG_ORDERLY_FAILOVER",
                 cluster.namesrvs,
@@ -91,29 +109,18 @@ async def test_ordered_messages_keep_their_order_across_a_master_failover(cluste
             consumer.register_listener(listener)
             instance = ClientInstance(cluster.namesrvs, poll_name_server_interval=0.5)
             async with consumer, instance, Producer("PG_ORDERLY_FAILOVER", instance=instance) as producer:
-                t0 = time.monotonic()
-                n = 0
-                killed = False
-                killed_at = -1
-                while time.monotonic() - t0 < SEND_SECONDS:
-                    for key in range(KEYS):
-                        try:
-                            r = await producer.send(
-                                Message(TOPIC, f"{key}-{n}".encode()), selector=by_key, arg=key
-                            )
-                        except (MQClientError, RemotingError):
-                            continue  # a pinned send to the dead master: not acknowledged
-                        if r.send_status == SendStatus.SEND_OK:
-                            acked[key].append(n)
-                    n += 1
-                    if not killed and time.monotonic() - t0 > KILL_AFTER:
-                        cluster.procs[cluster.process_of(before.masterAddress)].kill_now()
-                        killed = True
-                        killed_at = n
-                    await trio.sleep(0.02)
+                acked, killed_at = await send_pinned_and_kill(
+                    producer,
+                    TOPIC,
+                    KEYS,
+                    SEND_SECONDS,
+                    cluster.procs[cluster.process_of(before.masterAddress)].kill_now,
+                    KILL_AFTER,
+                )
 
                 async def all_received() -> bool:
-                    return all(set(acked[k]) <= set(got[k]) for k in range(KEYS))
+                    got = first_deliveries(bodies)
+                    return all(set(ns) <= set(got.get(k, ())) for k, ns in acked.items())
 
                 await wait_until(all_received, 40, "every acknowledged message consumed")
 
@@ -122,12 +129,6 @@ async def test_ordered_messages_keep_their_order_across_a_master_failover(cluste
     # keys 0-3 go to broker-a's queues: they were acknowledged again by its new master
     after = [n for n in acked[0] if n > killed_at]
     assert len(after) > 50, f"key 0: {len(after)} sends acknowledged after the kill"
-    for key in range(KEYS):
-        first: list[int] = []
-        seen: set[int] = set()
-        for x in got[key]:
-            if x not in seen:
-                seen.add(x)
-                first.append(x)
+    for key, first in first_deliveries(bodies).items():
         assert first == sorted(first), f"key {key}: first deliveries out of send order: {first}"
-        assert set(acked[key]) <= seen
+        assert set(acked[key]) <= set(first)

@@ -27,22 +27,20 @@ import trio
 
 from bench.failover_kit import (
     FailoverCluster,
-    ProcSpec,
-    create_topic,
+    create_routed_topic,
     read_all,
     replicas,
-    route_master,
+    spread_specs,
     wait_settled,
 )
 from client.admin_controller import ControllerAdmin
 from client.instance import ClientInstance
-from client.message import Message, MQClientError, SendStatus
 from client.producer import Producer
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from remoting.protocol.controller import ReplicasInfo
 from tests.cluster.harness import wait_until
-from tests.cluster.test_orderly_failover import by_key
+from tests.cluster.test_orderly_failover import first_deliveries, send_pinned_and_kill
 from tests.compat.cluster import Clients, requires_cpp_client
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, requires_cpp_client]
@@ -56,12 +54,7 @@ PRODUCE_SECONDS = 45
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[FailoverCluster]:
-    specs = [
-        ProcSpec("c0", namesrv=True, controller=True),
-        ProcSpec("p1", groups=GROUPS),
-        ProcSpec("p2", groups=GROUPS),
-    ]
-    c = FailoverCluster(tmp_path / "cluster", specs, cluster="CompatFailover")
+    c = FailoverCluster(tmp_path / "cluster", spread_specs(GROUPS), cluster="CompatFailover")
     try:
         yield c
     finally:
@@ -108,14 +101,7 @@ async def test_cpp_client_sends_and_consumes_across_a_master_failover(
         async with RemotingClient(name="test.cpp-failover") as rc:
             admin = ControllerAdmin(rc, cluster.controllers, timeout=5.0)
             before = await _masters_apart(cluster, admin)
-            addrs = [a for g in GROUPS for a in cluster.replica_addrs(g)]
-            await create_topic(rc, addrs, TOPIC, QUEUES)
-            for g in GROUPS:
-
-                async def routed(g: str = g) -> bool:
-                    return await route_master(rc, namesrv, TOPIC, g) is not None
-
-                await wait_until(routed, 10, f"the route of {TOPIC} with {g}")
+            await create_routed_topic(rc, cluster, TOPIC, QUEUES, GROUPS)
 
             consumer = client.start(
                 {
@@ -205,7 +191,6 @@ async def test_cpp_orderly_consumer_keeps_each_key_in_order_across_a_master_fail
     # masters at its route refresh and must deliver each key's messages in send order
     topic = "CompatOrderlyFailoverTopic"
     expect_file = tmp_path / "expect.json"
-    acked: dict[int, list[int]] = {k: [] for k in range(8)}
     with trio.fail_after(170):
         await cluster.start()
         async with RemotingClient(name="test.cpp-orderly-failover") as rc:
@@ -213,13 +198,7 @@ async def test_cpp_orderly_consumer_keeps_each_key_in_order_across_a_master_fail
             before = await wait_settled(admin, "broker-a", 2, 30)
             await wait_settled(admin, "broker-b", 2, 30)
             assert before.masterAddress is not None
-            await create_topic(rc, [a for g in GROUPS for a in cluster.replica_addrs(g)], topic, QUEUES)
-            for g in GROUPS:
-
-                async def routed(g: str = g) -> bool:
-                    return await route_master(rc, cluster.namesrvs, topic, g) is not None
-
-                await wait_until(routed, 10, f"the route of {topic} with {g}")
+            await create_routed_topic(rc, cluster, topic, QUEUES, GROUPS)
             consumer = client.start(
                 {
                     "action": "push_until",
@@ -235,23 +214,14 @@ async def test_cpp_orderly_consumer_keeps_each_key_in_order_across_a_master_fail
             )
             instance = ClientInstance(cluster.namesrvs, poll_name_server_interval=0.5)
             async with instance, Producer("PG_CPP_ORDERLY_FAILOVER", instance=instance) as producer:
-                t0 = time.monotonic()
-                n = killed_at = 0
-                while time.monotonic() - t0 < 10:
-                    for key in acked:
-                        try:
-                            r = await producer.send(
-                                Message(topic, f"{key}-{n}".encode()), selector=by_key, arg=key
-                            )
-                        except (MQClientError, RemotingError):
-                            continue  # a pinned send to a dead master: not acknowledged
-                        if r.send_status == SendStatus.SEND_OK:
-                            acked[key].append(n)
-                    n += 1
-                    if not killed_at and time.monotonic() - t0 > 3:
-                        cluster.procs[cluster.process_of(before.masterAddress)].kill_now()
-                        killed_at = n
-                    await trio.sleep(0.02)
+                acked, killed_at = await send_pinned_and_kill(
+                    producer,
+                    topic,
+                    8,
+                    10.0,
+                    cluster.procs[cluster.process_of(before.masterAddress)].kill_now,
+                    3.0,
+                )
             expect_file.write_text(json.dumps([f"{k}-{x}" for k, ns in acked.items() for x in ns]))
             got: dict[str, Any] = await trio.to_thread.run_sync(consumer.report, 110)
     assert "exception" not in got, got
@@ -259,11 +229,6 @@ async def test_cpp_orderly_consumer_keeps_each_key_in_order_across_a_master_fail
     assert all(len([x for x in ns if x > killed_at]) > 50 for ns in acked.values()), (
         "few sends after the kill"
     )
-    received: dict[int, list[int]] = {k: [] for k in acked}
-    for r in got["received"]:
-        key, x = r["body"].split("-")
-        received[int(key)].append(int(x))
-    for key, xs in received.items():
-        first = list(dict.fromkeys(xs))  # first deliveries (a redelivered tail may repeat)
+    for key, first in first_deliveries(r["body"] for r in got["received"]).items():
         assert first == sorted(first), f"key {key}: first deliveries out of send order: {first}"
         assert set(acked[key]) <= set(first)
