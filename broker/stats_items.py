@@ -41,7 +41,6 @@ Choices of ours, each deliberate:
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -102,18 +101,25 @@ SAMPLE_CHUNK = 2000
 Snapshot = tuple[int, int, int]
 
 
-def _snapshot(snapshots: deque[Snapshot], now_ms: int, period_ms: int, times: int, value: int) -> None:
+def _snapshot(
+    snapshots: list[Snapshot], keep: int, now_ms: int, period_ms: int, times: int, value: int
+) -> None:
     """Append the counters at ``now_ms`` (a zero seed one period earlier first when the list is
-    empty); a timestamp not after the last snapshot's is ignored."""
+    empty), keeping the last ``keep``; a timestamp not after the last snapshot's is ignored.
+    (Lists, not ``deque(maxlen=…)``: an empty deque takes ~600 bytes, and a broker keeps three per
+    item, two items per consuming group -- a test suite making a group per test made them a
+    quarter of the memory a group costs.)"""
     if snapshots:
         if now_ms <= snapshots[-1][0]:
             return
     else:
         snapshots.append((now_ms - period_ms, 0, 0))
-    snapshots.append((now_ms, times, value))  # the deque's maxlen drops the oldest
+    snapshots.append((now_ms, times, value))
+    if len(snapshots) > keep:
+        del snapshots[0]
 
 
-def window(snapshots: deque[Snapshot]) -> BrokerStatsItem:
+def window(snapshots: list[Snapshot]) -> BrokerStatsItem:
     """Upstream ``StatsItem.computeStatsData`` of one list: sum, tps and avgpt between its first
     and last snapshot (all zero for an empty list)."""
     if not snapshots:
@@ -150,9 +156,9 @@ class StatsItem:
         self.key = key
         self.value = 0
         self.times = 0
-        self.minute: deque[Snapshot] = deque(maxlen=MINUTE_SNAPSHOTS)
-        self.hour: deque[Snapshot] = deque(maxlen=HOUR_SNAPSHOTS)
-        self.day: deque[Snapshot] = deque(maxlen=DAY_SNAPSHOTS)
+        self.minute: list[Snapshot] = []
+        self.hour: list[Snapshot] = []
+        self.day: list[Snapshot] = []
         #: when the 10-s sampler last saw the counters move; -1 until its first look
         self.last_update_ms = -1
         self._seen_value = 0
@@ -168,15 +174,15 @@ class StatsItem:
         if self.last_update_ms < 0 or value != self._seen_value or times != self._seen_times:
             self.last_update_ms = now_ms
             self._seen_value, self._seen_times = value, times
-        _snapshot(self.minute, now_ms, SECONDS_PERIOD_MS, times, value)
+        _snapshot(self.minute, MINUTE_SNAPSHOTS, now_ms, SECONDS_PERIOD_MS, times, value)
 
     def sample_minutes(self, now_ms: int) -> None:
         """Upstream ``samplingInMinutes`` (every 10 min)."""
-        _snapshot(self.hour, now_ms, MINUTES_PERIOD_MS, self.times, self.value)
+        _snapshot(self.hour, HOUR_SNAPSHOTS, now_ms, MINUTES_PERIOD_MS, self.times, self.value)
 
     def sample_hour(self, now_ms: int) -> None:
         """Upstream ``samplingInHour`` (every hour)."""
-        _snapshot(self.day, now_ms, HOUR_PERIOD_MS, self.times, self.value)
+        _snapshot(self.day, DAY_SNAPSHOTS, now_ms, HOUR_PERIOD_MS, self.times, self.value)
 
     def idle(self, now_ms: int) -> bool:
         """Whether the counters have not moved for more than :data:`IDLE_EXPIRY_MS`."""
