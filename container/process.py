@@ -280,19 +280,14 @@ class ContainerProcess:
                 log.debug("starting %s", hosted.name)
                 try:
                     await components.start(hosted.component.run)
-                except* StoreOpenError as group:
-                    # e.g. a config whose file sizes do not match the store on disk, or a data
-                    # directory another process uses (possibly raised inside the component's own
-                    # nurseries): say so plainly
+                except* (StoreOpenError, OSError) as group:
+                    # a store refused as configured (file sizes that do not match the store on
+                    # disk, a data directory another process uses), or a data directory that cannot
+                    # be made or written (read-only file system, no permission) -- possibly raised
+                    # inside the component's own nurseries: one line, not a traceback
                     refusal = _leaves(group)[0]
                     await _release_listeners(server)
-                    raise StartupError(f"{hosted.name}: {refusal}") from refusal
-                except* OSError as group:
-                    # a data directory that cannot be made or written (read-only file system, no
-                    # permission): one line naming the path, not a traceback
-                    error = _leaves(group)[0]
-                    await _release_listeners(server)
-                    raise StartupError(f"{hosted.name}: cannot start: {_describe_os_error(error)}") from error
+                    raise StartupError(f"{hosted.name}: {_describe_refusal(refusal)}") from refusal
             async with trio.open_nursery() as transport:
                 await transport.start(server.run)
                 lines = self.banner()
@@ -335,10 +330,11 @@ class ContainerProcess:
         log.info("rmq-container stopped")
 
 
-def _describe_os_error(error: BaseException) -> str:
-    if isinstance(error, OSError) and error.strerror:
+def _describe_refusal(error: BaseException) -> str:
+    """A store's refusal as it says it; an OSError as "cannot start: <reason>: <path>"."""
+    if isinstance(error, OSError):
         where = f": {error.filename}" if error.filename is not None else ""
-        return f"{error.strerror}{where}"
+        return f"cannot start: {error.strerror or error}{where}"
     return str(error)
 
 

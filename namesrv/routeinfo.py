@@ -298,13 +298,12 @@ class RouteInfoManager:
         """One line per new topic -- or, for a registration that brings many (a name server
         started after its brokers, e.g. a dev cluster restarted on a data directory of thousands
         of topics), one line for all of them, each topic at DEBUG."""
-        if len(created) <= NEW_TOPICS_LOGGED_ONE_BY_ONE:
-            for topic in created:
-                qd = self.topicQueueTable[topic][brokerName]
-                log.info("new topic registered: %s %s", topic, qd)
-            return
+        one_by_one = len(created) <= NEW_TOPICS_LOGGED_ONE_BY_ONE
+        level = logging.INFO if one_by_one else logging.DEBUG
         for topic in created:
-            log.debug("new topic registered: %s %s", topic, self.topicQueueTable[topic][brokerName])
+            log.log(level, "new topic registered: %s %s", topic, self.topicQueueTable[topic][brokerName])
+        if one_by_one:
+            return
         shown = ", ".join(created[:NEW_TOPICS_LOGGED_ONE_BY_ONE])
         log.info("%d new topics registered by %s (%s): %s, ...", len(created), brokerName, brokerAddr, shown)
 

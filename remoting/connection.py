@@ -172,7 +172,7 @@ class Connection:
         self._drain_lot = trio.lowlevel.ParkingLot()
         self._closed = False
         self._finished = False
-        #: reads and writes that moved bytes so far (the server's idle scan compares it)
+        #: reads and write attempts so far (the server's idle scan looks whether it moved)
         self.activity = 0
         #: "ip:port" of the peer
         self.remote_address = "?"
