@@ -20,7 +20,7 @@ from client.pull_consumer import PullConsumer
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
-from remoting.errors import RemotingConnectError
+from remoting.errors import RemotingError
 from remoting.protocol.common import MessageQueue
 from remoting.protocol.message import StoredMessage, decode_offset_msg_id, decode_uniq_id, iter_messages
 
@@ -131,16 +131,17 @@ def query_msg_by_id(namesrv: str | None, msg_id: str, topic: str | None, timeout
                     f"{msg_id} is not an offset message id"
                     + ("" if topic else "; give -t TOPIC to look it up as a unique key")
                 ) from None
-            except RemotingConnectError as e:
+            except RemotingError as e:
                 if topic is not None:
                     raise
-                # the id names a broker nobody runs: most likely it is a client's unique key (what
-                # producers print as msgId), whose first bytes only look like an address
+                # the id names a broker nobody runs (nothing listens, or something that is not a
+                # broker: seen, a proxy answering HTTP): most likely it is a client's unique key
+                # (what producers print as msgId), whose first bytes only look like an address
                 host, port, _ = decode_offset_msg_id(msg_id)
                 raise ValueError(
                     f"{msg_id} read as an offset message id names the broker {host}:{port}, which "
-                    f"cannot be reached ({e}); if it is a client message id (the msgId producers "
-                    "print), give -t TOPIC to look it up as a unique key"
+                    f"cannot be reached or did not answer ({e}); if it is a client message id (the "
+                    "msgId producers print), give -t TOPIC to look it up as a unique key"
                 ) from None
             print_message(msg)
 

@@ -498,4 +498,11 @@ class FrameDecoder:
             return f"negative frame length {length}"
         if length < 4:
             return f"frame length {length} is shorter than the 4-byte header-length word"
-        return f"frame length {length} (+4) exceeds the limit of {self.max_frame_size} bytes"
+        problem = f"frame length {length} (+4) exceeds the limit of {self.max_frame_size} bytes"
+        text = length.to_bytes(4, "big")
+        if all(0x20 <= b < 0x7F for b in text):  # e.g. 'HTTP' (a response), 'GET ' (a request)
+            problem += (
+                f"; its bytes are the text {text.decode('ascii')!r}: the peer speaks a text protocol"
+                " (HTTP?), not RocketMQ remoting -- check the address and port"
+            )
+        return problem

@@ -473,7 +473,10 @@ class Connection:
             return
         self._finished = True
         self._close_now(self.close_reason or "peer closed")
-        err = RemotingClosedError(f"connection to {self.remote_address} closed before the response arrived")
+        why = f" ({self.close_reason})" if self.close_reason else ""
+        err = RemotingClosedError(
+            f"connection to {self.remote_address} closed before the response arrived{why}"
+        )
         pending = self._pending
         self._pending = {}
         for call in pending.values():

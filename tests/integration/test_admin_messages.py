@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import partial
 
 import trio
 from click.testing import CliRunner, Result
@@ -78,6 +79,30 @@ async def test_query_by_id_naming_an_unreachable_broker_suggests_a_unique_key_lo
         assert bad.exit_code == 1
         assert f"names the broker 127.0.0.1:{port}, which cannot be reached" in bad.output
         assert "give -t TOPIC to look it up as a unique key" in bad.output
+
+
+async def test_query_by_id_naming_a_non_broker_suggests_a_unique_key_lookup(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """The made-up address of a client message id may be taken by something else (seen: a proxy
+    that accepted the connection to 1.0.0.127 and answered HTTP): the same advice, not only
+    "connection closed before the response arrived"."""
+
+    async def http_server(stream: trio.SocketStream) -> None:
+        async with stream:
+            await stream.receive_some(4096)
+            await stream.send_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    async with broker_env(tmp_path) as env, trio.open_nursery() as nursery:
+        (listener,) = await nursery.start(partial(trio.serve_tcp, http_server, 0, host="127.0.0.1"))
+        port = listener.socket.getsockname()[1]
+        msg_id = f"7F000001{port:08X}{1234:016X}"
+        bad = await cli("queryMsgById", "-n", env.namesrv_addr, "-i", msg_id)
+        nursery.cancel_scope.cancel()
+    assert bad.exit_code == 1
+    assert f"names the broker 127.0.0.1:{port}, which cannot be reached or did not answer" in bad.output
+    assert "the text 'HTTP'" in bad.output
+    assert "give -t TOPIC to look it up as a unique key" in bad.output
 
 
 async def test_query_by_unique_key_and_by_offset(tmp_path: os.PathLike[str]) -> None:

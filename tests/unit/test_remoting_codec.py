@@ -289,6 +289,17 @@ def test_length_over_limit_detected_before_body_arrives() -> None:
     assert ok.feed(frame(head, b"x" * (1020 - 4 - len(head)))) != []
 
 
+def test_text_instead_of_a_frame_is_named() -> None:
+    # an HTTP server's answer ('HTTP/1.1 ...') or request ('GET / ...') read as a length
+    _raises(b"HTTP/1.1 200 OK\r\n", FrameLengthError, "the text 'HTTP': the peer speaks a text protocol")
+    _raises(b"GET / HTTP/1.1\r\n", FrameLengthError, "the text 'GET '")
+    # a length over the limit with bytes that are not all printable gets no such guess
+    dec = FrameDecoder(max_frame_size=1024)
+    with pytest.raises(FrameLengthError) as info:
+        dec.feed(struct.pack(">i", 17 * 1024 * 1024) + bytes(8))
+    assert "text" not in str(info.value)
+
+
 def test_default_limit_is_16_mib() -> None:
     _raises(struct.pack(">iI", 16 * 1024 * 1024 - 3, 0), FrameLengthError, "16777216", 16 * 1024 * 1024)
 
