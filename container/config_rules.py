@@ -6,6 +6,7 @@ checks that make a runnable process (:class:`~container.config_fields.InvalidCon
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from container.config_fields import InvalidConfig
@@ -69,6 +70,7 @@ def finish(
     proc.brokers = [spec for spec, _ in drafts]
     _check_identities(proc)
     _check_ports(proc)
+    _check_store_dirs(proc)
 
 
 def _ha_port(spec: BrokerSpec, explicit: set[str], *, standalone: bool) -> None:
@@ -187,3 +189,26 @@ def _check_ports(proc: ProcessConfig) -> None:
         name = spec.broker.broker_display_name
         claim(spec.broker.listenPort, f"broker {name}")
         claim(spec.store.haListenPort, f"broker {name} (HA)")
+
+
+def _check_store_dirs(proc: ProcessConfig) -> None:
+    """No two brokers of the process with one store directory or one commit-log directory (a
+    [[broker]] block copied for another replica with only its port changed, or two brokers left on
+    the default ``~/store``): the second would stop at the store lock with a message about "another
+    process", or, with only ``storePathCommitLog`` shared, write into the other's files."""
+    owners: dict[str, tuple[str, str]] = {}
+    for spec in proc.brokers:
+        name = spec.broker.broker_display_name
+        for key, path in (
+            ("storePathRootDir", spec.store.storePathRootDir),
+            ("storePathCommitLog", spec.store.commitlog_dir),
+        ):
+            real = os.path.realpath(os.path.expanduser(path))
+            if real in owners:
+                other, other_key = owners[real]
+                raise InvalidConfig(
+                    f"{spec.source}: broker {name} keeps its store in {real} ({key}), as broker "
+                    f"{other} does ({other_key}): give each broker of the process its own "
+                    "storePathRootDir"
+                )
+            owners[real] = (name, key)

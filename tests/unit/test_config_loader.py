@@ -140,11 +140,13 @@ def test_container_file_loads_relative_broker_files(tmp_path: Path, caplog: pyte
     sub.mkdir()
     write(
         sub / "a.conf",
-        "brokerName=broker-a\nlistenPort=30911\nhaListenPort=40000\nnamesrvAddr=1.2.3.4:9876\n",
+        "brokerName=broker-a\nlistenPort=30911\nhaListenPort=40000\nnamesrvAddr=1.2.3.4:9876\n"
+        f"storePathRootDir={tmp_path}/a\n",
     )
     write(
         sub / "b.conf",
-        "brokerName=broker-b\nlistenPort=30921\nbrokerRole=SLAVE\nbrokerId=1\nserverWorkerThreads=9\n",
+        "brokerName=broker-b\nlistenPort=30921\nbrokerRole=SLAVE\nbrokerId=1\nserverWorkerThreads=9\n"
+        f"storePathRootDir={tmp_path}/b\n",
     )
     c = write(
         tmp_path / "c.properties",
@@ -423,6 +425,23 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
             "port 9000 is used by both the name server and broker",
         ),
         ("[[broker]]\nbrokerName='a'\n[[broker]]\nbrokerName='a'\nlistenPort=20000\n", "already described"),
+        (
+            # a block copied for another group with only its name and port changed
+            "[[broker]]\nbrokerName='a'\nstorePathRootDir='/tmp/s'\n"
+            "[[broker]]\nbrokerName='b'\nlistenPort=20000\nstorePathRootDir='/tmp/s/'\n",
+            r"broker DefaultCluster_b_0 keeps its store in /tmp/s \(storePathRootDir\), as broker "
+            r"DefaultCluster_a_0 does \(storePathRootDir\): give each broker of the process its own",
+        ),
+        (
+            # two brokers left on upstream's default store, ~/store
+            "[[broker]]\nbrokerName='a'\n[[broker]]\nbrokerName='b'\nlistenPort=20000\n",
+            r"keeps its store in .*/store \(storePathRootDir\)",
+        ),
+        (
+            "[[broker]]\nbrokerName='a'\nstorePathRootDir='/tmp/a'\nstorePathCommitLog='/tmp/cl'\n"
+            "[[broker]]\nbrokerName='b'\nlistenPort=20000\nstorePathRootDir='/tmp/b'\nstorePathCommitLog='/tmp/cl'\n",
+            r"keeps its store in /tmp/cl \(storePathCommitLog\), as broker DefaultCluster_a_0 does",
+        ),
         (
             # controller mode too (as upstream's container): the configured id names the replica
             "[[broker]]\nbrokerName='a'\nbrokerId=-1\nbrokerRole='SLAVE'\nenableControllerMode=true\ncontrollerAddr='127.0.0.1:9878'\n"
