@@ -28,7 +28,9 @@ Actions (``spec["action"]``):
 - ``push_until``: a concurrent push consumer of ``topic`` that records every delivery (``body``,
   ``queue_id``, ``queue_offset``, ``reconsume_times``, ``t`` = wall clock); it learns what to wait for
   from ``expect_file`` (a JSON list of bodies, written by the caller when it knows them) and stops
-  ``settle`` seconds after it has seen all of them, or after ``wait`` seconds.
+  ``settle`` seconds after it has seen all of them, or after ``wait`` seconds. With
+  ``deliveries_file``, each delivery is also appended to it as a JSON line when it arrives (what a
+  consumer that gets SIGKILLed received).
 
 ``produce`` and ``pull`` make their first request only after the client's heartbeat timer has made
 its first pass (``quiet_start``, on unless the spec sets it false): a request racing that timer's
@@ -408,6 +410,8 @@ def produce_stream(spec: dict[str, Any], result: dict[str, Any]) -> None:
 def push_until(spec: dict[str, Any], result: dict[str, Any]) -> None:
     received: list[dict[str, Any]] = result.setdefault("received", [])
     lock = threading.Lock()
+    path = spec.get("deliveries_file")
+    out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if path else None
 
     def on_message(msg: RecvMessage) -> None:
         record = {
@@ -419,6 +423,8 @@ def push_until(spec: dict[str, Any], result: dict[str, Any]) -> None:
         }
         with lock:
             received.append(record)
+            if out is not None:
+                os.write(out, (json.dumps(record) + "\n").encode())
 
     consumer = PushConsumer(spec["group"], orderly=bool(spec.get("orderly", False)))
     consumer.set_namesrv_addr(spec["namesrv"])
