@@ -14,6 +14,7 @@ raise :class:`remoting.errors.RemotingError` subclasses.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 
 import msgspec
@@ -112,7 +113,24 @@ class AdminError(Exception):
         except ValueError:
             name = "CODE"
         where = f" from {addr}" if addr else ""  # client-side conclusions have no address
-        super().__init__(f"{name} ({code}){where}: {self.remark}".rstrip(": "))
+        text = f"{name} ({code}){where}: {self.remark.strip()}".rstrip(": ")
+        if code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and addr:
+            # e.g. a broker's address given as the name server's: say what was asked of whom
+            asked = _REQUEST_TYPE.search(self.remark)
+            if asked is not None:
+                try:
+                    what = RequestCode(int(asked.group(1))).name
+                except ValueError:
+                    what = f"request {asked.group(1)}"
+                text += (
+                    f" -- {addr} does not handle {what}: is it the kind of server this command asks"
+                    " for (a name server with -n, a broker with -b, a controller with -a)?"
+                )
+        super().__init__(text)
+
+
+#: the remark of REQUEST_CODE_NOT_SUPPORTED (upstream's wording, ours too)
+_REQUEST_TYPE = re.compile(r"request type (-?\d+) not supported")
 
 
 def parse_namesrv_addrs(addrs: str | list[str]) -> list[str]:

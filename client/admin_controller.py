@@ -169,7 +169,11 @@ class ControllerAdmin:
         )
 
     async def _find_leader(self) -> str | None:
+        """The leader's address as a peer names it; None while none does. ValueError when every
+        address answered that it does not handle the metadata request: none is a controller (a
+        name server's or a broker's address given for the controllers'), so waiting cannot help."""
         seen: list[str] = list(self.addresses)
+        refusals: list[AdminError] = []
         i = 0
         while i < len(seen):
             addr = seen[i]
@@ -178,10 +182,14 @@ class ControllerAdmin:
                 meta = await self.get_metadata(addr)
             except (RemotingError, AdminError) as e:
                 log.debug("no metadata from controller %s: %s", addr, e)
+                if isinstance(e, AdminError) and e.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                    refusals.append(e)
                 continue
             if meta.controllerLeaderAddress:
                 return meta.controllerLeaderAddress
             seen.extend(a for a in _peers_of(meta) if a not in seen)
+        if refusals and len(refusals) == len(seen):
+            raise ValueError(f"not a controller: {refusals[0]}")
         return None
 
     async def call_leader(self, make: Callable[[], RemotingCommand]) -> RemotingCommand:

@@ -194,6 +194,21 @@ async def test_elect_get_sync_state_set_and_clean(env: Env) -> None:
     assert "#brokerName" not in result.stdout
 
 
+async def test_an_address_of_the_wrong_kind_of_server_is_named_as_such(env: Env) -> None:
+    """The name server's address given for the controllers' (and the other way round): the command
+    says which request the address does not handle and which option wants which server -- at once,
+    not after looking for a controller leader until the timeout (30 s here)."""
+    with trio.fail_after(15):
+        result = await cli("getSyncStateSet", "-a", env.namesrv, "-b", B, "--timeout", "30")
+    assert result.exit_code == 1
+    assert "not a controller" in result.stderr, result.stderr
+    assert f"{env.namesrv} does not handle CONTROLLER_GET_METADATA_INFO" in result.stderr
+    result = await cli("topicRoute", "-n", env.controller, "-t", "AnyTopic")
+    assert result.exit_code == 1
+    assert f"{env.controller} does not handle GET_ROUTEINFO_BY_TOPIC" in result.stderr, result.stderr
+    assert "a name server with -n, a broker with -b, a controller with -a" in result.stderr
+
+
 async def test_get_broker_epoch(env: Env) -> None:
     result = await cli("getBrokerEpoch", "-n", env.namesrv, "-c", C)
     assert result.exit_code == 0, result.output
