@@ -293,7 +293,12 @@ class ClientInstance:
         if response.code == ResponseCode.TOPIC_NOT_EXIST:
             return None
         if response.code != ResponseCode.SUCCESS:
-            raise MQBrokerError(response.code, response.remark, "name server")
+            addr = self.namesrv_addrs[self._namesrv_index]  # the one that answered
+            remark = (response.remark or "").strip()
+            if response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                # e.g. a broker's address given as the name server's
+                remark += f" (is {addr} a name server? it does not answer route queries)"
+            raise MQBrokerError(response.code, remark, f"name server {addr}")
         return TopicRouteData.decode(response.body_bytes)
 
     def _apply_route(self, topic: str, route: TopicRouteData, *, from_default_topic: bool = False) -> bool:

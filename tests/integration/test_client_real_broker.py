@@ -291,3 +291,17 @@ async def test_the_push_consumer_applies_a_reset_its_broker_leaves_to_the_client
                 )
             await wait_until(lambda: len(got) == 12, timeout=20, what="the six messages again")
         assert sorted(got) == sorted([b"m%d" % i for i in range(6)] * 2)
+
+
+async def test_a_broker_address_given_as_the_name_server_is_named_in_the_error(tmp_path: Path) -> None:
+    """The broker answers a route query REQUEST_CODE_NOT_SUPPORTED: the send fails naming the
+    address and asking whether it is a name server, not only "from name server"."""
+    async with broker_env(tmp_path) as env, Producer("PG", env.addr) as producer:
+        try:
+            await producer.send(Message(TOPIC, b"x"))
+        except MQClientError as e:
+            text = str(e)
+        else:
+            raise AssertionError("a send through a broker's address as the name server succeeded")
+    assert f"from name server {env.addr}" in text, text
+    assert f"is {env.addr} a name server?" in text, text
