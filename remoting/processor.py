@@ -12,11 +12,13 @@ being private to one request.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from remoting.codes import ResponseCode
+from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
+from remoting.repeats import RepeatedLog
 
 if TYPE_CHECKING:
     from remoting.connection import Connection
@@ -45,11 +47,45 @@ Handler = Callable[["RequestContext", RemotingCommand], Awaitable[RemotingComman
 ConnectionCallback = Callable[["Connection"], Awaitable[None] | None]
 
 
-async def _not_supported(ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
-    # upstream remark text, leading space included
-    return request.response(
-        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
-    )
+#: requests a name server answers: sent here, the sender was most likely given this address as
+#: its name server's (the C++ client then only says "No route info of this topic")
+_NAMESRV_CODES = frozenset(
+    {
+        RequestCode.REGISTER_BROKER,
+        RequestCode.GET_ROUTEINFO_BY_TOPIC,
+        RequestCode.GET_BROKER_CLUSTER_INFO,
+        RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+    }
+)
+
+
+def _not_supported_handler() -> Handler:
+    """A default handler: REQUEST_CODE_NOT_SUPPORTED with upstream's remark, and a warning once
+    per listener and code every 30 s (upstream logs each such request at ERROR)."""
+    unhandled = RepeatedLog(logging.getLogger("remoting"))
+
+    async def not_supported(ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+        where = ctx.listener
+        try:
+            name = RequestCode(request.code).name
+        except ValueError:
+            name = "unknown"
+        hint = (
+            " (a client given this address as its name server's?)" if request.code in _NAMESRV_CODES else ""
+        )
+        unhandled.log(
+            f"{where}:{request.code}",
+            logging.WARNING,
+            f"{where}: request code {request.code} ({name}) from {ctx.connection.remote_address} is "
+            f"not handled here{hint}",
+            whatever_text=True,
+        )
+        # upstream remark text, leading space included
+        return request.response(
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+        )
+
+    return not_supported
 
 
 class ProcessorTable:
@@ -70,7 +106,7 @@ class ProcessorTable:
         self.handlers: dict[int, Handler] = {}
         self.on_connect = on_connect
         self.on_close = on_close
-        self.default: Handler = default or _not_supported
+        self.default: Handler = default or _not_supported_handler()
 
     def register(self, code: int, handler: Handler) -> None:
         self.handlers[int(code)] = handler

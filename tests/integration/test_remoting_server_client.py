@@ -15,7 +15,7 @@ import trio.lowlevel
 from remoting import flusher as flusher_module
 from remoting.client import RemotingClient
 from remoting.codec import FrameDecoder, encode
-from remoting.codes import ResponseCode
+from remoting.codes import RequestCode, ResponseCode
 from remoting.command import FLAG_ONEWAY, RemotingCommand, SerializeType, request
 from remoting.connection import Connection, RequestContext
 from remoting.errors import RemotingClosedError, RemotingConnectError, RemotingTimeoutError
@@ -110,12 +110,22 @@ async def test_two_listeners_have_their_own_tables() -> None:
         assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
 
 
-async def test_unknown_code_gets_upstream_remark() -> None:
+async def test_unknown_code_gets_upstream_remark(caplog: pytest.LogCaptureFixture) -> None:
     async with serving(ProcessorTable()) as (_, [lst]), RemotingClient() as client:
         resp = await client.invoke(lst.address, request(999), 2)
         assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED == 3
         assert resp.remark == " request type 999 not supported"
         assert resp.is_response
+        # a route query (a client given this server as its name server) is logged with that guess,
+        # once for repeats
+        for _ in range(3):
+            resp = await client.invoke(lst.address, request(RequestCode.GET_ROUTEINFO_BY_TOPIC), 2)
+            assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("request code 999 (unknown)" in m and "is not handled here" in m for m in said), said
+    route = [m for m in said if "request code 105 (GET_ROUTEINFO_BY_TOPIC)" in m]
+    assert len(route) == 1, said
+    assert "a client given this address as its name server's?" in route[0]
 
 
 async def test_oneway_gets_no_reply() -> None:
