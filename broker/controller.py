@@ -324,6 +324,7 @@ class BrokerController:
         self.store.add_arrival_listener(self.hold.notify_message_arriving)
         self.store.queues.on_new_queue = self._queue_created
         self.replication.role_listeners.append(self._role_changed)
+        self.client.close_listeners.append(self._connection_lost)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.store.run)
@@ -347,10 +348,19 @@ class BrokerController:
                 task_status.started()
                 await trio.sleep_forever()
         finally:
+            self.client.close_listeners.remove(self._connection_lost)
             with trio.CancelScope(shield=True):
                 await self._shutdown()
 
-    # --- topics of stored messages ---
+    def _connection_lost(self, addr: str) -> None:
+        """A connection of the process's client ended: if it was to one of this broker's name
+        servers, register again now (the name server may be restarting, without this broker's
+        routes; retried after 1 s, 2 s, ... while it is down) -- not at the next period (30 s), as
+        upstream, during which clients that ask it for routes find none."""
+        if addr in split_addrs(self.broker_config.namesrvAddr) and not self.stopping:
+            self.log.info("connection to name server %s lost: registering again", addr)
+            self._register_full = True
+            self._register_wanted.set()
 
     def _queue_created(self, topic: str, queue_id: int) -> None:
         if not self.is_slave:

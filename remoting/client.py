@@ -90,6 +90,10 @@ class RemotingClient:
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
         self.max_in_flight_per_connection = max_in_flight_per_connection
+        #: called with the address when a connection to it ends other than by this client's own
+        #: closing (the peer closed it or went away): a broker re-registers with a name server
+        #: whose connection broke (it may have restarted without the routes)
+        self.close_listeners: list[Callable[[str], None]] = []
         self._log = logging.getLogger(name)
         self._connections: dict[str, Connection] = {}
         self._connect_locks: dict[str, trio.Lock] = {}
@@ -194,6 +198,13 @@ class RemotingClient:
     def _forget(self, addr: str, conn: Connection) -> None:
         if self._connections.get(addr) is conn:
             del self._connections[addr]
+        if self._closing:
+            return
+        for listener in list(self.close_listeners):
+            try:
+                listener(addr)
+            except Exception:  # a listener's bug must not break the connection's teardown
+                self._log.exception("close listener failed for %s", addr)
 
     async def close_connection(self, addr: str) -> None:
         """Close the connection to ``addr`` (the next call reconnects)."""
