@@ -362,6 +362,8 @@ class BrokerController:
             self._register_full = True
             self._register_wanted.set()
 
+    # --- topics of stored messages ---
+
     def _queue_created(self, topic: str, queue_id: int) -> None:
         if not self.is_slave:
             self._adopt_stored(topic)

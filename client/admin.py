@@ -14,7 +14,6 @@ raise :class:`remoting.errors.RemotingError` subclasses.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable
 
 import msgspec
@@ -25,6 +24,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.errors import RemotingConnectError, RemotingError
 from remoting.headers import encode_header
+from remoting.processor import unsupported_request_code
 from remoting.protocol.broker import (
     ConsumerConnection,
     ConsumerRunningInfo,
@@ -116,21 +116,17 @@ class AdminError(Exception):
         text = f"{name} ({code}){where}: {self.remark.strip()}".rstrip(": ")
         if code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and addr:
             # e.g. a broker's address given as the name server's: say what was asked of whom
-            asked = _REQUEST_TYPE.search(self.remark)
+            asked = unsupported_request_code(self.remark)
             if asked is not None:
                 try:
-                    what = RequestCode(int(asked.group(1))).name
+                    what = RequestCode(asked).name
                 except ValueError:
-                    what = f"request {asked.group(1)}"
+                    what = f"request {asked}"
                 text += (
                     f" -- {addr} does not handle {what}: is it the kind of server this command asks"
                     " for (a name server with -n, a broker with -b, a controller with -a)?"
                 )
         super().__init__(text)
-
-
-#: the remark of REQUEST_CODE_NOT_SUPPORTED (upstream's wording, ours too)
-_REQUEST_TYPE = re.compile(r"request type (-?\d+) not supported")
 
 
 def parse_namesrv_addrs(addrs: str | list[str]) -> list[str]:

@@ -46,6 +46,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.fastjson import FastjsonError
 from remoting.headers import HeaderError, decode_header, encode_header
+from remoting.processor import not_supported
 from remoting.protocol.controller import (
     ELECT_WAIT_REMARK,
     AlterSyncStateSetRequestHeader,
@@ -292,9 +293,7 @@ class ControllerManager:
         """
         handler = self._handlers.get(cmd.code)
         if handler is None:
-            return cmd.response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
-            )
+            return not_supported(cmd)
         try:
             if cmd.code in LEADER_ONLY_CODES and not self.raft.is_leader:
                 raise _NotLeader

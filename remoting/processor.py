@@ -13,6 +13,7 @@ being private to one request.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,22 @@ Handler = Callable[["RequestContext", RemotingCommand], Awaitable[RemotingComman
 ConnectionCallback = Callable[["Connection"], Awaitable[None] | None]
 
 
+_NOT_SUPPORTED_REMARK = re.compile(r"request type (-?\d+) not supported")
+
+
+def not_supported(request: RemotingCommand) -> RemotingCommand:
+    """REQUEST_CODE_NOT_SUPPORTED for ``request``, with upstream's remark (leading space included)."""
+    return request.response(
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+    )
+
+
+def unsupported_request_code(remark: str | None) -> int | None:
+    """The request code a REQUEST_CODE_NOT_SUPPORTED remark names (None for another remark)."""
+    found = _NOT_SUPPORTED_REMARK.search(remark or "")
+    return int(found.group(1)) if found is not None else None
+
+
 #: requests a name server answers: sent here, the sender was most likely given this address as
 #: its name server's (the C++ client then only says "No route info of this topic")
 _NAMESRV_CODES = frozenset(
@@ -64,7 +81,7 @@ def _not_supported_handler() -> Handler:
     per listener and code every 30 s (upstream logs each such request at ERROR)."""
     unhandled = RepeatedLog(logging.getLogger("remoting"))
 
-    async def not_supported(ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
+    async def answer(ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
         where = ctx.listener
         try:
             name = RequestCode(request.code).name
@@ -80,12 +97,9 @@ def _not_supported_handler() -> Handler:
             f"not handled here{hint}",
             whatever_text=True,
         )
-        # upstream remark text, leading space included
-        return request.response(
-            ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
-        )
+        return not_supported(request)
 
-    return not_supported
+    return answer
 
 
 class ProcessorTable:
