@@ -102,6 +102,8 @@ class HAService:
         self.broker_id = broker_id
         #: the local store refusing replicated bytes (a full disk): said once per reason
         self._store_repeats = RepeatedLog(log)
+        #: connections refused while not master: said once per peer host every 30 s
+        self._not_master_repeats = RepeatedLog(log)
         self.listen_port = listen_port
         self.listen_host = listen_host
         self._connect = connect
@@ -291,10 +293,19 @@ class HAService:
     async def handle_connection(self, stream: trio.abc.Stream) -> None:
         """Serve one slave on ``stream`` while this broker is master (else close it)."""
         group = self.group
+        peer = peer_address(stream)
         if self.role != "master" or group is None:
+            # a replica that takes this one for its master (a stale route or controller answer):
+            # it logs only that the connection closed, so say why here, once per peer and 30 s
+            self._not_master_repeats.log(
+                peer.rpartition(":")[0],
+                logging.INFO,
+                f"closing the HA connection from {peer}: this replica is not the master "
+                f"(role {self.role or 'none yet'})",
+                whatever_text=True,
+            )
             await trio.aclose_forcefully(stream)
             return
-        peer = peer_address(stream)
         conn = HAConnection(self.log, self.config, now=trio.current_time(), group=group, peer=peer)
         wake = _Signal()
         scope = trio.CancelScope()

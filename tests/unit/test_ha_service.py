@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
+import pytest
 import trio
 
 from store.config import MessageStoreConfig
@@ -153,3 +155,31 @@ async def test_ack_listeners_release_send_waiters_when_the_slave_acks() -> None:
         assert s1.group is not None
         assert s1.group.sync_state_set == {1}
         nursery.cancel_scope.cancel()
+
+
+async def test_a_replica_that_is_not_master_closes_ha_connections_and_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A replica taking a slave for its master (a stale route) sees only its connection close; the
+    slave says why, once for the repeated attempts."""
+    log1, log2 = MemLog(mapped_file_size=4096), MemLog(mapped_file_size=4096)
+    s1 = HAService(log1, config(), broker_id=1, listen_port=0)
+    s2 = HAService(log2, config(), broker_id=2, listen_port=0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(s1.run)
+        await nursery.start(s2.run)
+        await s1.change_to_master(1)
+        await s2.change_to_slave(f"127.0.0.1:{s1.bound_port}", 1)
+        with caplog.at_level(logging.INFO, "store.ha.service"):
+            for _ in range(3):
+                stream = await trio.open_tcp_stream("127.0.0.1", s2.bound_port)
+                with trio.fail_after(5):
+                    try:
+                        assert await stream.receive_some(100) == b""  # closed at once
+                    except trio.BrokenResourceError:
+                        pass  # or reset (closed forcefully)
+                await stream.aclose()
+        nursery.cancel_scope.cancel()
+    said = [r.getMessage() for r in caplog.records if "this replica is not the master" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "(role slave)" in said[0]
