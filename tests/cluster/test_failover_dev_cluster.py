@@ -26,17 +26,29 @@ DEV_PORTS = (9876, 9878, 10911, 10915, 10921, 10925)
 TOPIC = "DevClusterTopic"
 
 
-def dev_cluster_on_free_ports(directory: Path) -> tuple[Path, dict[int, int]]:
-    """conf/dev-cluster.toml with every fixed port replaced by a free one (HA ports follow the rule
+def conf_on_free_ports(names: list[str], directory: Path) -> tuple[list[Path], dict[int, int]]:
+    """Config files of ``conf/`` (``names`` relative to it) written to ``directory`` with every fixed
+    port of the dev layouts replaced by a free one, the same in every file (HA ports follow the rule
     listenPort + 1)."""
-    text = (PROJECT_ROOT / "conf" / "dev-cluster.toml").read_text()
     taken: set[int] = set()
     singles = free_ports(2, taken=taken)
     pairs = free_ports(4, pairs=True, taken=taken)
     mapping = dict(zip(DEV_PORTS, singles + pairs, strict=True))
-    text = re.sub(r"\b(9876|9878|10911|10915|10921|10925)\b", lambda m: str(mapping[int(m.group(1))]), text)
-    path = directory / "dev-cluster.toml"
-    path.write_text(text)
+    paths = []
+    for name in names:
+        text = (PROJECT_ROOT / "conf" / name).read_text()
+        text = re.sub(
+            r"\b(9876|9878|10911|10915|10921|10925)\b", lambda m: str(mapping[int(m.group(1))]), text
+        )
+        path = directory / name.replace("/", "-")
+        path.write_text(text)
+        paths.append(path)
+    return paths, mapping
+
+
+def dev_cluster_on_free_ports(directory: Path) -> tuple[Path, dict[int, int]]:
+    """conf/dev-cluster.toml on free ports (:func:`conf_on_free_ports`)."""
+    (path,), mapping = conf_on_free_ports(["dev-cluster.toml"], directory)
     return path, mapping
 
 
