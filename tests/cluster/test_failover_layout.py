@@ -59,7 +59,9 @@ async def test_the_shipped_failover_layout_fails_over_without_losing_an_acknowle
                         if node_of[r.brokerAddress] != node_of[a_master]
                     )
                     await admin.elect_master("DefaultCluster", "broker-b", other.brokerId)
-                    b_master = other.brokerAddress
+                    table = (await admin.get_in_sync_state_data(["broker-b"])).replicasInfoTable
+                    b_master = table["broker-b"].masterAddress
+                    assert b_master is not None
                 assert node_of[b_master] != node_of[a_master]
 
                 first = [b"before-%d" % i for i in range(20)]
