@@ -21,7 +21,9 @@ import trio
 from container.config import KINDS, ConfigError, load_process_config
 from container.config_fields import PROJECT_ROOT
 from container.config_render import render_toml
+from container.data_dir_lock import DataDirInUse, DataDirLock
 from container.logs import PROCESS_LOGGER, LogLevelError, parse_log_levels, setup_logging
+from container.port_offset import default_port_offset
 from container.process import StartupError, raise_open_file_limit, run_process
 
 DEFAULT_CONFIG = PROJECT_ROOT / "conf" / "dev-cluster.toml"
@@ -79,6 +81,14 @@ def _print_banner(lines: list[str]) -> None:
     default=None,
     help="What ${rmq.data.dir} in the config means (default: $RMQ_DATA_DIR, else data/ in the project).",
 )
+@click.option(
+    "--port-offset",
+    type=int,
+    default=None,
+    help="Move every port of the config by N, listening and connecting alike (default: "
+    "$RMQ_PORT_OFFSET, else 0): another copy of a layout beside the first. Give every process of a "
+    "layout the same offset, and each copy its own --data-dir.",
+)
 def main(
     config_path: Path | None,
     kind: str | None,
@@ -87,6 +97,7 @@ def main(
     log_levels: tuple[str, ...],
     verbose: int,
     data_dir: str | None,
+    port_offset: int | None,
 ) -> None:
     """Run a RocketMQ name server, controller and brokers in one process."""
     try:
@@ -97,7 +108,11 @@ def main(
 
     path = config_path or DEFAULT_CONFIG
     try:
-        config = load_process_config(path, kind, data_dir=data_dir, allow_unknown_keys=allow_unknown_keys)
+        if port_offset is None:
+            port_offset = default_port_offset()
+        config = load_process_config(
+            path, kind, data_dir=data_dir, allow_unknown_keys=allow_unknown_keys, port_offset=port_offset
+        )
     except ConfigError as e:
         click.echo(f"rmq-container: {e}", err=True)
         sys.exit(2)
@@ -106,6 +121,13 @@ def main(
         click.echo(render_toml(config), nl=False)
         return
 
+    lock = DataDirLock(config.dataDir, str(path)) if config.dataDir else None
+    if lock is not None:
+        try:
+            lock.acquire()
+        except DataDirInUse as e:
+            click.echo(f"rmq-container: {e}", err=True)
+            sys.exit(1)
     raise_open_file_limit()
     try:
         code = trio.run(lambda: run_process(config, on_started=_print_banner))

@@ -60,6 +60,7 @@ from container.config_fields import (
 )
 from container.config_rules import finish
 from container.netty_config import NettyClientConfig, NettyServerConfig
+from container.port_offset import shift_ports
 from container.properties import (
     PropertiesSyntaxError,
     Property,
@@ -120,7 +121,8 @@ class BrokerSpec(msgspec.Struct, kw_only=True):
 
 
 class ProcessConfig(msgspec.Struct, kw_only=True):
-    """Everything one process runs. ``dataDir`` is what ``${rmq.data.dir}`` meant, if the file used it."""
+    """Everything one process runs. ``dataDir`` is what ``${rmq.data.dir}`` meant, if the file used it;
+    ``portOffset`` what every port of the file was moved by."""
 
     namesrv: NamesrvConfig | None = None
     controller: ControllerConfig | None = None
@@ -130,6 +132,7 @@ class ProcessConfig(msgspec.Struct, kw_only=True):
     nettyClient: NettyClientConfig = msgspec.field(default_factory=NettyClientConfig)
     source: str = ""
     dataDir: str | None = None
+    portOffset: int = 0
 
 
 def _names(text: str) -> frozenset[str]:
@@ -563,6 +566,7 @@ def load_process_config(
     *,
     data_dir: str | None = None,
     allow_unknown_keys: bool = False,
+    port_offset: int = 0,
 ) -> ProcessConfig:
     """Load what one process runs from ``path`` (see the module docstring).
 
@@ -570,7 +574,8 @@ def load_process_config(
     ``data_dir`` is what ``${rmq.data.dir}`` stands for (default: ``$RMQ_DATA_DIR`` or ``data/`` in the
     project). Unknown keys raise :class:`UnknownConfigKey` listing all of them, unless
     ``allow_unknown_keys``: then each is logged as a warning and skipped. Raises
-    :class:`ConfigError` (or a subclass) on any problem.
+    :class:`ConfigError` (or a subclass) on any problem. ``port_offset`` moves every port the config
+    names, listening or connecting (:mod:`container.port_offset`).
     """
     p = Path(path)
     loader = _Loader(data_dir)
@@ -608,5 +613,7 @@ def load_process_config(
         )
     if loader.data_dir_used:
         proc.dataDir = loader.data_dir
+    shift_ports(proc, brokers, loader.container_explicit, port_offset)
+    proc.portOffset = port_offset
     finish(proc, brokers, loader.container_explicit, standalone=standalone, toml=kind == "toml")
     return proc

@@ -56,6 +56,10 @@ def render_toml(cfg: ProcessConfig) -> str:
     out: list[str] = [f"# Effective configuration of {cfg.source or 'rmq-container'}"]
     if cfg.dataDir:
         out.append(f"# data dir (${{rmq.data.dir}}): {cfg.dataDir}")
+    if cfg.portOffset:
+        out.append(
+            f"# ports moved by {cfg.portOffset:+d} (--port-offset): the values below are the moved ones"
+        )
     if cfg.namesrv is not None:
         out += ["", "[namesrv]", *_struct_lines(cfg.namesrv)]
     if cfg.controller is not None:

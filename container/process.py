@@ -40,6 +40,7 @@ import trio
 
 from container.config import ProcessConfig
 from container.logs import PROCESS_LOGGER, REMOTING_LOGGER
+from container.port_offset import port_taken_hint
 from container.watchdog import LoopWatchdog
 from namesrv.controller import NamesrvController
 from remoting.client import RemotingClient
@@ -90,7 +91,9 @@ class ProcessContext:
         try:
             return await self.server.add_listener(self.bind_host, port, table, name=name)
         except OSError as e:
-            raise StartupError(f"{name}: cannot listen on {self.bind_host}:{port}: {e.strerror or e}") from e
+            raise StartupError(
+                f"{name}: cannot listen on {self.bind_host}:{port}: {e.strerror or e}{port_taken_hint(e)}"
+            ) from e
 
 
 ComponentFactory = Callable[[ProcessContext], Awaitable[list[HostedComponent]]]

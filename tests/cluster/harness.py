@@ -24,6 +24,7 @@ return at once or after a SIGKILL (milliseconds).
 from __future__ import annotations
 
 import json
+import random
 import signal
 import socket
 import subprocess
@@ -90,6 +91,25 @@ def free_ports(n: int, *, pairs: bool = False, taken: set[int] | None = None) ->
         taken.update(wanted)
         out.append(port)
     raise RuntimeError("no free loopback ports found")
+
+
+#: the fixed ports of the shipped layouts (conf/dev-cluster.toml, conf/failover/): name server,
+#: controller, then the four brokers (each with its HA port, listenPort + 1)
+DEV_PORTS = (9876, 9878, 10911, 10915, 10921, 10925)
+_DEV_BROKER_PORTS = DEV_PORTS[2:]
+
+
+def free_port_offset() -> int:
+    """An offset for ``--port-offset`` that puts every port of :data:`DEV_PORTS` (and the brokers'
+    HA ports) on loopback ports free a moment ago, between 15000 and 32000 (below Linux's
+    ephemeral range, so that no client socket takes one before the process binds it)."""
+    rng = random.Random()
+    for _ in range(500):
+        offset = rng.randrange(15000 - DEV_PORTS[0], 32000 - max(DEV_PORTS) - 1)
+        wanted = [p + offset for p in DEV_PORTS] + [p + offset + 1 for p in _DEV_BROKER_PORTS]
+        if all(_bindable(p) for p in wanted):
+            return offset
+    raise RuntimeError("no port offset with every port of the dev layout free")
 
 
 def _toml_value(value: object) -> str:

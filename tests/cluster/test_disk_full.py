@@ -24,7 +24,12 @@ from client.message import Message, MQClientError, SendStatus
 from client.producer import Producer
 from remoting.client import RemotingClient
 from tests.cluster.harness import ContainerProc, wait_until
-from tests.cluster.test_failover_dev_cluster import dev_cluster_on_free_ports, groups_ready, read_topic
+from tests.cluster.test_failover_dev_cluster import (
+    DEV_CONFIG,
+    dev_layout_on_free_ports,
+    groups_ready,
+    read_topic,
+)
 from tests.integration.storekit import fill, small_filesystem
 
 #: room for the dev cluster's four 64 MiB commit-log files, their index slots and a little more
@@ -39,10 +44,10 @@ async def pullable(namesrv: str) -> Counter[bytes]:
 
 @pytest.mark.slow
 async def test_a_full_disk_refuses_writes_and_loses_nothing(tmp_path: Path) -> None:
-    path, ports = dev_cluster_on_free_ports(tmp_path)
+    args, ports = dev_layout_on_free_ports()
     namesrv = f"127.0.0.1:{ports[9876]}"
     with small_filesystem(tmp_path / "fs", FS_SIZE) as fs:
-        proc = ContainerProc("dev", path, tmp_path, data_dir=fs / "data")
+        proc = ContainerProc("dev", DEV_CONFIG, tmp_path, data_dir=fs / "data", args=args)
         try:
             with trio.fail_after(120):
                 await proc.start()

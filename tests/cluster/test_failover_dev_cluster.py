@@ -7,7 +7,6 @@ the same way (same masters, same epochs)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import trio
@@ -20,36 +19,18 @@ from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
-from tests.cluster.harness import PROJECT_ROOT, ContainerProc, free_ports, wait_until
+from tests.cluster.harness import DEV_PORTS, PROJECT_ROOT, ContainerProc, free_port_offset, wait_until
 
-DEV_PORTS = (9876, 9878, 10911, 10915, 10921, 10925)
+DEV_CONFIG = PROJECT_ROOT / "conf" / "dev-cluster.toml"
 TOPIC = "DevClusterTopic"
 
 
-def conf_on_free_ports(names: list[str], directory: Path) -> tuple[list[Path], dict[int, int]]:
-    """Config files of ``conf/`` (``names`` relative to it) written to ``directory`` with every fixed
-    port of the dev layouts replaced by a free one, the same in every file (HA ports follow the rule
-    listenPort + 1)."""
-    taken: set[int] = set()
-    singles = free_ports(2, taken=taken)
-    pairs = free_ports(4, pairs=True, taken=taken)
-    mapping = dict(zip(DEV_PORTS, singles + pairs, strict=True))
-    paths = []
-    for name in names:
-        text = (PROJECT_ROOT / "conf" / name).read_text()
-        text = re.sub(
-            r"\b(9876|9878|10911|10915|10921|10925)\b", lambda m: str(mapping[int(m.group(1))]), text
-        )
-        path = directory / name.replace("/", "-")
-        path.write_text(text)
-        paths.append(path)
-    return paths, mapping
-
-
-def dev_cluster_on_free_ports(directory: Path) -> tuple[Path, dict[int, int]]:
-    """conf/dev-cluster.toml on free ports (:func:`conf_on_free_ports`)."""
-    (path,), mapping = conf_on_free_ports(["dev-cluster.toml"], directory)
-    return path, mapping
+def dev_layout_on_free_ports() -> tuple[list[str], dict[int, int]]:
+    """``rmq-container`` arguments that move a shipped layout (conf/dev-cluster.toml, the files of
+    conf/failover/) onto free ports -- ``--port-offset``, as a user runs a second copy -- and where
+    each fixed port of :data:`DEV_PORTS` went."""
+    offset = free_port_offset()
+    return ["--port-offset", str(offset)], {p: p + offset for p in DEV_PORTS}
 
 
 async def groups_ready(admin: ControllerAdmin) -> bool:
@@ -111,8 +92,8 @@ async def read_topic(namesrv: str, topic: str, group: str) -> list[bytes]:
 
 
 async def test_dev_cluster_runs_controller_mode_and_restarts(tmp_path: Path) -> None:
-    path, ports = dev_cluster_on_free_ports(tmp_path)
-    proc = ContainerProc("dev", path, tmp_path)
+    args, ports = dev_layout_on_free_ports()
+    proc = ContainerProc("dev", DEV_CONFIG, tmp_path, args=args)
     namesrv = f"127.0.0.1:{ports[9876]}"
     try:
         with trio.fail_after(60):

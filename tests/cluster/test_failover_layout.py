@@ -1,6 +1,6 @@
 """The shipped multi-process layout for failover tests (``conf/failover/``: ``core.toml`` with the
 name server and the controller, ``node-1.toml`` and ``node-2.toml`` with one replica of broker-a and
-one of broker-b each), on free ports, as its comments tell a user to run it: three processes; both
+one of broker-b each), moved onto free ports with ``--port-offset``, as its comments tell a user to run it: three processes; both
 groups elect a master with both replicas in sync; broker-b's master moved to the other node with
 ``electMaster``; the node holding broker-a's master SIGKILLed; broker-a's other replica takes over and
 every message acknowledged before and after the kill is read back from the new masters."""
@@ -13,24 +13,24 @@ import trio
 
 from client.admin_controller import ControllerAdmin
 from remoting.client import RemotingClient
-from tests.cluster.harness import ContainerProc, wait_until
+from tests.cluster.harness import PROJECT_ROOT, ContainerProc, wait_until
 from tests.cluster.test_failover_dev_cluster import (
-    conf_on_free_ports,
+    dev_layout_on_free_ports,
     groups_ready,
     send_and_read,
 )
 
-FILES = ["failover/core.toml", "failover/node-1.toml", "failover/node-2.toml"]
+LAYOUT = PROJECT_ROOT / "conf" / "failover"
 
 
 async def test_the_shipped_failover_layout_fails_over_without_losing_an_acknowledged_message(
     tmp_path: Path,
 ) -> None:
-    paths, ports = conf_on_free_ports(FILES, tmp_path)
+    args, ports = dev_layout_on_free_ports()
     data = tmp_path / "data"  # one data directory for the three, as with the defaults
     procs = {
-        name: ContainerProc(name, path, tmp_path, data_dir=data)
-        for name, path in zip(("core", "node-1", "node-2"), paths, strict=True)
+        name: ContainerProc(name, LAYOUT / f"{name}.toml", tmp_path, data_dir=data, args=args)
+        for name in ("core", "node-1", "node-2")
     }
     namesrv, controller = f"127.0.0.1:{ports[9876]}", f"127.0.0.1:{ports[9878]}"
     node_of = {

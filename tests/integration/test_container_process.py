@@ -4,8 +4,10 @@ the wire, stopped with SIGTERM/SIGINT; plus in-process lifecycle checks of Conta
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -156,7 +158,65 @@ async def test_port_in_use_exits_1_naming_component_and_address(tmp_path: Path) 
     finally:
         taken.close()
     assert code == 1
-    assert f"namesrv: cannot listen on 127.0.0.1:{port}".encode() in await proc.drain_stderr()
+    assert (
+        f"namesrv: cannot listen on 127.0.0.1:{port}: Address already in use (another process listens "
+        "there: to run a second copy of this layout, start it with --port-offset N)"
+    ).encode() in await proc.drain_stderr()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_a_second_copy_needs_its_own_data_dir_and_runs_beside_the_first_with_a_port_offset(
+    tmp_path: Path,
+) -> None:
+    port = _free_port()
+    conf = tmp_path / "copy.toml"
+    conf.write_text(
+        f"[nettyServer]\nbindAddress = '127.0.0.1'\n[namesrv]\nlistenPort = {port}\n"
+        "kvConfigPath = '${rmq.data.dir}/namesrv/kvConfig.json'\n"
+    )
+    data = tmp_path / "data"
+    first = await start(conf, "--data-dir", str(data))
+    try:
+        assert (await first.read_until(BANNER_NAMESRV)).group(1).decode() == f"127.0.0.1:{port}"
+        pid = first.process.pid
+        # the same file on the same data directory: refused before it binds anything, naming the holder
+        second = await start(conf, "--data-dir", str(data), "--port-offset", "1")
+        with trio.fail_after(STOP_DEADLINE):
+            assert await second.process.wait() == 1
+        stderr = await second.drain_stderr()
+        assert (
+            f"rmq-container: data directory {data} is in use by another rmq-container running copy.toml "
+            f"(pid {pid}): stop that one, or give this one its own --data-dir (or $RMQ_DATA_DIR)"
+        ).encode() in stderr
+        assert b"listening on" not in stderr
+        # its own data directory and the offset from the environment: serves beside the first
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "container.cli", "-c", str(conf), "--data-dir", str(tmp_path / "other")],
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "RMQ_PORT_OFFSET": "1"},
+        )
+        third = Proc(process)
+        try:
+            assert (await third.read_until(BANNER_NAMESRV)).group(1).decode() == f"127.0.0.1:{port + 1}"
+            await put_kv(f"127.0.0.1:{port + 1}", "ORDER_TOPIC_CONFIG", "T3", "broker-a:4")
+            assert await cluster_info(f"127.0.0.1:{port}") == {"brokerAddrTable": {}, "clusterAddrTable": {}}
+        finally:
+            assert await third.stop(signal.SIGTERM) == 0
+        assert (tmp_path / "other" / "namesrv" / "kvConfig.json").exists()
+        assert not (data / "namesrv" / "kvConfig.json").exists()
+    finally:
+        assert await first.stop(signal.SIGTERM) == 0
+    # the lock went with the process: the same file starts again on the data directory
+    again = await start(conf, "--data-dir", str(data))
+    await again.read_until(BANNER_NAMESRV)
+    assert await again.stop(signal.SIGTERM) == 0
 
 
 async def test_a_store_directory_that_cannot_be_made_exits_1_with_one_line(tmp_path: Path) -> None:
