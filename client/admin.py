@@ -305,6 +305,20 @@ class MQAdmin:
                 result[key.strip()] = value.strip()
         return result
 
+    async def namesrvs_ignoring_order_conf(self) -> list[str]:
+        """The configured name servers that leave the order conf (ORDER_TOPIC_CONFIG) out of routes:
+        those with ``orderMessageEnable=false``, upstream's default. Unreachable ones are skipped."""
+        out = []
+        for addr in self.namesrv_addrs:
+            try:
+                config = await self.get_namesrv_config(addr)
+            except (AdminError, RemotingError) as e:
+                log.debug("name server %s: no config: %s", addr, e)
+                continue
+            if config.get("orderMessageEnable", "false").lower() != "true":
+                out.append(addr)
+        return out
+
     async def update_namesrv_config(
         self, properties: dict[str, str], namesrv_addrs: list[str] | None = None
     ) -> None:

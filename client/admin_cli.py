@@ -24,7 +24,7 @@ import msgspec
 import trio
 
 from client.admin import AdminError, MQAdmin
-from client.admin_common import java_bool, namesrv_option, require_target, run_admin
+from client.admin_common import java_bool, namesrv_option, note_ignored_order_conf, require_target, run_admin
 from client.admin_controller_cli import COMMANDS as CONTROLLER_COMMANDS
 from client.admin_output import (
     all_groups_progress_lines,
@@ -335,6 +335,7 @@ def update_topic(
                 order_conf = f"{await admin.fetch_broker_name_by_addr(addr)}:{config.writeQueueNums}"
                 await admin.put_kv_config(NAMESPACE_ORDER_TOPIC_CONFIG, config.topicName, order_conf)
                 click.echo(f"set broker orderConf. isOrder={order}, orderConf=[{order_conf}]")
+                await note_ignored_order_conf(admin)
             click.echo(f"create topic to {addr} success.")
         else:
             assert cluster_name is not None
@@ -347,6 +348,7 @@ def update_topic(
                 order_conf = ";".join(f"{n}:{config.writeQueueNums}" for n in names)
                 await admin.put_kv_config(NAMESPACE_ORDER_TOPIC_CONFIG, config.topicName, order_conf)
                 click.echo(f"set cluster orderConf. isOrder={order}, orderConf=[{order_conf}]")
+                await note_ignored_order_conf(admin)
         click.echo(topic_config_str(config, modification))
 
     run_admin("updateTopic", go, namesrv, timeout)

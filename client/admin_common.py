@@ -130,3 +130,16 @@ def namesrv_option(f: Callable[P, Any]) -> Callable[P, Any]:
     return click.option(
         "--timeout", type=float, default=5.0, show_default=True, help="Per-request timeout in seconds."
     )(f)
+
+
+async def note_ignored_order_conf(admin: MQAdmin) -> None:
+    """After an order conf was put: say on stderr which name servers leave it out of routes
+    (``orderMessageEnable=false``, upstream's default), so that producers would not use it. mqadmin
+    says nothing, and the order conf then does nothing."""
+    for addr in await admin.namesrvs_ignoring_order_conf():
+        click.echo(
+            f"note: name server {addr} has orderMessageEnable=false: its routes leave the order conf "
+            "out, and producers pick queues as for any topic (turn it on with updateNamesrvConfig "
+            "-k orderMessageEnable -v true, or in the name server's config)",
+            err=True,
+        )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import click
 
 from client.admin import AdminError, MQAdmin
-from client.admin_common import echo_lines, namesrv_option, run_admin
+from client.admin_common import echo_lines, namesrv_option, note_ignored_order_conf, run_admin
 from remoting.codes import ResponseCode
 from remoting.errors import RemotingError
 from remoting.protocol.namesrv import NAMESPACE_ORDER_TOPIC_CONFIG
@@ -207,6 +207,7 @@ def update_order_conf(namesrv: str, timeout: float, topic: str, order_conf: str 
                 raise ValueError("please set orderConf with option -v.")
             await admin.put_kv_config(NAMESPACE_ORDER_TOPIC_CONFIG, topic, conf)
             click.echo(f"update orderConf success. topic=[{topic}], orderConf=[{conf}]")
+            await note_ignored_order_conf(admin)
         else:
             await admin.delete_kv_config(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
             click.echo(f"delete orderConf success. topic=[{topic}]")

@@ -217,6 +217,7 @@ async def test_cpp_orderly_consumer_keeps_each_key_in_order_across_a_master_fail
                 acked, killed_at = await send_pinned_and_kill(
                     producer,
                     topic,
+                    QUEUES,
                     8,
                     10.0,
                     cluster.procs[cluster.process_of(before.masterAddress)].kill_now,

@@ -462,6 +462,12 @@ async def test_update_order_conf_put_get_delete(namesrvs: NamesrvEnv) -> None:
     result = await cli("updateOrderConf", "-n", both, "-t", TOPIC, "-m", "put", "-v", f" {conf} ")
     assert result.exit_code == 0, result.output
     assert result.stdout == f"update orderConf success. topic=[{TOPIC}], orderConf=[{conf}]\n"
+    # the second name server leaves it out of routes: said on stderr, the first one not named
+    assert result.stderr == (
+        f"note: name server {env.ns2} has orderMessageEnable=false: its routes leave the order conf out, "
+        "and producers pick queues as for any topic (turn it on with updateNamesrvConfig -k "
+        "orderMessageEnable -v true, or in the name server's config)\n"
+    )
     values = [
         await kv_value(env.client, ns, NAMESPACE_ORDER_TOPIC_CONFIG, TOPIC) for ns in (env.ns1, env.ns2)
     ]
