@@ -57,9 +57,4 @@ class DataDirLock:
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the last descriptor drops the flock
-            self._fd = None
+        self._fd = fd  # never closed: the flock lasts as long as the process
