@@ -152,6 +152,8 @@ class BrokerController:
         #: the broker is stopping (:meth:`prepare_stop`): it no longer registers with name servers
         self.stopping = False
         self._unregistered = False
+        #: upstream's "boot success" line was logged (at the first registration every name server took)
+        self._boot_said = False
         #: controller-mode membership (broker/replicas_manager.py), set by broker/replicas_processor.py
         self.replicas_manager: ReplicasManager | None = None
 
@@ -274,7 +276,18 @@ class BrokerController:
             if r.master_addr and self.is_slave:
                 self.master_addr = r.master_addr
         self.replication.on_register_results(results)
-        return len(results) == len(namesrvs)
+        ok = len(results) == len(namesrvs)
+        if ok and not self._boot_said:
+            # upstream BrokerStartup's line (scripts and test fixtures wait for it), said once the
+            # broker is routed -- in controller mode after the controller gave it a role
+            self._boot_said = True
+            self.log.info(
+                "The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
+                bc.brokerName,
+                self.addr,
+                bc.namesrvAddr,
+            )
+        return ok
 
     def attach(self, server: object, listener: object) -> None:
         """Use ``listener`` (already bound on ``server`` with this broker's processor table)."""

@@ -75,6 +75,9 @@ class HostedComponent:
     #: awaited (all at once, at most :data:`BEFORE_STOP_TIMEOUT` s) when a graceful stop begins,
     #: while the transport still serves (a broker unregisters from the name servers)
     before_stop: Callable[[], Awaitable[None]] | None = None
+    #: upstream's start line for this kind of server ("The Name Server boot success. ..."), logged
+    #: once the process serves (scripts and test fixtures wait for it)
+    boot_line: str | None = None
 
 
 @dataclass
@@ -109,7 +112,8 @@ async def start_namesrv(ctx: ProcessContext) -> list[HostedComponent]:
         return []
     namesrv = NamesrvController(cfg)
     listener = await ctx.listen(cfg.listenPort, namesrv.processor_table, name="namesrv")
-    return [HostedComponent("namesrv", namesrv, [f"namesrv {listener.address}"])]
+    boot = f"The Name Server boot success. serializeType=JSON, address {listener.address}"
+    return [HostedComponent("namesrv", namesrv, [f"namesrv {listener.address}"], boot_line=boot)]
 
 
 async def start_controller(ctx: ProcessContext) -> list[HostedComponent]:
@@ -132,7 +136,8 @@ async def start_controller(ctx: ProcessContext) -> list[HostedComponent]:
     await ctx.listen(_port_of(address), peer.processor_table(), name=f"controller.{self_id}")
     log.info("controller %s: raft log under %s", self_id, cfg.store_path)
     banner = f"controller {self_id} {address} group {cfg.controllerDLegerGroup} peers {len(cfg.peers)}"
-    return [HostedComponent(f"controller.{self_id}", peer, [banner], on_stop=peer.close)]
+    boot = "The ControllerManager boot success. serializeType=JSON"
+    return [HostedComponent(f"controller.{self_id}", peer, [banner], on_stop=peer.close, boot_line=boot)]
 
 
 def _port_of(address: str) -> int:
@@ -296,6 +301,9 @@ class ContainerProcess:
                 lines = self.banner()
                 for line in lines:
                     log.info("%s", line)
+                for hosted in self.components:
+                    if hosted.boot_line:
+                        logging.getLogger(hosted.name).info("%s", hosted.boot_line)
                 task_status.started(lines)
                 await self._stop.wait()
                 for hosted in self.components:

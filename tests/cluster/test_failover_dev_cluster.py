@@ -7,6 +7,7 @@ the same way (same masters, same epochs)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import trio
@@ -102,6 +103,21 @@ async def test_dev_cluster_runs_controller_mode_and_restarts(tmp_path: Path) -> 
             async with RemotingClient(name="dev-test") as client:
                 admin = ControllerAdmin(client, f"127.0.0.1:{ports[9878]}")
                 await wait_until(lambda: groups_ready(admin), 20, "both groups: a master and 2 in sync")
+                # upstream's start lines, which scripts and test fixtures wait for: every replica's
+                # once it is routed (a replica registers after the controller gave it a role)
+                booted = re.compile(
+                    rf"The broker\[broker-[ab], 127\.0\.0\.1:\d+\] boot success\. serializeType=JSON "
+                    rf"and name server is {re.escape(namesrv)}$",
+                    re.M,
+                )
+
+                async def all_booted() -> bool:
+                    return len(booted.findall(proc.log_text())) == 4
+
+                await wait_until(all_booted, 10, "four 'boot success' lines of brokers")
+                log = proc.log_text()
+                assert f"The Name Server boot success. serializeType=JSON, address {namesrv}\n" in log
+                assert "The ControllerManager boot success. serializeType=JSON\n" in log
                 first = [f"first-{i}".encode() for i in range(16)]
 
                 async def all_read() -> bool:
