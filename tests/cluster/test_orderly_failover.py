@@ -50,7 +50,7 @@ def pinned_queues(topic: str, queues_per_group: int) -> list[MessageQueue]:
     (modulo), whatever the route lists at the moment. A selector that indexes the queues it is given
     (``queues[k % len(queues)]``) moves keys to other queues while a group has no master -- the
     producer lists only queues of brokers with a master, as upstream's do -- and a key then has
-    messages in two queues, consumed side by side (seen: key 4 on broker-a's queue 0 for the 0.5 s
+    messages in two queues, consumed side by side (seen: key 4 on broker-a's queue 0 for the 0.4 s
     both groups failed over, interleaved with its later messages on broker-b's)."""
     return [
         MessageQueue(topic=topic, brokerName=b, queueId=q)
