@@ -55,6 +55,12 @@ class DataDirLock:
                 f"{self.config_name}{pid}: stop that one, or give this one its own --data-dir "
                 "(or $RMQ_DATA_DIR)"
             ) from None
+        except OSError as e:  # a file system without flock (some network mounts): go on unlocked
+            os.close(fd)
+            log.warning(
+                "cannot lock the data directory %s (%s): a second copy on it is not refused", self.data_dir, e
+            )
+            return
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd  # never closed: the flock lasts as long as the process
