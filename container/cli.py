@@ -4,7 +4,7 @@
     rmq-container -c broker-container.conf
     rmq-container -c process.toml --print-config > effective.toml
 
-Exit codes: 0 after a clean stop (SIGINT/SIGTERM) or ``--print-config``; 2 for a config problem
+Exit codes: 0 after a clean stop (SIGINT/SIGTERM/SIGHUP) or ``--print-config``; 2 for a config problem
 (each unknown key is listed with file:line); 1 when the process could not start or failed.
 """
 

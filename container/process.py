@@ -17,10 +17,10 @@ Lifecycle (:class:`ContainerProcess`):
    the name servers), stop the transport (no new requests), then cancel the components, whose
    ``finally`` blocks flush and close their files.
 
-:func:`run_process` adds signal handling: the first SIGINT/SIGTERM stops gracefully, a second one
-cancels at once; and, once everything serves, the loop watchdog (:mod:`container.watchdog`), which
-logs a warning with the loop thread's stack whenever the event loop is blocked for more than half a
-second.
+:func:`run_process` adds signal handling: the first SIGINT/SIGTERM/SIGHUP (not an ignored SIGHUP:
+``nohup``) stops gracefully, a second one cancels at once; and, once everything serves, the loop
+watchdog (:mod:`container.watchdog`), which logs a warning with the loop thread's stack whenever the
+event loop is blocked for more than half a second.
 
 Seam for later components: append a :data:`ComponentFactory` to :data:`DEFAULT_FACTORIES` (or pass
 ``factories=``). A factory returns ``[]`` when the config does not describe its component.
@@ -349,18 +349,29 @@ def _describe_refusal(error: BaseException) -> str:
     return str(error)
 
 
+def stop_signals() -> list[signal.Signals]:
+    """The signals that stop the process gracefully: SIGINT, SIGTERM and SIGHUP (a closed terminal;
+    the JVM runs an upstream broker's shutdown hooks on it too) -- but not SIGHUP when it is ignored
+    (``nohup``): a handler would undo what the user asked for."""
+    out = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        out.append(signal.SIGHUP)
+    return out
+
+
 async def run_process(
     config: ProcessConfig,
     *,
     factories: Sequence[ComponentFactory] | None = None,
     on_started: Callable[[list[str]], None] | None = None,
 ) -> int:
-    """Run ``config`` until SIGINT/SIGTERM; return the exit code (0 after a graceful stop).
+    """Run ``config`` until SIGINT/SIGTERM/SIGHUP (:func:`stop_signals`); return the exit code (0 after
+    a graceful stop).
 
     ``on_started`` gets the banner lines once everything listens (the CLI prints them).
     """
     process = ContainerProcess(config, factories)
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(*stop_signals()) as signals:
         async with trio.open_nursery() as nursery:
 
             async def watch_signals() -> None:

@@ -118,6 +118,37 @@ async def test_namesrv_from_properties_serves_and_stops_cleanly_on_sigterm(tmp_p
     }
 
 
+def _namesrv_conf(tmp_path: Path) -> Path:
+    conf = tmp_path / "namesrv.properties"
+    conf.write_text(f"listenPort=0\nbindAddress=127.0.0.1\nkvConfigPath={tmp_path}/kv/kvConfig.json\n")
+    return conf
+
+
+async def test_sighup_stops_cleanly_but_not_under_nohup(tmp_path: Path) -> None:
+    # a closed terminal: stop as for SIGTERM (the JVM runs an upstream broker's shutdown hooks too)
+    proc = await start(_namesrv_conf(tmp_path))
+    await proc.read_until(BANNER_NAMESRV)
+    assert await proc.stop(signal.SIGHUP) == 0
+    assert b"SIGHUP received: stopping" in proc.stderr
+    assert b"rmq-container stopped" in proc.stderr
+
+    # started with nohup (SIGHUP ignored): a hangup changes nothing
+    process = await trio.lowlevel.open_process(
+        ["nohup", sys.executable, "-m", "container.cli", "-c", str(_namesrv_conf(tmp_path))],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    nohup = Proc(process)
+    addr = (await nohup.read_until(BANNER_NAMESRV)).group(1).decode()
+    process.send_signal(signal.SIGHUP)
+    await trio.sleep(0.5)
+    assert process.returncode is None
+    assert await cluster_info(addr) == {"brokerAddrTable": {}, "clusterAddrTable": {}}
+    assert await nohup.stop(signal.SIGTERM) == 0
+    assert b"SIGHUP" not in nohup.stderr
+
+
 async def test_process_from_toml_serves_and_stops_cleanly_on_sigint(tmp_path: Path) -> None:
     conf = tmp_path / "process.toml"
     conf.write_text(
