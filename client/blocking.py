@@ -194,7 +194,7 @@ class BlockingProducer(_BlockingClient):
     """:class:`~client.producer.Producer` with blocking methods (same constructor arguments)."""
 
     def __init__(
-        self, group: str, namesrv_addr: str, *, loop: BlockingLoop | None = None, **kwargs: Any
+        self, group: str, namesrv_addr: str | None = None, *, loop: BlockingLoop | None = None, **kwargs: Any
     ) -> None:
         self.producer = Producer(group, namesrv_addr, **kwargs)
         super().__init__(self.producer, loop)
@@ -242,7 +242,7 @@ class BlockingPullConsumer(_BlockingClient):
     """:class:`~client.pull_consumer.PullConsumer` with blocking methods."""
 
     def __init__(
-        self, group: str, namesrv_addr: str, *, loop: BlockingLoop | None = None, **kwargs: Any
+        self, group: str, namesrv_addr: str | None = None, *, loop: BlockingLoop | None = None, **kwargs: Any
     ) -> None:
         self.consumer = PullConsumer(group, namesrv_addr, **kwargs)
         super().__init__(self.consumer, loop)
@@ -287,7 +287,7 @@ class BlockingPushConsumer(_BlockingClient):
     """
 
     def __init__(
-        self, group: str, namesrv_addr: str, *, loop: BlockingLoop | None = None, **kwargs: Any
+        self, group: str, namesrv_addr: str | None = None, *, loop: BlockingLoop | None = None, **kwargs: Any
     ) -> None:
         self.consumer = PushConsumer(group, namesrv_addr, **kwargs)
         self._limiter: trio.CapacityLimiter | None = None

@@ -549,9 +549,13 @@ class ClientInstance:
 
 def own_or_shared(instance: ClientInstance | None, namesrv_addr: str | None) -> tuple[ClientInstance, bool]:
     """The instance a producer/consumer uses, and whether it owns it (a private one, made from
-    ``namesrv_addr``, that it starts and shuts down itself) or shares one started by the caller."""
+    ``namesrv_addr`` -- else ``$NAMESRV_ADDR``, as upstream's clients -- that it starts and shuts
+    down itself) or shares one started by the caller."""
     if instance is not None:
         return instance, False
+    namesrv_addr = namesrv_addr or os.environ.get("NAMESRV_ADDR", "").strip()
     if not namesrv_addr:
-        raise MQClientError("a name server address or a client instance is required")
+        raise MQClientError(
+            "a name server address or a client instance is required (or $NAMESRV_ADDR, e.g. 127.0.0.1:9876)"
+        )
     return ClientInstance(namesrv_addr), True

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
 import trio
 
 from client.admin import MQAdmin
@@ -305,3 +306,21 @@ async def test_a_broker_address_given_as_the_name_server_is_named_in_the_error(t
             raise AssertionError("a send through a broker's address as the name server succeeded")
     assert f"from name server {env.addr}" in text, text
     assert f"is {env.addr} a name server?" in text, text
+
+
+async def test_clients_take_the_name_server_from_namesrv_addr_as_upstreams_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # no address given: $NAMESRV_ADDR (upstream's ClientConfig default); neither: a clear error
+    monkeypatch.delenv("NAMESRV_ADDR", raising=False)
+    with pytest.raises(MQClientError, match=r"or \$NAMESRV_ADDR"):
+        Producer("PG_ENV")
+    async with broker_env(tmp_path) as env:
+        monkeypatch.setenv("NAMESRV_ADDR", env.namesrv_addr)
+        async with Producer("PG_ENV") as producer:
+            result = await producer.send(Message("EnvAddrTopic", b"via env"))
+        assert result.send_status == SendStatus.SEND_OK
+        async with PullConsumer("CG_ENV") as consumer:
+            (mq,) = [q for q in await routed_queues(consumer, "EnvAddrTopic") if q == result.message_queue]
+            pulled = await consumer.pull(mq, "*", 0, 32)
+        assert [m.body for m in pulled.messages] == [b"via env"]

@@ -1,7 +1,8 @@
-"""The README's pytest fixture ("A dev cluster per test session"), run as written: its code block is
-the conftest.py of two pytest sessions started side by side as two pytest-xdist workers would be
+"""The README's code, run as written: the pytest fixture ("A dev cluster per test session") as the
+conftest.py of two pytest sessions started side by side as two pytest-xdist workers would be
 (``PYTEST_XDIST_WORKER`` gw0 and gw1), each sending with the official C++ client to its own dev
-cluster (real ``bin/rmq-container`` processes on their own ports and data directories)."""
+cluster (real ``bin/rmq-container`` processes on their own ports and data directories); and the
+trio example of the project's own client against a dev cluster."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pytest
 import trio
 
 from container.config_fields import PROJECT_ROOT
+from tests.cluster.harness import ContainerProc, wait_until
+from tests.cluster.test_failover_dev_cluster import DEV_CONFIG, dev_layout_on_free_ports
 
 pytest.importorskip("rocketmq.client", reason="the official C++ client (PyPI rocketmq==0.4.4)")
 
@@ -37,13 +40,21 @@ def test_send_to_the_sessions_cluster(namesrv):
 """
 
 
+def readme_block(first_line: str) -> str:
+    """The README's python code block that starts with ``first_line``."""
+    text = (PROJECT_ROOT / "README.md").read_text()
+    m = re.search(r"```python\n(" + re.escape(first_line) + r"\n.*?)```", text, re.S)
+    assert m, f"no python block starting {first_line!r} in the README"
+    return m.group(1)
+
+
 def readme_conftest() -> str:
     """The README's conftest.py block, with ``RMQ`` pointing at this checkout."""
-    text = (PROJECT_ROOT / "README.md").read_text()
-    m = re.search(r"```python\n(# conftest\.py\n.*?)```", text, re.S)
-    assert m, "no conftest.py block in the README"
     code, n = re.subn(
-        r"^RMQ = .*$", f"RMQ = {str(PROJECT_ROOT / 'bin' / 'rmq-container')!r}", m.group(1), flags=re.M
+        r"^RMQ = .*$",
+        f"RMQ = {str(PROJECT_ROOT / 'bin' / 'rmq-container')!r}",
+        readme_block("# conftest.py"),
+        flags=re.M,
     )
     assert n == 1, "the block has no RMQ line"
     return code
@@ -90,3 +101,36 @@ async def test_the_readme_fixture_gives_two_workers_a_cluster_each(tmp_path: Pat
         )
         assert "1 passed" in out, out
         assert f"SENT-TO 127.0.0.1:{9876 + offset}" in out, out
+
+
+async def test_the_readme_trio_example_sends_and_consumes(tmp_path: Path) -> None:
+    args, ports = dev_layout_on_free_ports()
+    namesrv = f"127.0.0.1:{ports[9876]}"
+    code = readme_block("# a trio program: send, then consume what was sent")
+    assert code.count('"127.0.0.1:9876"') == 2
+    script = tmp_path / "example.py"
+    script.write_text(code.replace('"127.0.0.1:9876"', repr(namesrv)))
+    proc = ContainerProc("dev", DEV_CONFIG, tmp_path, args=args)
+    try:
+        with trio.fail_after(90):
+            await proc.start()
+            # the README's own readiness sign: every replica's boot line
+            await wait_until(lambda: _booted(proc, 4), 20, "four broker boot lines")
+            done = await trio.run_process(
+                [sys.executable, str(script)],
+                cwd=PROJECT_ROOT,
+                env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+    finally:
+        await proc.kill()
+    out = done.stdout.decode(errors="replace")
+    assert done.returncode == 0, f"{out}\n{done.stderr.decode(errors='replace')}"
+    assert re.search(r"^SendStatus\.SEND_OK [0-9A-F]{32}$", out, re.M), out
+    assert "received DemoTopic TagA b'hello'" in out, out
+
+
+async def _booted(proc: ContainerProc, n: int) -> bool:
+    return proc.log_text().count("boot success. serializeType=JSON and name server is") >= n
