@@ -18,6 +18,7 @@ import errno
 import os
 from typing import TYPE_CHECKING
 
+from broker.outer_api import split_addrs
 from container.config_fields import InvalidConfig
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class _Shifter:
 
     def address_list(self, addresses: str, key: str) -> str:
         """A ``;``-separated list (``namesrvAddr``, ``controllerAddr``) moved entry by entry."""
-        return ";".join(self.address(a, key) for a in addresses.split(";") if a.strip())
+        return ";".join(self.address(a, key) for a in split_addrs(addresses))
 
     def peers(self, peers: str) -> str:
         """``controllerDLegerPeers`` (``id-host:port;…``) with every peer's port moved."""
