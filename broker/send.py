@@ -137,6 +137,9 @@ class SendProcessor:
         self.cfg = broker.broker_config
         self.store_cfg = broker.store_config
         self.delay_levels = broker.store_config.delay_levels_ms
+        self._delay_names = broker.store_config.messageDelayLevel.split()
+        #: "parked, not delivered" warnings for delayed messages (no schedule service yet)
+        self._parked = RepeatedLog(log)
         self._rng = random.Random()
         self._ext_ok = {"MSG_REGION": self.cfg.regionId, "TRACE_ON": "true" if self.cfg.traceOn else "false"}
         #: topic names that passed validate_topic and are not forbidden for sends
@@ -312,7 +315,25 @@ class SendProcessor:
         props[PROPERTY_DELAY] = str(level)
         props[PROPERTY_REAL_TOPIC] = topic
         props[PROPERTY_REAL_QID] = str(queue_id)
+        self._warn_parked(topic, level)
         return SCHEDULE_TOPIC, level - 1
+
+    def _warn_parked(self, topic: str, level: int) -> None:
+        """Say, once per topic every 30 s, that a delayed message was stored but will not come out:
+        the sender got SEND_OK (the message is kept, as upstream keeps it) and a consumer waiting
+        for it would otherwise wait without a word."""
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            what = f"a message to consume again by group {topic[len(RETRY_GROUP_TOPIC_PREFIX) :]} (reconsume later)"
+        else:
+            what = f"a message to {topic}"
+        self._parked.log(
+            topic,
+            logging.WARNING,
+            f"{what} with delay level {level} ({self._delay_names[level - 1]}) is stored in "
+            f"{SCHEDULE_TOPIC} queue {level - 1} and will not be delivered: delayed delivery (the "
+            "schedule service) is not built yet -- see the README's feature table",
+            whatever_text=True,
+        )
 
     def _redirect_retry(
         self,

@@ -5,9 +5,11 @@ CONSUMER_SEND_MSG_BACK to the retry and dead-letter topics, and a broker restart
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
+import pytest
 import trio
 
 from remoting.codes import RequestCode, ResponseCode
@@ -482,6 +484,35 @@ async def test_send_back_honours_max_reconsume_times_and_negative_delay(tmp_path
         # delayLevel < 0: straight to the DLQ
         await send_back(env, phys, group="OtherGroup", delay_level=-1)
         assert (await last_in_queue(env, "%DLQ%OtherGroup", 0)).body == b"m"
+
+
+async def test_a_parked_delayed_message_is_logged_as_not_delivered(
+    tmp_path: os.PathLike[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """SEND_OK for a delayed message that no schedule service will deliver yet: the broker says so,
+    once per topic (the second send is quiet), for a producer's send and for a reconsume later."""
+    caplog.set_level(logging.INFO, logger="broker.send")
+    async with broker_env(tmp_path) as env:
+
+        def parked() -> list[str]:
+            return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+        sent = await send_text(env, TOPIC, "later", DELAY="2")
+        await send_text(env, TOPIC, "later again", DELAY="2")
+        assert (await last_in_queue(env, SCHEDULE_TOPIC, 1)).body == b"later again"
+        assert parked() == [
+            f"a message to {TOPIC} with delay level 2 (5s) is stored in SCHEDULE_TOPIC_XXXX queue 1 and "
+            "will not be delivered: delayed delivery (the schedule service) is not built yet -- see "
+            "the README's feature table"
+        ]
+        await send_back(env, decode_offset_msg_id(sent.msgId)[2])
+        assert parked()[1].startswith(
+            f"a message to consume again by group {GROUP} (reconsume later) with delay level 3 (10s) "
+            "is stored in SCHEDULE_TOPIC_XXXX queue 2 and will not be delivered"
+        )
+        # a plain send says nothing
+        await send_text(env, TOPIC, "now")
+        assert len(parked()) == 2
 
 
 async def test_send_to_retry_topic_past_max_reconsume_goes_to_dlq(tmp_path: os.PathLike[str]) -> None:
