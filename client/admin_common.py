@@ -32,6 +32,33 @@ __all__ = [
 P = ParamSpec("P")
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
+#: rmq-container moves every port of its layout by this many (``--port-offset``): the default name
+#: server moves with it, so a shell that starts a second copy this way can reach it with no ``-n``
+PORT_OFFSET_ENV = "RMQ_PORT_OFFSET"
+
+
+def default_namesrv() -> str:
+    """The dev cluster's name server, 127.0.0.1:9876, moved by ``$RMQ_PORT_OFFSET`` when that is
+    set (a value that is not a whole number, or that moves the port out of range, is ignored: the
+    container refuses to start with it anyway)."""
+    raw = os.environ.get(PORT_OFFSET_ENV, "").strip()
+    try:
+        port = 9876 + (int(raw) if raw else 0)
+    except ValueError:
+        return DEFAULT_NAMESRV
+    return f"127.0.0.1:{port}" if 0 < port < 65536 else DEFAULT_NAMESRV
+
+
+def _refused_hint(reason: object) -> str:
+    """What to check when nothing listens at an address a command connected to."""
+    if "Connection refused" in str(reason):
+        default = default_namesrv()
+        moved = f" moved by ${PORT_OFFSET_ENV} to {default}" if default != DEFAULT_NAMESRV else ""
+        return (
+            " -- nothing listens there: is rmq-container running, on these ports? Without -n the "
+            f"name server is $NAMESRV_ADDR, else {DEFAULT_NAMESRV}{moved}"
+        )
+    return ""
 
 
 def fail(command: str, reason: object) -> None:
@@ -57,12 +84,12 @@ def run_client(command: str, fn: Callable[[RemotingClient], Awaitable[None]], ti
     except KeyboardInterrupt:
         sys.exit(130)
     if failures:
-        fail(command, failures[0])
+        fail(command, f"{failures[0]}{_refused_hint(failures[0])}")
 
 
 def namesrv_addr(value: str | None) -> str:
     """The name server list of a command: its ``-n``, else ``$NAMESRV_ADDR``, else the default."""
-    return value or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
+    return value or os.environ.get("NAMESRV_ADDR") or default_namesrv()
 
 
 def run_command(command: str, fn: Callable[[], Awaitable[None]]) -> None:
@@ -84,7 +111,7 @@ def run_command(command: str, fn: Callable[[], Awaitable[None]]) -> None:
 
     trio.run(main)
     if errors:
-        fail(command, errors[0])
+        fail(command, f"{errors[0]}{_refused_hint(errors[0])}")
 
 
 def run_admin(command: str, fn: Callable[[MQAdmin], Awaitable[None]], namesrv: str, timeout: float) -> None:
@@ -117,14 +144,15 @@ def echo_lines(lines: list[str]) -> None:
 
 
 def namesrv_option(f: Callable[P, Any]) -> Callable[P, Any]:
-    """``-n/--namesrvAddr`` (else ``$NAMESRV_ADDR``, else 127.0.0.1:9876) and ``--timeout``."""
+    """``-n/--namesrvAddr`` (else ``$NAMESRV_ADDR``, else 127.0.0.1:9876 moved by
+    ``$RMQ_PORT_OFFSET``) and ``--timeout``."""
     f = click.option(
         "-n",
         "--namesrvAddr",
         "namesrv",
         envvar="NAMESRV_ADDR",
-        default=DEFAULT_NAMESRV,
-        show_default=True,
+        default=default_namesrv,
+        show_default=f"$NAMESRV_ADDR, else {DEFAULT_NAMESRV} moved by ${PORT_OFFSET_ENV}",
         help="Name server address list, eg: '192.168.0.1:9876;192.168.0.2:9876'",
     )(f)
     return click.option(

@@ -11,6 +11,7 @@ import trio
 from click.testing import CliRunner, Result
 
 from client.admin_cli import main
+from client.admin_common import default_namesrv
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
 from remoting.client import RemotingClient
@@ -95,9 +96,9 @@ async def cluster(nursery: trio.Nursery, tmp_path: os.PathLike[str]) -> AsyncIte
     dead.close()
 
 
-async def cli(*args: str) -> Result:
+async def cli(*args: str, env: dict[str, str | None] | None = None) -> Result:
     """Run the click command in a worker thread (it starts its own trio loop)."""
-    return await trio.to_thread.run_sync(lambda: CliRunner().invoke(main, list(args)))
+    return await trio.to_thread.run_sync(lambda: CliRunner(env=env).invoke(main, list(args)))
 
 
 async def test_cluster_list_prints_mqadmin_table(cluster: str) -> None:
@@ -174,9 +175,58 @@ async def test_errors_exit_1_with_a_clear_message(cluster: str) -> None:
     assert result.exit_code == 1
     assert "clusterList command failed" in result.output
     assert f"127.0.0.1:{port}" in result.output
+    assert "nothing listens there: is rmq-container running, on these ports?" in result.output
     result = await cli("topicList", "-n", "not-an-address")
     assert result.exit_code == 1
     assert "bad address" in result.output
+
+
+async def test_without_n_the_dev_name_server_moves_with_the_port_offset(cluster: str) -> None:
+    """No -n and no $NAMESRV_ADDR: 127.0.0.1:9876 moved by $RMQ_PORT_OFFSET, as rmq-container
+    moves it -- a shell that started a second copy with the variable reaches that copy."""
+    port = int(cluster.rsplit(":", 1)[1])
+    moved = {"NAMESRV_ADDR": None, "RMQ_PORT_OFFSET": str(port - 9876)}
+    result = await cli("topicList", env=moved)
+    assert result.exit_code == 0, result.output
+    assert "TopicTest" in result.output.split()
+    # $NAMESRV_ADDR still comes first
+    result = await cli("topicList", env={**moved, "NAMESRV_ADDR": cluster, "RMQ_PORT_OFFSET": "1"})
+    assert result.exit_code == 0, result.output
+    # nothing there: the failure says where the address came from
+    dead = trio.socket.socket()
+    await dead.bind(("127.0.0.1", 0))
+    free = dead.getsockname()[1]
+    result = await cli("clusterList", env={**moved, "RMQ_PORT_OFFSET": str(free - 9876)})
+    dead.close()
+    assert result.exit_code == 1
+    assert (
+        f"connect to 127.0.0.1:{free} failed: Connection refused -- nothing listens there: is "
+        "rmq-container running, on these ports? Without -n the name server is $NAMESRV_ADDR, else "
+        f"127.0.0.1:9876 moved by $RMQ_PORT_OFFSET to 127.0.0.1:{free}"
+    ) in result.output
+
+
+@pytest.mark.parametrize(
+    ("offset", "addr"),
+    [
+        (None, "127.0.0.1:9876"),
+        ("", "127.0.0.1:9876"),
+        (" 100 ", "127.0.0.1:9976"),
+        ("-76", "127.0.0.1:9800"),
+        # offsets the container refuses to start with are not followed
+        ("ten", "127.0.0.1:9876"),
+        ("60000", "127.0.0.1:9876"),
+        ("-9876", "127.0.0.1:9876"),
+    ],
+)
+def test_the_default_name_server_of_an_offset(
+    monkeypatch: pytest.MonkeyPatch, offset: str | None, addr: str
+) -> None:
+    if offset is None:
+        monkeypatch.delenv("RMQ_PORT_OFFSET", raising=False)
+    else:
+        monkeypatch.setenv("RMQ_PORT_OFFSET", offset)
+    assert default_namesrv() == addr
 
 
 async def test_python_dash_m_entry_point(cluster: str) -> None:
