@@ -72,7 +72,10 @@ log = logging.getLogger("controller")
 ELECT_ATTEMPT_TIMEOUT = 3.0
 NOT_LEADER_REMARK = "The controller is not in leader state"
 #: Upstream ``RemotingCommand.createResponseCommand(null)``: what an empty GET_SYNC_STATE_DATA gets.
-NO_RESPONSE_CODE_REMARK = "not set any response code"
+#: upstream answers a sync-state query naming no broker with its bare default remark; ours says why
+NO_BROKER_NAMES_REMARK = (
+    "not set any response code: the request names no broker (its body must be a JSON array of broker names)"
+)
 #: Keys UPDATE_CONTROLLER_CONFIG may never change (upstream ``initConfigBlackList``).
 ALWAYS_BLACKLISTED = ("configBlackList", "configStorePath", "rocketmqHome")
 
@@ -444,7 +447,7 @@ class ControllerManager:
 
     async def _get_sync_state_data(self, ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
         if not cmd.body:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, NO_RESPONSE_CODE_REMARK)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, NO_BROKER_NAMES_REMARK)
         try:
             names = decode_broker_names(cmd.body_bytes)
         except (FastjsonError, msgspec.ValidationError) as exc:
@@ -452,7 +455,7 @@ class ControllerManager:
                 ResponseCode.CONTROLLER_INVALID_REQUEST, f"body is not a JSON array of broker names: {exc}"
             )
         if not names:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, NO_RESPONSE_CODE_REMARK)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, NO_BROKER_NAMES_REMARK)
         result = await self.run_read(lambda r: r.handle_get_sync_state_data(names, self.is_alive))
         return self._reply(cmd, result)
 

@@ -17,7 +17,6 @@ runs a longer search (40 examples by default); ``FUZZ_REMARKS=1`` with
 
 from __future__ import annotations
 
-import inspect
 import os
 import shutil
 import tempfile
@@ -36,6 +35,14 @@ from remoting.protocol import controller as controller_headers
 from remoting.protocol.message import BatchItem, encode_batch_body
 from tests.integration.broker_env import BrokerEnv, broker_env
 from tests.integration.broker_requests import describe, pull_all, send_text
+from tests.integration.fuzzkit import (
+    any_value,
+    draw_request,
+    field_names,
+    header_classes,
+    json_values,
+    typed_value,
+)
 
 MARKER_TOPIC = "FuzzMarkerTopic"
 MARKER_GROUP = "FuzzMarkerGroup"
@@ -65,17 +72,8 @@ MUST_EXPLAIN = {
 }
 
 
-def _header_classes() -> list[type[CommandHeader]]:
-    return [
-        cls
-        for module in (broker_headers, controller_headers)
-        for _, cls in inspect.getmembers(module, inspect.isclass)
-        if issubclass(cls, CommandHeader) and cls is not CommandHeader and cls.__module__ == module.__name__
-    ]
-
-
-HEADERS = _header_classes()
-FIELDS = sorted({f.encode_name for cls in HEADERS for f in msgspec.structs.fields(cls)})
+HEADERS = header_classes(broker_headers, controller_headers)
+FIELDS = field_names(HEADERS)
 #: the header each handler reads, so that most requests get past the header check into the handler
 HEADER_OF: dict[int, type[CommandHeader]] = {
     RequestCode.SEND_MESSAGE: broker_headers.SendMessageRequestHeader,
@@ -118,48 +116,7 @@ NAMES = [
     "broker-a",
     "127.0.0.1:1",
 ]
-EDGE_VALUES = [
-    *NAMES,
-    "",
-    "0",
-    "1",
-    "-1",
-    "2147483647",
-    "2147483648",
-    "-2147483649",
-    "9223372036854775807",
-    "9223372036854775808",
-    "-9223372036854775809",
-    "99999999999999999999999",
-    "1.5",
-    "1e400",
-    "NaN",
-    "true",
-    "false",
-    "null",
-    "*",
-    "TagA || TagB",
-    "TagA ||",
-    "../../escape",
-    "a/b",
-    "x" * 300,
-    "\x01\x02",
-    "KEY\x01value\x02",
-    "UNIQ_KEY\x01\x02",
-    "héllo",
-    "{}",
-    "[]",
-    '{"a":1}',
-]
-ANY_VALUE = st.one_of(
-    st.sampled_from(EDGE_VALUES),
-    st.integers(min_value=-(2**64), max_value=2**64).map(str),
-    st.text(max_size=24),
-)
-
-
-INT_VALUE = st.integers(-1, 20).map(str)
-BOOL_VALUE = st.sampled_from(["true", "false"])
+ANY_VALUE = any_value(NAMES)
 STR_VALUE = st.sampled_from(NAMES)
 #: fields whose valid values are not names
 SPECIAL_VALUES: dict[str, st.SearchStrategy[str]] = {
@@ -204,13 +161,7 @@ JSON_KEYS = [
     "offsetTable",
     "topicConfigTable",
 ]
-JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.sampled_from(EDGE_VALUES),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(JSON_KEYS), inner, max_size=5)
-    ),
-    max_leaves=14,
-)
+JSON = json_values(JSON_KEYS, NAMES)
 BATCH = st.lists(
     st.builds(
         BatchItem,
@@ -309,44 +260,23 @@ BODIES = st.one_of(st.none(), st.binary(max_size=256), JSON.map(msgspec.json.enc
 
 
 def _valid(cls: type[CommandHeader], name: str, wire_name: str) -> st.SearchStrategy[str]:
-    """A plausible value for the field (the right type, a known name)."""
-    special = SPECIAL_VALUES.get(wire_name, SPECIAL_VALUES.get(name))
-    if special is not None:
-        return special
-    hint = str(cls.__annotations__.get(name, ""))
-    if "int" in hint:
-        return INT_VALUE
-    if "bool" in hint:
-        return BOOL_VALUE
-    return STR_VALUE
+    return typed_value(cls, name, wire_name, SPECIAL_VALUES, STR_VALUE)
 
 
 @st.composite
 def requests(draw: st.DrawFn) -> RemotingCommand:
-    """A request of any code, mostly with the header its handler reads: every field plausible
-    except up to two, which get an edge value or go missing; sometimes another header's fields
-    instead, and now and then a stray field."""
-    code = draw(st.sampled_from(sorted(HEADER_OF.keys() | BODY_OF.keys())) | st.sampled_from(CODES))
-    cls = HEADER_OF.get(code) if draw(st.integers(0, 5)) else None
-    if cls is None:
-        cls = draw(st.sampled_from(HEADERS))
-    fields = msgspec.structs.fields(cls)
-    bad = draw(st.sets(st.sampled_from([f.encode_name for f in fields]), max_size=2)) if fields else set()
-    ext: dict[str, str] = {}
-    for f in fields:
-        if f.encode_name in bad:
-            if draw(st.booleans()):
-                ext[f.encode_name] = draw(ANY_VALUE)
-        elif f.required or draw(st.booleans()):
-            ext[f.encode_name] = draw(_valid(cls, f.name, f.encode_name))
-    if not draw(st.integers(0, 4)):
-        ext.setdefault(draw(st.sampled_from(FIELDS) | st.text(max_size=8)), draw(ANY_VALUE))
-    shaped = BODY_OF.get(code)
-    if shaped is not None and draw(st.integers(0, 4)):
-        body: bytes | None = msgspec.json.encode(draw(shaped))
-    else:
-        body = draw(BODIES)
-    return RemotingCommand(code=code, ext_fields=ext or None, body=body)
+    """A request of any code (see :func:`tests.integration.fuzzkit.draw_request`)."""
+    return draw_request(
+        draw,
+        codes=st.sampled_from(sorted(HEADER_OF.keys() | BODY_OF.keys())) | st.sampled_from(CODES),
+        header_of=HEADER_OF,
+        headers=HEADERS,
+        body_of=BODY_OF,
+        bodies=BODIES,
+        valid=_valid,
+        anything=ANY_VALUE,
+        fields=FIELDS,
+    )
 
 
 async def _marker(env: BrokerEnv) -> list[str]:

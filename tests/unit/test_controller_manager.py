@@ -341,7 +341,14 @@ async def test_get_sync_state_data_over_commands(make_env: MakeEnv) -> None:
     assert list(info.replicasInfoTable) == [B]
     assert [x.brokerId for x in info.replicasInfoTable[B].inSyncReplicas] == [1, 2]
     r = await env.call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA)
-    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "not set any response code")
+    # upstream's code and bare remark, with the reason added
+    assert (r.code, r.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "not set any response code: the request names no broker (its body must be a JSON array of broker names)",
+    )
+    r = await env.call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, None, b"[]")
+    assert r.code == ResponseCode.SYSTEM_ERROR
+    assert r.remark is not None and "names no broker" in r.remark
     r = await env.call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, None, b'{"a":1}')
     assert r.code == ResponseCode.CONTROLLER_INVALID_REQUEST
 
