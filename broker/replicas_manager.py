@@ -702,7 +702,13 @@ class ReplicasManager:
                 self.broker.now_ms(),
             )
         except ControllerError as e:
-            self.log.warning("SyncStateSet %s refused: %s", sorted(proposal), e)
+            # once per proposal and 30 s: a refused replica is proposed again (held back longer each time)
+            self._repeats.log(
+                f"alter {sorted(proposal)}",
+                logging.WARNING,
+                f"SyncStateSet {sorted(proposal)} refused: {e}",
+                whatever_text=True,
+            )
             if e.code in (
                 ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
                 ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH,

@@ -16,6 +16,11 @@ Upstream: the SyncStateSet parts of ``AutoSwitchHAService`` and ``ReplicasManage
 * Expand: a connected non-learner outside the set whose ack ``>= confirm offset`` and ``>=`` the start of
   the current epoch, checked on the ack and again when the proposal is made. Shrink: members not caught up for ``haMaxTimeSlaveNotCatchup`` and members without
   a connection. ``propose_sync_state_set`` returns at most one proposal at a time.
+* Hold-back (ours): a replica whose joining the controller refused is not proposed again for
+  :data:`HOLD_BACK` seconds, doubling on each refusal up to :data:`HOLD_BACK_MAX`, until its
+  connection closes. Upstream proposes it again on every ack: a replica the controller does not know
+  (its metadata cleaned while it runs, one registered with another controller) made a controller
+  round trip and two log lines per ack.
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ from store.ha.replica_log import ReplicaLog
 from store.results import PutMessageStatus
 
 log = logging.getLogger("store.ha.master")
+
+#: seconds before a replica whose joining was refused is proposed again (then doubled per refusal)
+HOLD_BACK = 1.0
+HOLD_BACK_MAX = 30.0
 
 
 class HAMasterState:
@@ -56,6 +65,8 @@ class HAMasterState:
         #: Upstream ``connectionCaughtUpTimeTable``.
         self.caught_up_time: dict[int, float] = {}
         self._pending_expand: set[int] = set()
+        #: slave id -> (not proposed before this time, the hold-back that set it)
+        self._held_back: dict[int, tuple[float, float]] = {}
         self._shrink_now = False
         self._confirm = min(rlog.confirm_offset, rlog.max_offset)
         self.refresh_confirm_offset()
@@ -91,6 +102,7 @@ class HAMasterState:
             return
         del self.connections[conn.slave_id]
         self._pending_expand.discard(conn.slave_id)
+        self._held_back.pop(conn.slave_id, None)  # a new connection gets a fresh chance
         if conn.slave_id in self.effective_sync_state_set:
             self._shrink_now = True
 
@@ -164,6 +176,9 @@ class HAMasterState:
         limit = self.config.haMaxTimeSlaveNotCatchup / 1000
         new = set(self.sync_state_set)
         for slave_id in list(self._pending_expand):
+            held = self._held_back.get(slave_id)
+            if held is not None and now < held[0]:
+                continue
             # Re-check: the master may have written more since the ack that qualified the slave.
             conn = self.connections.get(slave_id)
             if conn is not None and not conn.is_async_learner and self._may_join(conn.ack_offset):
@@ -195,11 +210,26 @@ class HAMasterState:
         self.sync_state_set = set(new_set) | {self.self_id}
         self.sync_state_set_epoch = epoch
         self.proposal = None
+        for member in self.sync_state_set:
+            self._held_back.pop(member, None)
         self.refresh_confirm_offset()
 
-    def on_sync_state_set_rejected(self) -> None:
-        """The controller refused the proposal (e.g. a stale epoch); keep the current set."""
+    def on_sync_state_set_rejected(self, now: float | None = None) -> None:
+        """The controller refused the proposal (e.g. a stale epoch, or a replica it does not
+        know); keep the current set. With ``now``, the replicas the proposal would have added are
+        held back (see the module docstring)."""
+        joining = sorted((self.proposal or set()) - self.sync_state_set)
         self.proposal = None
+        if now is not None and joining:
+            for slave_id in joining:
+                previous = self._held_back.get(slave_id)
+                delay = HOLD_BACK if previous is None else min(previous[1] * 2, HOLD_BACK_MAX)
+                self._held_back[slave_id] = (now + delay, delay)
+            log.info(
+                "the controller refused replica(s) %s into the SyncStateSet: not proposed again for %.0f s",
+                joining,
+                max(self._held_back[i][1] for i in joining),
+            )
         self.refresh_confirm_offset()
 
     # ------------------------------------------------------------------ send gating (controller mode)

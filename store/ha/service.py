@@ -285,7 +285,7 @@ class HAService:
                 continue
             result = await self._alter(proposal)
             if result is None:
-                group.on_sync_state_set_rejected()
+                group.on_sync_state_set_rejected(trio.current_time())
             else:
                 group.on_sync_state_set_accepted(result[0], result[1])
             self._acks_changed()

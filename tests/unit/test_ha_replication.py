@@ -386,6 +386,43 @@ def test_closing_a_member_connection_proposes_its_removal_and_freezes_confirm() 
     assert group.sync_state_set == {1, 2}
 
 
+def test_a_replica_whose_joining_was_refused_is_held_back_doubling_until_its_connection_closes() -> None:
+    log, group, config = make_group()
+    lb = attach(log, group, config, 2, 0.0)
+    assert group.propose_sync_state_set(0.0) == {1, 2}
+    group.on_sync_state_set_rejected(0.0)  # e.g. CONTROLLER_INVALID_REPLICAS: no replica 2 there
+
+    def ack(now: float) -> None:
+        fill(log, 1)
+        lb.pump(now)
+        assert group.wants_proposal  # the ack qualifies it again ...
+
+    ack(0.5)
+    assert group.propose_sync_state_set(0.5) is None  # ... but it is held back for 1 s
+    ack(1.0)
+    assert group.propose_sync_state_set(1.0) == {1, 2}
+    group.on_sync_state_set_rejected(1.0)
+    ack(2.9)
+    assert group.propose_sync_state_set(2.9) is None  # then 2 s
+    ack(3.0)
+    assert group.propose_sync_state_set(3.0) == {1, 2}
+    group.on_sync_state_set_rejected(3.0)
+    ack(6.9)
+    assert group.propose_sync_state_set(6.9) is None  # then 4 s
+    # a new connection gets a fresh chance
+    lb.conn.connection_lost()
+    assert group.propose_sync_state_set(7.0) is None
+    lb = attach(log, group, config, 2, 7.0)
+    assert group.propose_sync_state_set(7.0) == {1, 2}
+    group.on_sync_state_set_accepted({1, 2}, epoch=2)
+    assert group.sync_state_set == {1, 2}
+    # a refused shrink holds nothing back: it is proposed again at once
+    lb.conn.connection_lost()
+    assert group.propose_sync_state_set(8.0) == {1}
+    group.on_sync_state_set_rejected(8.0)
+    assert group.propose_sync_state_set(8.0) == {1}  # the periodic check's next call
+
+
 def test_member_without_connection_keeps_confirm_offset() -> None:
     log, group, _ = make_group(sync_state_set=(1, 2))
     before = group.refresh_confirm_offset()
