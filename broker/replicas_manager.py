@@ -43,7 +43,7 @@ from __future__ import annotations
 import enum
 import logging
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import trio
 
@@ -76,6 +76,7 @@ from remoting.protocol.controller import (
 )
 from remoting.repeats import RepeatedLog
 from store.ha.role import RoleChangeError
+from store.ha.service import NOT_ANSWERED
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -686,12 +687,16 @@ class ReplicasManager:
 
     # ------------------------------------------------------------------ SyncStateSet (master)
 
-    async def _alter_sync_state_set(self, proposal: set[int]) -> tuple[set[int], int] | None:
-        """The HA service's callback: CONTROLLER_ALTER_SYNC_STATE_SET; the accepted set, or None."""
+    async def _alter_sync_state_set(
+        self, proposal: set[int]
+    ) -> tuple[set[int], int] | Literal["not answered"] | None:
+        """The HA service's callback: CONTROLLER_ALTER_SYNC_STATE_SET; the accepted set, None when
+        the controller refused the proposal itself (the replicas it would add are held back), or
+        NOT_ANSWERED when no decision was had (no controller, a stale view, a role change)."""
         view = self.view
         bc = self.broker.broker_config
         if not view.is_master or view.broker_controller_id is None:
-            return None
+            return NOT_ANSWERED
         try:
             result = await self.api.alter_sync_state_set(
                 bc.brokerName,
@@ -715,12 +720,13 @@ class ReplicasManager:
                 ResponseCode.CONTROLLER_INVALID_MASTER,
             ):
                 self._poll_now.set()  # our view is stale: look at the controller's now
+                return NOT_ANSWERED
             return None
         except ControllerUnavailable as e:
             self.log.warning("SyncStateSet %s not reported: %s", sorted(proposal), e)
-            return None
+            return NOT_ANSWERED
         if self.view.master_epoch != view.master_epoch:
-            return None  # the role changed while the request was out
+            return NOT_ANSWERED  # the role changed while the request was out
         self.log.info(
             "SyncStateSet is now %s (epoch %d)", sorted(result.syncStateSet), result.syncStateSetEpoch
         )

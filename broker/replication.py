@@ -43,8 +43,8 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
@@ -57,7 +57,7 @@ from store.ha.classic_service import ClassicHAService
 from store.ha.connection import HAConnection
 from store.ha.gating import rip34_check_before_put, rip34_in_sync_replicas, rip34_need_ack_nums
 from store.ha.role import RoleChangeError
-from store.ha.service import HAService
+from store.ha.service import NOT_ANSWERED, AlterSyncStateSet, HAService
 from store.ha.store_log import DrainingStream, StoreReplicaLog
 from store.ha.streams import Link
 from store.results import PutMessageResult, PutMessageStatus
@@ -69,7 +69,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("broker.replication")
 _SYNC_MASTER = BrokerRole.SYNC_MASTER  # bound once: an enum member lookup costs a descriptor call
 
-AlterSyncStateSet = Callable[[set[int]], Awaitable[tuple[set[int], int] | None]]
 #: While a slave does not know its master's HA address it re-registers this often (seconds).
 MASTER_LOOKUP_INTERVAL = 1.0
 
@@ -470,13 +469,13 @@ class Replication:
             master=True, masterCommitLogMaxOffset=put_where, inSyncSlaveNums=in_sync, haConnectionInfo=rows
         )
 
-    async def _alter(self, proposal: set[int]) -> tuple[set[int], int] | None:
+    async def _alter(self, proposal: set[int]) -> tuple[set[int], int] | Literal["not answered"] | None:
         if self.alter_sync_state_set is not None:
             return await self.alter_sync_state_set(proposal)
         if self.hand_roles:
             self._local_sss_epoch += 1
             return set(proposal), self._local_sss_epoch
-        return None
+        return NOT_ANSWERED
 
     def on_sync_state_set_changed(self, sync_state_set: set[int], sync_state_set_epoch: int) -> None:
         """The controller pushed (or confirmed) a SyncStateSet for this master."""

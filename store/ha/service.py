@@ -17,9 +17,9 @@ streams; all protocol decisions live in those objects.
 * ``ack_listeners``: callables run (synchronously) whenever what is acknowledged may have changed —
   an ack, a SyncStateSet change, a closed connection, a role change. A broker that keeps its own
   waiters (``store.ha.ack_waiters.AckWaiters``) hooks their ``notify`` in here.
-* SyncStateSet changes go through ``alter_sync_state_set(proposal) -> (new_set, epoch) | None`` (the
-  controller round trip, supplied by the broker), every ``check_period`` seconds and right after an
-  ack or close that calls for one.
+* SyncStateSet changes go through ``alter_sync_state_set(proposal) -> (new_set, epoch) | None |
+  NOT_ANSWERED`` (the controller round trip, supplied by the broker; None = refused), every
+  ``check_period`` seconds and right after an ack or close that calls for one.
 
 ``connect(address)`` opens a stream to a master (default: TCP); tests pass in-memory streams and call
 ``handle_connection`` themselves.
@@ -31,6 +31,7 @@ import functools
 import logging
 import math
 from collections.abc import Awaitable, Callable
+from typing import Final, Literal
 
 import trio
 
@@ -50,7 +51,11 @@ log = logging.getLogger("store.ha.service")
 RECEIVE_SIZE = 256 * 1024
 #: seconds before a slave reconnects after its store refused replicated bytes (a full disk)
 STORE_REFUSED_RETRY_S = 1.0
-AlterSyncStateSet = Callable[[set[int]], Awaitable[tuple[set[int], int] | None]]
+#: what an :data:`AlterSyncStateSet` returns when no controller decided on the proposal (none
+#: reachable, a stale view of the group, the role changed meanwhile): proposed again later, and
+#: nothing is held back as after a refusal (``None``)
+NOT_ANSWERED: Final = "not answered"
+AlterSyncStateSet = Callable[[set[int]], Awaitable[tuple[set[int], int] | Literal["not answered"] | None]]
 
 
 class _Signal:
@@ -286,6 +291,8 @@ class HAService:
             result = await self._alter(proposal)
             if result is None:
                 group.on_sync_state_set_rejected(trio.current_time())
+            elif result == NOT_ANSWERED:
+                group.on_sync_state_set_rejected()
             else:
                 group.on_sync_state_set_accepted(result[0], result[1])
             self._acks_changed()

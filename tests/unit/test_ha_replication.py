@@ -390,6 +390,10 @@ def test_a_replica_whose_joining_was_refused_is_held_back_doubling_until_its_con
     log, group, config = make_group()
     lb = attach(log, group, config, 2, 0.0)
     assert group.propose_sync_state_set(0.0) == {1, 2}
+    group.on_sync_state_set_rejected()  # not answered (no controller reachable): nothing held back
+    fill(log, 1)
+    lb.pump(0.0)
+    assert group.propose_sync_state_set(0.0) == {1, 2}
     group.on_sync_state_set_rejected(0.0)  # e.g. CONTROLLER_INVALID_REPLICAS: no replica 2 there
 
     def ack(now: float) -> None:
