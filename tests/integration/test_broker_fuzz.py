@@ -20,12 +20,15 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Container
+from pathlib import Path
 
 import msgspec
 import trio
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError, RemotingTimeoutError
@@ -33,7 +36,7 @@ from remoting.headers import CommandHeader
 from remoting.protocol import broker as broker_headers
 from remoting.protocol import controller as controller_headers
 from remoting.protocol.message import BatchItem, encode_batch_body
-from tests.integration.broker_env import BrokerEnv, broker_env
+from tests.integration.broker_env import BrokerEnv, broker_env, wait_until
 from tests.integration.broker_requests import describe, pull_all, send_text
 from tests.integration.fuzzkit import (
     any_value,
@@ -43,6 +46,9 @@ from tests.integration.fuzzkit import (
     json_values,
     typed_value,
 )
+from tests.integration.replication_kit import commit_log_bytes
+from tests.integration.test_controller_mode import FILE_SIZE as CTL_FILE_SIZE
+from tests.integration.test_controller_mode import controller_mode, master_and_slave, send_all
 
 MARKER_TOPIC = "FuzzMarkerTopic"
 MARKER_GROUP = "FuzzMarkerGroup"
@@ -283,26 +289,37 @@ async def _marker(env: BrokerEnv) -> list[str]:
     return [m.body.decode() for m in await pull_all(env, MARKER_GROUP, MARKER_TOPIC, 0)]
 
 
+async def _fuzz(
+    client: RemotingClient,
+    addr: str,
+    handlers: Container[int],
+    sequence: list[RemotingCommand],
+    skip: set[int],
+) -> None:
+    """Send the sequence (but the ``skip`` codes) to the broker at ``addr``; check each answer."""
+    for cmd in sequence:
+        if cmd.code in skip:
+            continue
+        try:
+            response = await client.invoke(addr, cmd, ANSWER_TIMEOUT)
+        except RemotingTimeoutError:
+            assert cmd.code in MAY_HOLD, f"no answer to {cmd}"
+            continue
+        except RemotingError as e:
+            raise AssertionError(f"{cmd} -> {type(e).__name__}: {e}") from None
+        if response.code in MUST_EXPLAIN:
+            assert response.remark, f"{cmd} -> {describe(response)}: an error without a remark"
+        name = RequestCode(cmd.code).name if cmd.code in CODE_NAMES else str(cmd.code)
+        remark = f" {(response.remark or '')[:70]}" if os.environ.get("FUZZ_REMARKS") else ""
+        event(f"{name} -> {response.code}{remark}")
+        if cmd.code not in handlers:
+            assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, describe(response)
+
+
 async def _run(root: str, sequence: list[RemotingCommand]) -> None:
     async with broker_env(root) as env:
         await send_text(env, MARKER_TOPIC, MARKER_TEXT)
-        for cmd in sequence:
-            if cmd.code in EXCLUDED:
-                continue
-            try:
-                response = await env.client.invoke(env.addr, cmd, ANSWER_TIMEOUT)
-            except RemotingTimeoutError:
-                assert cmd.code in MAY_HOLD, f"no answer to {cmd}"
-                continue
-            except RemotingError as e:
-                raise AssertionError(f"{cmd} -> {type(e).__name__}: {e}") from None
-            if response.code in MUST_EXPLAIN:
-                assert response.remark, f"{cmd} -> {describe(response)}: an error without a remark"
-            name = RequestCode(cmd.code).name if cmd.code in CODE_NAMES else str(cmd.code)
-            remark = f" {(response.remark or '')[:70]}" if os.environ.get("FUZZ_REMARKS") else ""
-            event(f"{name} -> {response.code}{remark}")
-            if cmd.code not in env.broker.processor_table.handlers:
-                assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, describe(response)
+        await _fuzz(env.client, env.addr, env.broker.processor_table.handlers, sequence, EXCLUDED)
         # still serving: the stored message reads back, a new one is stored and read back
         assert await _marker(env) == [MARKER_TEXT]
         await send_text(env, MARKER_TOPIC, "stored after the fuzzing")
@@ -322,6 +339,50 @@ def test_random_requests_never_stop_the_broker_or_damage_what_it_stored(
     root = tempfile.mkdtemp(prefix="broker-fuzz-")
     try:
         trio.run(_run, root, sequence)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _run_on_a_slave(root: str, sequence: list[RemotingCommand]) -> None:
+    async with controller_mode(Path(root)) as env:
+        master, slave = await master_and_slave(env)
+        before = [f"before {i}".encode() for i in range(8)]
+        await send_all(env, master, before)
+        await _fuzz(
+            env.client,
+            slave.addr,
+            slave.broker.processor_table.handlers,
+            sequence,
+            # a valid role notification legitimately makes the slave something else
+            EXCLUDED | {RequestCode.NOTIFY_BROKER_ROLE_CHANGED},
+        )
+        # still a slave in sync: sends acknowledged by both go on, and the slave's commit log is the
+        # master's byte for byte (nothing the requests did wrote to it)
+        assert slave.is_slave
+        after = [f"after {i}".encode() for i in range(8)]
+        await send_all(env, master, after)
+        end = master.broker.store.max_phy_offset
+        await wait_until(lambda: slave.broker.store.max_phy_offset == end, 10, "slave caught up")
+        root_path = Path(root)
+        assert commit_log_bytes(root_path / "b" / "store", 0, end, CTL_FILE_SIZE) == commit_log_bytes(
+            root_path / "a" / "store", 0, end, CTL_FILE_SIZE
+        )
+        assert sorted(await env.pull_bodies(master)) == sorted(before + after)
+        assert master.broker.replication.sync_state_set == {1, 2}
+
+
+@settings(
+    max_examples=int(os.environ.get("BROKER_FUZZ_EXAMPLES", "15")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(sequence=st.lists(requests(), min_size=1, max_size=25))
+def test_random_requests_to_a_slave_leave_its_commit_log_the_masters(sequence: list[RemotingCommand]) -> None:
+    """The same requests to the slave of a controller-mode pair: whatever they ask of it, it writes
+    nothing of its own to its commit log and keeps replicating."""
+    root = tempfile.mkdtemp(prefix="slave-fuzz-")
+    try:
+        trio.run(_run_on_a_slave, root, sequence)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
