@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import ModuleType
 
 import msgspec
@@ -104,44 +105,54 @@ def typed_value(
     return names
 
 
-def draw_request(
-    draw: st.DrawFn,
-    *,
-    codes: st.SearchStrategy[int],
-    header_of: Mapping[int, type[CommandHeader]],
-    headers: list[type[CommandHeader]],
-    body_of: Mapping[int, st.SearchStrategy[object]],
-    bodies: st.SearchStrategy[bytes | None],
-    valid: Callable[[type[CommandHeader], str, str], st.SearchStrategy[str]],
-    anything: st.SearchStrategy[str],
-    fields: list[str],
-) -> RemotingCommand:
-    """A request of a drawn code, mostly with the header its handler reads (``header_of``): every
-    field plausible (``valid``) except up to two, which get ``anything`` or go missing; sometimes
-    another header's fields instead, now and then a stray field; the body shaped as the clients
-    send it (``body_of``) most of the time, else any of ``bodies``."""
-    code = draw(codes)
-    cls = header_of.get(code) if draw(st.integers(0, 5)) else None
-    if cls is None:
-        cls = draw(st.sampled_from(headers))
-    cls_fields = msgspec.structs.fields(cls)
-    bad = (
-        draw(st.sets(st.sampled_from([f.encode_name for f in cls_fields]), max_size=2))
-        if cls_fields
-        else set()
-    )
-    ext: dict[str, str] = {}
-    for f in cls_fields:
-        if f.encode_name in bad:
-            if draw(st.booleans()):
-                ext[f.encode_name] = draw(anything)
-        elif f.required or draw(st.booleans()):
-            ext[f.encode_name] = draw(valid(cls, f.name, f.encode_name))
-    if not draw(st.integers(0, 4)):
-        ext.setdefault(draw(st.sampled_from(fields) | st.text(max_size=8)), draw(anything))
-    shaped = body_of.get(code)
-    if shaped is not None and draw(st.integers(0, 4)):
-        body: bytes | None = msgspec.json.encode(draw(shaped))
-    else:
-        body = draw(bodies)
-    return RemotingCommand(code=code, ext_fields=ext or None, body=body)
+@dataclass(frozen=True)
+class RequestPool:
+    """What requests of one fuzzer are drawn from (see :meth:`draw`)."""
+
+    #: the request codes
+    codes: st.SearchStrategy[int]
+    #: code -> the header its handler reads
+    header_of: Mapping[int, type[CommandHeader]]
+    #: every header class (a request sometimes carries another header's fields)
+    headers: list[type[CommandHeader]]
+    #: code -> the body shaped as the clients send it
+    body_of: Mapping[int, st.SearchStrategy[object]]
+    #: any body
+    bodies: st.SearchStrategy[bytes | None]
+    #: (header class, field name, wire name) -> a plausible value of the field
+    valid: Callable[[type[CommandHeader], str, str], st.SearchStrategy[str]]
+    #: any value of any field
+    anything: st.SearchStrategy[str]
+    #: wire names for stray fields
+    fields: list[str]
+
+    def draw(self, draw: st.DrawFn) -> RemotingCommand:
+        """A request of a drawn code, mostly with the header its handler reads: every field
+        plausible except up to two, which get any value or go missing; sometimes another header's
+        fields instead, now and then a stray field; the body shaped as the clients send it most of
+        the time, else any body."""
+        code = draw(self.codes)
+        cls = self.header_of.get(code) if draw(st.integers(0, 5)) else None
+        if cls is None:
+            cls = draw(st.sampled_from(self.headers))
+        cls_fields = msgspec.structs.fields(cls)
+        bad = (
+            draw(st.sets(st.sampled_from([f.encode_name for f in cls_fields]), max_size=2))
+            if cls_fields
+            else set()
+        )
+        ext: dict[str, str] = {}
+        for f in cls_fields:
+            if f.encode_name in bad:
+                if draw(st.booleans()):
+                    ext[f.encode_name] = draw(self.anything)
+            elif f.required or draw(st.booleans()):
+                ext[f.encode_name] = draw(self.valid(cls, f.name, f.encode_name))
+        if not draw(st.integers(0, 4)):
+            ext.setdefault(draw(st.sampled_from(self.fields) | st.text(max_size=8)), draw(self.anything))
+        shaped = self.body_of.get(code)
+        if shaped is not None and draw(st.integers(0, 4)):
+            body: bytes | None = msgspec.json.encode(draw(shaped))
+        else:
+            body = draw(self.bodies)
+        return RemotingCommand(code=code, ext_fields=ext or None, body=body)

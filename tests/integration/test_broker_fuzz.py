@@ -39,8 +39,8 @@ from remoting.protocol.message import BatchItem, encode_batch_body
 from tests.integration.broker_env import BrokerEnv, broker_env, wait_until
 from tests.integration.broker_requests import describe, pull_all, send_text
 from tests.integration.fuzzkit import (
+    RequestPool,
     any_value,
-    draw_request,
     field_names,
     header_classes,
     json_values,
@@ -269,20 +269,22 @@ def _valid(cls: type[CommandHeader], name: str, wire_name: str) -> st.SearchStra
     return typed_value(cls, name, wire_name, SPECIAL_VALUES, STR_VALUE)
 
 
+POOL = RequestPool(
+    codes=st.sampled_from(sorted(HEADER_OF.keys() | BODY_OF.keys())) | st.sampled_from(CODES),
+    header_of=HEADER_OF,
+    headers=HEADERS,
+    body_of=BODY_OF,
+    bodies=BODIES,
+    valid=_valid,
+    anything=ANY_VALUE,
+    fields=FIELDS,
+)
+
+
 @st.composite
 def requests(draw: st.DrawFn) -> RemotingCommand:
-    """A request of any code (see :func:`tests.integration.fuzzkit.draw_request`)."""
-    return draw_request(
-        draw,
-        codes=st.sampled_from(sorted(HEADER_OF.keys() | BODY_OF.keys())) | st.sampled_from(CODES),
-        header_of=HEADER_OF,
-        headers=HEADERS,
-        body_of=BODY_OF,
-        bodies=BODIES,
-        valid=_valid,
-        anything=ANY_VALUE,
-        fields=FIELDS,
-    )
+    """A request of any code (see :meth:`tests.integration.fuzzkit.RequestPool.draw`)."""
+    return POOL.draw(draw)
 
 
 async def _marker(env: BrokerEnv) -> list[str]:

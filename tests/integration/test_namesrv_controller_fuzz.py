@@ -50,8 +50,8 @@ from remoting.protocol.namesrv import RegisterBrokerBody, RegisterBrokerRequestH
 from remoting.server import RemotingServer
 from tests.integration.broker_requests import describe
 from tests.integration.fuzzkit import (
+    RequestPool,
     any_value,
-    draw_request,
     field_names,
     header_classes,
     json_values,
@@ -238,21 +238,23 @@ def _valid(cls: type[CommandHeader], name: str, wire_name: str) -> st.SearchStra
     return typed_value(cls, name, wire_name, SPECIAL_VALUES, NAME)
 
 
+POOL = RequestPool(
+    codes=st.sampled_from(sorted(HEADER_OF.keys() | BODY_OF.keys() | {RAFT_MESSAGE}))
+    | st.sampled_from(CODES),
+    header_of=HEADER_OF,
+    headers=HEADERS,
+    body_of=BODY_OF,
+    bodies=BODIES,
+    valid=_valid,
+    anything=ANY_VALUE,
+    fields=FIELDS,
+)
+
+
 @st.composite
 def requests(draw: st.DrawFn) -> tuple[str, RemotingCommand]:
-    """(which server, a request of any code) -- see :func:`tests.integration.fuzzkit.draw_request`."""
-    cmd = draw_request(
-        draw,
-        codes=st.sampled_from(sorted(HEADER_OF.keys() | BODY_OF.keys() | {RAFT_MESSAGE}))
-        | st.sampled_from(CODES),
-        header_of=HEADER_OF,
-        headers=HEADERS,
-        body_of=BODY_OF,
-        bodies=BODIES,
-        valid=_valid,
-        anything=ANY_VALUE,
-        fields=FIELDS,
-    )
+    """(which server, a request of any code) -- see :meth:`tests.integration.fuzzkit.RequestPool.draw`."""
+    cmd = POOL.draw(draw)
     # mostly the server that serves the code (each also gets the other's codes now and then)
     if cmd.code in NAMESRV_CODES:
         target = NAMESRV if draw(st.integers(0, 5)) else CONTROLLER
