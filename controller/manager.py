@@ -71,8 +71,8 @@ log = logging.getLogger("controller")
 #: Upstream ``ControllerManager.triggerElectMaster``: each controller-triggered attempt waits this long.
 ELECT_ATTEMPT_TIMEOUT = 3.0
 NOT_LEADER_REMARK = "The controller is not in leader state"
-#: Upstream ``RemotingCommand.createResponseCommand(null)``: what an empty GET_SYNC_STATE_DATA gets.
-#: upstream answers a sync-state query naming no broker with its bare default remark; ours says why
+#: A GET_SYNC_STATE_DATA naming no broker: upstream answers with ``createResponseCommand(null)``'s bare
+#: default remark (the first part); ours says why
 NO_BROKER_NAMES_REMARK = (
     "not set any response code: the request names no broker (its body must be a JSON array of broker names)"
 )
