@@ -287,10 +287,12 @@ async def _start(nursery: trio.Nursery, root: str, controller_port: int = 0) -> 
     server = RemotingServer(name="fuzz")
     ns = await server.add_listener("127.0.0.1", 0, namesrv.processor_table, name="namesrv")
     # the controller's peer list names its own address: bind first, then configure
-    probe = trio.socket.socket()
-    await probe.bind(("127.0.0.1", controller_port))
-    port = probe.getsockname()[1]
-    probe.close()
+    port = controller_port
+    if not port:
+        probe = trio.socket.socket()
+        await probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        probe.close()
     client = RemotingClient(name="fuzz.controller")
     controller = ControllerPeer(
         ControllerConfig(
