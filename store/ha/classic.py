@@ -145,8 +145,22 @@ class ClassicHAConnection:
             return []
         # Upstream reads only the last complete 8-byte group of what arrived.
         offset = reports[-1].maxOffset
+        rlog = self.log
         if self.request_offset < 0:
+            if offset > rlog.max_offset:
+                # not this master's slave (or a stranger): its report must not count as an ack
+                return [
+                    self._close(f"slave requests {offset}, we hold [{rlog.min_offset}, {rlog.max_offset}]")
+                ]
             self.request_offset = offset
+        elif offset > max(self.next_offset, self.request_offset):
+            # upstream counts any report as an ack: a SYNC_MASTER would answer a send its real
+            # slave does not hold yet
+            return [
+                self._close(
+                    f"slave acked {offset}, more than we sent ({max(self.next_offset, self.request_offset)})"
+                )
+            ]
         self.ack_offset = offset
         return [AckReceived(-1, offset)]
 

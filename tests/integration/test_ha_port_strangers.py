@@ -1,23 +1,26 @@
-"""Strangers on a master's HA port (auto-switch replication, controller mode, one trio process):
-random bytes, a handshake from a broker id the group does not have, acknowledgements of offsets the
-master never wrote, a handshake cut off half-way. What must hold, as for any bad input: the master
-says what it dropped and closes that connection, keeps replicating to its real slave and serving
-sends, and none of the strangers' numbers reach the SyncStateSet or the confirm offset -- a message
-is still acknowledged only once the real slave has it."""
+"""Strangers on a master's HA port (auto-switch replication in controller mode, and classic; one
+trio process): random bytes, a handshake from a broker id the group does not have,
+acknowledgements of offsets the master never wrote, a handshake cut off half-way. What must hold,
+as for any bad input: the master says what it dropped and closes that connection, keeps
+replicating to its real slave and serving sends, and none of the strangers' numbers reach the
+SyncStateSet or the confirm offset -- a message is still acknowledged only once a real slave has
+it."""
 
 from __future__ import annotations
 
 import logging
 import random
+import struct
 from pathlib import Path
 
 import pytest
 import trio
 
 from remoting.codes import ResponseCode
+from store.config import BrokerRole
 from store.ha.packets import SlaveAck, SlaveHandshake
 from tests.integration.broker_requests import describe
-from tests.integration.replication_kit import commit_log_bytes
+from tests.integration.replication_kit import commit_log_bytes, replication_group
 from tests.integration.test_controller_mode import (
     FILE_SIZE,
     Node,
@@ -135,3 +138,35 @@ async def test_strangers_on_the_ha_port_neither_stop_replication_nor_move_the_co
     asked = [m for m in said if m.startswith("proposing SyncStateSet [1, 2, 99]")]
     assert 1 <= len(asked) <= 4, asked
     assert any("refused replica(s) [99] into the SyncStateSet" in m for m in said)
+
+
+async def test_a_stranger_reporting_bytes_never_written_does_not_acknowledge_a_sync_masters_sends(
+    tmp_path: Path,
+) -> None:
+    """Classic replication: a SYNC_MASTER answers a send once a slave reported holding it. A
+    stranger on the HA port reporting an offset past the master's end is closed instead of counted
+    (upstream counts it, and would answer SEND_OK for a message no slave holds); so is one that
+    reports more than it was sent."""
+    async with replication_group(tmp_path) as g:
+        master = await g.start("m", brokerRole=BrokerRole.SYNC_MASTER, slaveTimeout=800)
+        await g.create_topic(master.addr, queues=1)
+        classic = master.broker.replication.classic
+        assert classic is not None
+        host, _, port = master.ha_addr.rpartition(":")
+
+        liar = await trio.open_tcp_stream(host, int(port))
+        await liar.send_all(struct.pack(">q", 2**62))
+        assert await _closed_by_peer(liar), "the master kept a slave reporting bytes it never wrote"
+        await liar.aclose()
+        response = await g.send(master.addr, b"no slave holds this")
+        assert response.code == ResponseCode.SLAVE_NOT_AVAILABLE, describe(response)
+
+        # a report of the real end, then of more than it was sent
+        sly = await trio.open_tcp_stream(host, int(port))
+        await sly.send_all(struct.pack(">q", master.store.max_phy_offset))
+        await wait_until(lambda: classic.slave_available(), 5, "the stranger taken for a slave")
+        await sly.send_all(struct.pack(">q", 2**62))
+        assert await _closed_by_peer(sly), "the master counted a report of more than it sent"
+        await sly.aclose()
+        response = await g.send(master.addr, b"still no slave")
+        assert response.code == ResponseCode.SLAVE_NOT_AVAILABLE, describe(response)

@@ -533,6 +533,31 @@ def test_classic_slave_copies_from_the_last_file_and_follows() -> None:
     assert client.data_to_send()
 
 
+def test_classic_master_counts_no_report_beyond_what_it_sent() -> None:
+    """A report of bytes the master never wrote (a stranger, another master's slave) closes the
+    connection instead of counting as an ack: a SYNC_MASTER would answer sends its slave lacks."""
+    master = MemLog(mapped_file_size=1024)
+    fill(master, 5)  # max 300
+    # a first report beyond the end: closed at once, no ack
+    conn = ClassicHAConnection(master, CONFIG)
+    (event,) = conn.receive_data(struct.pack(">q", 2**62), 0.0)
+    assert isinstance(event, CloseConnection)
+    assert conn.ack_offset == -1
+    # a slave that asked for 120, got what there was, then reports more than it was sent
+    conn = ClassicHAConnection(master, CONFIG)
+    assert conn.receive_data(struct.pack(">q", 120), 0.0) == [AckReceived(-1, 120)]
+    assert conn.poll_send(0.0)  # 120..300
+    assert conn.receive_data(struct.pack(">q", 300), 0.1) == [AckReceived(-1, 300)]
+    (event,) = conn.receive_data(struct.pack(">q", 301), 0.2)
+    assert isinstance(event, CloseConnection)
+    assert conn.ack_offset == 300
+    # before anything was sent, a report past the request is as impossible
+    conn = ClassicHAConnection(master, CONFIG)
+    conn.receive_data(struct.pack(">q", 60), 0.0)
+    (event,) = conn.receive_data(struct.pack(">q", 61), 0.0)
+    assert isinstance(event, CloseConnection)
+
+
 def test_classic_slave_rejects_wrong_offset() -> None:
     slave = MemLog()
     fill(slave, 2)
