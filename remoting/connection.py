@@ -164,6 +164,10 @@ class Connection:
         self._pending: dict[int, _Call] = {}
         self._in_flight = 0
         self._backlog: deque[tuple[RemotingCommand, float]] = deque()
+        #: the rest of a read batch behind a handler that blocked, each with its slot taken and a
+        #: task spawned: each task starts the oldest one, so they start in arrival order whatever
+        #: order trio runs the new tasks in (it runs a batch of them in either order)
+        self._unstarted: deque[tuple[RemotingCommand, float]] = deque()
         self._slot_lot = trio.lowlevel.ParkingLot()
         self._out: list[Buffer] = []
         self._out_bytes = 0
@@ -516,7 +520,7 @@ class Connection:
             if cmd.flag & FLAG_RESPONSE:
                 self._complete(cmd)
                 continue
-            if backlog or self._in_flight >= self._max_in_flight:
+            if backlog or self._unstarted or self._in_flight >= self._max_in_flight:
                 backlog.append((cmd, now))
                 continue
             if self._out_bytes > HIGH_WATER and not self._pending:
@@ -534,8 +538,10 @@ class Connection:
         return False
 
     def _start_rest(self, cmds: list[RemotingCommand], now: float) -> None:
-        """Hand the remaining frames of a read chunk to their own tasks (reader only)."""
+        """Hand the remaining frames of a read chunk to tasks of their own, to be started in
+        arrival order (:attr:`_unstarted`; reader only)."""
         backlog = self._backlog
+        unstarted = self._unstarted
         for cmd in cmds:
             if cmd.flag & FLAG_RESPONSE:
                 self._complete(cmd)
@@ -544,9 +550,11 @@ class Connection:
             else:
                 # Take the slot now, so the reader cannot start more before this task runs.
                 self._in_flight += 1
-                self._nursery.start_soon(self._run_one, cmd, now)
+                unstarted.append((cmd, now))
+                self._nursery.start_soon(self._run_one)
 
-    async def _run_one(self, cmd: RemotingCommand, received_at: float) -> None:
+    async def _run_one(self) -> None:
+        cmd, received_at = self._unstarted.popleft()  # the oldest, not necessarily this task's own
         started = self._start(cmd, received_at, reserved=True)
         if started is None:
             # Done without blocking: its slot is free, so this task serves the backlog.
@@ -554,7 +562,16 @@ class Connection:
             if nxt is None:
                 return
             cmd, *started = nxt
+        elif self._backlog and not self._unstarted and self._in_flight < self._max_in_flight:
+            # requests that arrived behind the unstarted ones waited for them; this task now
+            # drives a blocked handler, so another one serves them
+            self._nursery.start_soon(self._serve_backlog)
         await self._drive(cmd, *started)
+
+    async def _serve_backlog(self) -> None:
+        nxt = await self._take_backlog()
+        if nxt is not None:
+            await self._drive(*nxt)
 
     def _start(
         self, cmd: RemotingCommand, received_at: float, *, reserved: bool = False
@@ -610,7 +627,8 @@ class Connection:
         (returned, to be driven by the caller's task at once) or none is left."""
         started = None
         backlog = self._backlog
-        while backlog and started is None and self._in_flight < self._max_in_flight:
+        # not before the unstarted requests (older; their tasks start them): see _start_rest
+        while backlog and started is None and not self._unstarted and self._in_flight < self._max_in_flight:
             if self._out_bytes > HIGH_WATER:
                 await self._flush_quietly()
                 continue
