@@ -8,7 +8,7 @@ if the scenario overruns its ``deadline`` (a hung native call), so the caller st
 Actions (``spec["action"]``):
 
 - ``produce``: send ``messages`` (each: ``topic``, ``body`` text or ``body_random`` byte count,
-  optional ``keys``, ``tags``, ``props``, ``mode`` = ``sync`` | ``async`` | ``oneway`` | ``orderly`` with ``arg``,
+  optional ``keys``, ``tags``, ``props``, ``mode`` = ``sync`` | ``async`` | ``oneway`` | ``orderly`` | ``oneway_orderly`` with ``arg``,
   or ``batch`` with the batch's messages in ``items``) with one producer (``max_message_size``: the
   client's own body limit, 128 KiB unless given); report one result per message or batch (``ok``,
   ``status``, ``msg_id``, ``offset`` or ``error`` / ``error_type``).
@@ -156,6 +156,10 @@ def produce(spec: dict[str, Any], result: dict[str, Any]) -> None:
                     r = producer.send_orderly(msg, int(m["arg"]))
                 elif mode == "oneway":
                     producer.send_oneway(msg)
+                    results.append({"ok": True})
+                    continue
+                elif mode == "oneway_orderly":
+                    producer.send_oneway_orderly(msg, int(m["arg"]))
                     results.append({"ok": True})
                     continue
                 else:
