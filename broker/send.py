@@ -375,7 +375,19 @@ class SendProcessor:
         assert config is not None
         b = self.broker
         if b.unrouted and config.topicName in b.unrouted:
-            await b.wait_routed(config.topicName)  # created by this send (or just before)
+            # created by this send (or just before): answered once the name servers route it, as
+            # upstream answers -- but stored first, so that sends pipelined behind it, which all
+            # wait for the same routing, are stored in the order they came, not in the order
+            # they wake up
+            response = await self._send(cmd, h, config, remote)
+            await b.wait_routed(config.topicName)
+            return response
+        return await self._send(cmd, h, config, remote)
+
+    async def _send(
+        self, cmd: RemotingCommand, h: SendHeader, config: TopicConfig, remote: str
+    ) -> RemotingCommand:
+        """:meth:`send` of a checked request."""
         if h.batch or cmd.code == _SEND_BATCH_MESSAGE:
             return await self._send_batch(cmd, h, config, remote)
         body = cmd.body
