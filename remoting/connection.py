@@ -10,7 +10,10 @@ Dispatch. Each received request runs its handler concurrently with the others, a
 ``max_in_flight`` at a time per connection. To avoid a task per request, the reader first runs
 the handler inline: a handler that finishes without blocking costs no task at all; a handler
 that blocks keeps the current task and a new task takes over reading (the reader "hands
-off"). Requests that arrive while every slot is busy wait in a backlog, served in order by
+off"); the rest of its read batch gets a task per request, each of which starts the oldest of them
+(trio runs a batch of new tasks in either order), so a connection's requests start -- run up to
+their first wait -- in arrival order, as a broker must append pipelined sends to a queue. Requests
+that arrive while every slot is busy wait in a backlog, served in order by
 whichever handler task finishes first; when the backlog is as long as ``max_in_flight`` the
 reader stops reading (backpressure) — except while this side waits for responses from the
 peer, which only the reader can deliver. Every request gets exactly one outcome: the
