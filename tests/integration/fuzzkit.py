@@ -5,15 +5,19 @@ most of them get past the header check into the handler."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 
 import msgspec
+from hypothesis import event
 from hypothesis import strategies as st
 
+from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import CommandHeader
+from tests.integration.broker_requests import describe
 
 #: values that hit the edges of a field of any type (the fuzzers add their own names)
 EDGES = [
@@ -156,3 +160,26 @@ class RequestPool:
         else:
             body = draw(self.bodies)
         return RemotingCommand(code=code, ext_fields=ext or None, body=body)
+
+
+_CODE_NAMES = {int(c): c.name for c in RequestCode}
+
+
+def check_answer(
+    cmd: RemotingCommand,
+    response: RemotingCommand,
+    *,
+    served: bool,
+    must_explain: Collection[int],
+    where: str = "",
+) -> None:
+    """What every answer to a fuzzed request must be: an error in ``must_explain`` says why (has a
+    remark), a code the server does not serve (``served`` False) is refused as such. Records the
+    answer as a hypothesis event (with its remark when ``$FUZZ_REMARKS`` is set)."""
+    if response.code in must_explain:
+        assert response.remark, f"{where}{cmd} -> {describe(response)}: an error without a remark"
+    name = _CODE_NAMES.get(cmd.code, str(cmd.code))
+    remark = f" {(response.remark or '')[:70]}" if os.environ.get("FUZZ_REMARKS") else ""
+    event(f"{where}{name} -> {response.code}{remark}")
+    if not served:
+        assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"{where}{describe(response)}"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import msgspec
 import trio
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from remoting.client import RemotingClient
@@ -37,10 +37,11 @@ from remoting.protocol import broker as broker_headers
 from remoting.protocol import controller as controller_headers
 from remoting.protocol.message import BatchItem, encode_batch_body
 from tests.integration.broker_env import BrokerEnv, broker_env, wait_until
-from tests.integration.broker_requests import describe, pull_all, send_text
+from tests.integration.broker_requests import pull_all, send_text
 from tests.integration.fuzzkit import (
     RequestPool,
     any_value,
+    check_answer,
     field_names,
     header_classes,
     json_values,
@@ -59,7 +60,6 @@ MARKER_TEXT = "stored before the fuzzing"
 EXCLUDED = {RequestCode.UPDATE_BROKER_CONFIG}
 #: every request code upstream defines (the ones the broker does not serve must be refused as such)
 CODES = sorted({int(c) for c in RequestCode} | {0, 9999, -7})
-CODE_NAMES = {int(c) for c in RequestCode}
 #: codes whose request may be held (long polling) rather than answered within the timeout
 MAY_HOLD = {RequestCode.PULL_MESSAGE}
 ANSWER_TIMEOUT = 5.0  # generous: a loaded CI machine must not turn a slow answer into a failure
@@ -309,13 +309,7 @@ async def _fuzz(
             continue
         except RemotingError as e:
             raise AssertionError(f"{cmd} -> {type(e).__name__}: {e}") from None
-        if response.code in MUST_EXPLAIN:
-            assert response.remark, f"{cmd} -> {describe(response)}: an error without a remark"
-        name = RequestCode(cmd.code).name if cmd.code in CODE_NAMES else str(cmd.code)
-        remark = f" {(response.remark or '')[:70]}" if os.environ.get("FUZZ_REMARKS") else ""
-        event(f"{name} -> {response.code}{remark}")
-        if cmd.code not in handlers:
-            assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, describe(response)
+        check_answer(cmd, response, served=cmd.code in handlers, must_explain=MUST_EXPLAIN)
 
 
 async def _run(root: str, sequence: list[RemotingCommand]) -> None:

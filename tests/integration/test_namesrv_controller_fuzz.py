@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import msgspec
 import trio
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.config import ControllerConfig
@@ -52,6 +52,7 @@ from tests.integration.broker_requests import describe
 from tests.integration.fuzzkit import (
     RequestPool,
     any_value,
+    check_answer,
     field_names,
     header_classes,
     json_values,
@@ -70,7 +71,6 @@ NAMESRV, CONTROLLER = "namesrv", "controller"
 #: persists), so "still serving" could not tell a bug from a setting
 EXCLUDED = {RequestCode.UPDATE_NAMESRV_CONFIG, RequestCode.UPDATE_CONTROLLER_CONFIG}
 CODES = sorted({int(c) for c in RequestCode} | {0, 9999, -7, RAFT_MESSAGE})
-CODE_NAMES = {int(c) for c in RequestCode}
 #: oneway on the wire: never answered
 ONEWAY = {RAFT_MESSAGE}
 MUST_EXPLAIN = {
@@ -417,16 +417,10 @@ async def _run(root: str, sequence: list[tuple[str, RemotingCommand]]) -> None:
             before = await _marker_state(marker, servers)
             # broker-a, named in the pool, on both servers: the requests find a group to act on
             # (two replicas in sync on the controller; a master with FuzzTopic on the name server)
-            await _bring_up(
-                client,
-                servers.addr[CONTROLLER],
-                "DefaultCluster",
-                "broker-a",
-                ["127.0.0.1:1", "127.0.0.1:10911"],
-            )
+            await _bring_up(client, servers.addr[CONTROLLER], "DefaultCluster", "broker-a", BROKER_A)
             r = await client.invoke(
                 servers.addr[NAMESRV],
-                _register("DefaultCluster", "broker-a", "127.0.0.1:10911", "FuzzTopic"),
+                _register("DefaultCluster", "broker-a", BROKER_A[1], "FuzzTopic"),
                 ANSWER_TIMEOUT,
             )
             assert r.code == ResponseCode.SUCCESS, describe(r)
@@ -442,23 +436,12 @@ async def _run(root: str, sequence: list[tuple[str, RemotingCommand]]) -> None:
                     response = await client.invoke(addr, cmd, ANSWER_TIMEOUT)
                 except RemotingError as e:
                     raise AssertionError(f"{target}: {cmd} -> {type(e).__name__}: {e}") from None
-                if response.code in MUST_EXPLAIN:
-                    assert response.remark, (
-                        f"{target}: {cmd} -> {describe(response)}: an error without a remark"
-                    )
-                name = RequestCode(cmd.code).name if cmd.code in CODE_NAMES else str(cmd.code)
-                remark = f" {(response.remark or '')[:70]}" if os.environ.get("FUZZ_REMARKS") else ""
-                event(f"{target} {name} -> {response.code}{remark}")
-                table = servers.namesrv.processor_table if target == NAMESRV else None
                 served = (
-                    cmd.code in table.handlers
-                    if table is not None
+                    cmd.code in servers.namesrv.processor_table.handlers
+                    if target == NAMESRV
                     else cmd.code in servers.controller.manager.codes()
                 )
-                if not served:
-                    assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, (
-                        f"{target}: {describe(response)}"
-                    )
+                check_answer(cmd, response, served=served, must_explain=MUST_EXPLAIN, where=f"{target} ")
             # still serving, and what the sequence could not name is as it was
             assert await _marker_state(marker, servers) == before
             kv = servers.namesrv.kv.snapshot()
