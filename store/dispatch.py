@@ -34,6 +34,7 @@ from remoting.protocol.message import (
 from store.commitlog import CommitLog
 from store.consume_queue import ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
+from store.deletion_marks import DeletionMarks
 from store.index import IndexService
 
 log = logging.getLogger("store.dispatch")
@@ -71,8 +72,10 @@ class Dispatcher:
         queues: ConsumeQueueStore,
         index: IndexService | None,
         delay_levels_ms: list[int],
+        deletion_marks: DeletionMarks,
     ) -> None:
         self.commit_log = commit_log
+        self.deletion_marks = deletion_marks
         self.queues = queues
         self.index = index
         self.delay_levels_ms = delay_levels_ms
@@ -177,7 +180,9 @@ class Dispatcher:
         when its consume queue needs a file."""
         sys_flag = req.sys_flag
         cq: ConsumeQueue | None = None
-        if gets_queue_unit(sys_flag):
+        if gets_queue_unit(sys_flag) and not (
+            self.deletion_marks.marks and self.deletion_marks.covers(req.topic, req.commit_log_offset)
+        ):
             cq = self.queues.get_or_create(req.topic, req.queue_id)
             qo = req.consume_queue_offset
             gaps = self.gap_queues

@@ -26,6 +26,7 @@ from remoting.repeats import RepeatedLog
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog
 from store.consume_queue_store import ConsumeQueueStore
+from store.deletion_marks import DeletionMarks
 from store.dispatch import Dispatcher
 from store.epoch import EpochFile
 from store.index import IndexService
@@ -161,6 +162,7 @@ class LogicsFlusher:
         checkpoint: StoreCheckpoint,
         confirm_offset: Callable[[], int],
         lock: trio.Lock,
+        deletion_marks: DeletionMarks,
     ) -> None:
         self.queues = queues
         self.index = index
@@ -169,6 +171,7 @@ class LogicsFlusher:
         self.checkpoint = checkpoint
         self.confirm_offset = confirm_offset
         self.lock = lock
+        self.deletion_marks = deletion_marks
 
     async def flush(self, least_pages: int = 0) -> None:
         """One round: fsync dirty consume-queue files (those with ``least_pages`` dirty pages, or
@@ -222,6 +225,9 @@ class LogicsFlusher:
                 data.indexMsgTimestamp = index_ts
             data.confirmPhyOffset = self.confirm_offset()
             await trio.to_thread.run_sync(self.checkpoint.flush_sync, self.checkpoint.snapshot())
+            marks = self.deletion_marks
+            if marks.marks and marks.prune(data):  # a recovery now starts above them
+                await marks.save()
 
     async def run_periodic(self, interval_ms: int, least_pages: int, thorough_interval_ms: int) -> None:
         await _periodic(

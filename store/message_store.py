@@ -43,6 +43,7 @@ from store.commitlog import CommitLog
 from store.config import FlushDiskType, MessageStoreConfig
 from store.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
+from store.deletion_marks import DeletionMarks
 from store.dispatch import ArrivalListener, Dispatcher, DispatchNeedsFile
 from store.epoch import EpochFile
 from store.flush import CommitLogFlusher, LogicsFlusher
@@ -106,7 +107,10 @@ class DefaultMessageStore(PutPaths):
                 max_index_num=config.maxIndexNum,
                 now_ms=now_ms,
             )
-        self.dispatcher = Dispatcher(self.commit_log, self.queues, self.index, config.delay_levels_ms)
+        self.deletion_marks = DeletionMarks(config.storePathRootDir)
+        self.dispatcher = Dispatcher(
+            self.commit_log, self.queues, self.index, config.delay_levels_ms, self.deletion_marks
+        )
         self.checkpoint = StoreCheckpoint(config.checkpoint_path)
         self.epoch_file = EpochFile(config.epoch_file_path)
         self.cl_flusher = CommitLogFlusher(self.commit_log, self.epoch_file)
@@ -119,6 +123,7 @@ class DefaultMessageStore(PutPaths):
             self.checkpoint,
             lambda: self.confirm_offset,
             self.maintenance_lock,
+            self.deletion_marks,
         )
         # the writer's pace bounds what is brought into memory ahead of it (sampled by the write-ahead)
         self.allocator = FileAllocator(
@@ -190,12 +195,14 @@ class DefaultMessageStore(PutPaths):
         problems = await trio.to_thread.run_sync(self.commit_log.mfq.load_sync)
         self.commit_log.attach_loaded()
         q_problems, self.rebuild_queues = await trio.to_thread.run_sync(self.queues.load_sync)
+        q_problems += await trio.to_thread.run_sync(self.deletion_marks.load_sync)
         if self.index is not None:
             # the index is truncated to the recovered log instead of dropping whole files
             await trio.to_thread.run_sync(self.index.load, True, ck.indexMsgTimestamp)
         self._confirm_offset = ck.confirmPhyOffset
         report = await recovery.recover(self, abnormal)
         report.problems = problems + q_problems + report.problems
+        await self._finish_interrupted_deletions(report)
         self.recovery_report = report
         self.rebuild_queues = set()
         await trio.to_thread.run_sync(create_abort_file_sync, cfg.abort_path)
@@ -209,6 +216,23 @@ class DefaultMessageStore(PutPaths):
             self.allocator.populate_later(self.commit_log.current)  # the part not written yet
         self.allocator.request_prepare()
         return report
+
+    async def _finish_interrupted_deletions(self, report: recovery.RecoveryReport) -> None:
+        """Queues of a marked topic that start below its mark are the deleted incarnation's (a
+        crash came between writing the mark and removing the files): remove them now."""
+        marks = self.deletion_marks
+        if not marks.marks:
+            return
+        stale = []
+        for cq in self.queues:
+            first = cq.unit(cq.min_offset)
+            if first is not None and marks.covers(cq.topic, first[0]):
+                stale.append((cq.topic, cq.queue_id))
+        if stale:
+            await truncation.delete_queues(self, stale)
+            msg = f"consume queues {stale} of deleted topics removed (the deletion was interrupted)"
+            log.warning(msg)
+            report.problems.append(msg)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Background services; cancel to stop (before :meth:`shutdown`)."""
@@ -541,6 +565,17 @@ class DefaultMessageStore(PutPaths):
         cq = self.queues.get(topic, queue_id)
         unit = cq.unit(cq_offset) if cq is not None else None
         return unit[0] if unit is not None and unit[1] != FILLER_SIZE else 0
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, cq_offset: int) -> bool:
+        """Whether the message at ``cq_offset`` lies further behind the log's end than the share of
+        memory a read may expect to find cached (``accessMessageInMemoryMaxRatio`` % of RAM, as
+        the pull path estimates); False when there is no such message."""
+        cq = self.queues.get(topic, queue_id)
+        unit = cq.unit(cq_offset) if cq is not None else None
+        if unit is None or unit[1] == FILLER_SIZE:
+            return False
+        memory = self.total_physical_memory * self.config.accessMessageInMemoryMaxRatio // 100
+        return self.commit_log.max_offset - unit[0] > memory
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, cq_offset: int) -> int:
         """Store timestamp of the message at ``cq_offset`` (-1 when unknown)."""

@@ -176,7 +176,11 @@ def _rebuild_scan_sync(
             return
         req = dispatch_info(mf.view, pos)
         key = (req.topic, req.queue_id)
-        if key in only and gets_queue_unit(req.sys_flag):
+        if (
+            key in only
+            and gets_queue_unit(req.sys_flag)
+            and not dispatcher.deletion_marks.covers(req.topic, off)
+        ):
             cq = store.queues.get_or_create(*key)
             qo = req.consume_queue_offset
             if not cq.put(off, size, dispatcher.tags_code_of(req), qo):

@@ -47,6 +47,12 @@ async def truncate_store(store: DefaultMessageStore, offset: int) -> None:
         )
         data.confirmPhyOffset = min(data.confirmPhyOffset, offset)
         await trio.to_thread.run_sync(ck.flush_sync, ck.snapshot())
+        # a deleted topic's records lay below its mark; those past the cut are gone, and what
+        # arrives there next (replicated from a new master) is not the deleted incarnation's
+        marks = store.deletion_marks
+        if any(end > offset for end in marks.marks.values()):
+            marks.note([t for t, end in marks.marks.items() if end > offset], offset)
+            await marks.save()
 
         cut_mf = cl.mfq.find(offset)
         old_wrote = cut_mf.wrote_position if cut_mf is not None else 0
@@ -225,7 +231,11 @@ def expired_queues(store: DefaultMessageStore, skip: Callable[[str], bool]) -> l
 
 
 async def delete_topics(store: DefaultMessageStore, topics: list[str]) -> None:
-    """Drop the topics' consume queues: maps closed, directories deleted, manifest rewritten."""
+    """Drop the topics' consume queues: maps closed, directories deleted, manifest rewritten.
+    The topics are marked first (``store.deletion_marks``): their records in the log stay, and a
+    recovery must not build the queues again from them."""
+    store.deletion_marks.note(topics, store.commit_log.max_offset)
+    await store.deletion_marks.save()
     gone = store.queues.detach_topics(topics)
     for cq in gone:
         cq.close()
