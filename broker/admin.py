@@ -324,7 +324,8 @@ class AdminProcessor:
             attributes=attributes,
         )
         broker.topics.update(config)  # bumps the DataVersion and requests a re-registration on change
-        await broker.wait_routed(topic)  # routed when the answer comes, as upstream
+        await broker.topics_file.persist()  # durable and routed when the answer comes, as upstream
+        await broker.wait_routed(topic)
         return _ok(request)
 
     async def delete_topic(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
@@ -339,7 +340,9 @@ class AdminProcessor:
                 ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic."
             )
         broker.topics.delete(topic)
+        await broker.topics_file.persist()
         broker.offsets.remove_topic(topic)
+        await broker.persist_offsets()
         await broker.store.delete_topics([topic])
         broker.deleted_topics.note(topic, broker.store.max_phy_offset)
         broker.stats.items.on_topic_deleted(topic)
@@ -401,6 +404,7 @@ class AdminProcessor:
         log.info("update subscription group %s (from %s)", config.groupName, ctx.connection.remote_address)
         self.broker.groups.update(config)
         self.broker.groups_changed()
+        await self.broker.groups_file.persist()
         return _ok(request)
 
     async def get_all_subscription_group(
@@ -424,8 +428,10 @@ class AdminProcessor:
         self.broker.groups.delete(h.groupName)
         self.broker.stats.items.on_group_deleted(h.groupName)
         self.broker.groups_changed()
+        await self.broker.groups_file.persist()
         if h.cleanOffset:
             self.broker.offsets.remove_group(h.groupName)
+            await self.broker.persist_offsets()
         return _ok(request)
 
     async def get_subscription_group(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:

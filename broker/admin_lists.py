@@ -158,6 +158,7 @@ async def update_and_create_topic_list(
         # an unchanged config is a no-op; a changed one bumps the DataVersion and asks for a
         # re-registration, which runs once after this handler (no checkpoint in between)
         broker.topics.update(config)
+    await broker.topics_file.persist()  # durable when the answer comes, as upstream
     await broker.wait_routed(*(c.topicName for c in configs))  # routed when the answer comes
     return request.response(ResponseCode.SUCCESS)
 
@@ -181,4 +182,5 @@ async def update_and_create_subscription_group_list(
         broker.groups.update(config)
     if body.groupConfigList:
         broker.groups_changed()
+        await broker.groups_file.persist()
     return request.response(ResponseCode.SUCCESS)

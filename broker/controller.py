@@ -26,7 +26,7 @@ from broker.locks import RebalanceLockManager
 from broker.long_polling import PullRequestHoldService
 from broker.offsets import ConsumerOffsetManager
 from broker.outer_api import BrokerIdentity, BrokerOuterAPI, split_addrs
-from broker.persist import MetadataWriter
+from broker.persist import MetadataWriter, PersistedFile
 from broker.replication import Replication
 from broker.stats import BrokerStats
 from broker.topics import DeletedTopics, TopicConfigManager
@@ -128,7 +128,6 @@ class BrokerController:
         self.listener: object | None = None
         self.server: object | None = None
         self._register_wanted = trio.Event()
-        self._topics_dirty = False
         #: topics asked for and not yet registered with the name servers, each with the round of
         #: the register loop that carries it: the next round takes those above ``_rounds_taken``
         #: (the whole table instead when ``_register_full``, and at every period)
@@ -138,10 +137,12 @@ class BrokerController:
         self._rounds_taken = 0
         self._rounds_done = 0
         self._round_done = trio.Event()
-        self._groups_dirty = False
         #: writes topics.json, subscriptionGroup.json and consumerOffset.json; a refusing disk is
         #: logged, and the table stays dirty until a write succeeds
         self.metadata = MetadataWriter(self.log)
+        self.topics_file = PersistedFile(self.topics.path, self.topics.encode, self.metadata)
+        self.groups_file = PersistedFile(self.groups.path, self.groups.encode, self.metadata)
+        self.offsets_file = PersistedFile(self.offsets.path, self.offsets.encode, self.metadata)
         self._rerun_pull: Callable[[object, RemotingCommand], object] | None = None
         #: HA service, send gate, role switch, slave metadata sync (broker/replication.py)
         self.replication = Replication(self)
@@ -191,7 +192,7 @@ class BrokerController:
         ``registerIncrementBrokerData``), else with the whole table. Sending the whole table for
         every new topic cost the broker, the name servers and the slaves time in proportion to the
         number of topics: a dev cluster given 7,000 topics took 13 new ones a second."""
-        self._topics_dirty = True
+        self.topics_file.changed()
         if topic is None:
             self._register_full = True
         else:
@@ -210,7 +211,7 @@ class BrokerController:
                 await self._round_done.wait()
 
     def groups_changed(self) -> None:
-        self._groups_dirty = True
+        self.groups_file.changed()
 
     def set_pull_rerun(self, rerun: Callable[[object, RemotingCommand], object]) -> None:
         self._rerun_pull = rerun
@@ -428,11 +429,19 @@ class BrokerController:
         await self.store.shutdown()
         self.log.info("broker %s stopped", self.name)
 
+    async def persist_offsets(self) -> None:
+        """Write ``consumerOffset.json`` now: every ``flushConsumerOffsetInterval``, at shutdown,
+        and when a topic's or a group's offsets were removed -- a crash before the next period
+        would bring them back, and a consumer of the topic created again would start at the old
+        offset, past the new topic's first messages (upstream waits for the period)."""
+        self.offsets.dirty = False  # set again by the next commit
+        self.offsets_file.changed()
+        await self.offsets_file.persist()
+
     async def _persist_all(self) -> None:
-        write = self.metadata.write
-        await write(self.offsets.path, self.offsets.encode())
-        self._topics_dirty = not await write(self.topics.path, self.topics.encode())
-        self._groups_dirty = not await write(self.groups.path, self.groups.encode())
+        await self.persist_offsets()
+        await self.topics_file.persist()
+        await self.groups_file.persist()
 
     async def _register_loop(self) -> None:
         period = min(max(self.broker_config.registerNameServerPeriod, 10_000), 60_000) / 1000
@@ -445,10 +454,8 @@ class BrokerController:
             with trio.move_on_after(period if ok else retry) as waited:
                 await self._register_wanted.wait()
             self._register_wanted = trio.Event()
-            if self._topics_dirty:
-                self._topics_dirty = False
-                if not await self.metadata.write(self.topics.path, self.topics.encode()):
-                    self._topics_dirty = True
+            if self.topics_file.due:
+                await self.topics_file.persist()
             # the topics asked for alone; the whole table at every period, after a failure and
             # after a deletion. (A wake-up whose topics the round before took -- asked for while
             # it wrote topics.json -- has nothing to send: it used to send the whole table.)
@@ -486,14 +493,10 @@ class BrokerController:
         interval = self.broker_config.flushConsumerOffsetInterval / 1000
         while True:
             await trio.sleep(interval)
-            if self.offsets.dirty:
-                self.offsets.dirty = False
-                if not await self.metadata.write(self.offsets.path, self.offsets.encode()):
-                    self.offsets.dirty = True
-            if self._groups_dirty:
-                self._groups_dirty = False
-                if not await self.metadata.write(self.groups.path, self.groups.encode()):
-                    self._groups_dirty = True
+            if self.offsets.dirty or self.offsets_file.due:
+                await self.persist_offsets()
+            if self.groups_file.due:
+                await self.groups_file.persist()
 
     async def _housekeeping_loop(self) -> None:
         timeout = self.broker_config.channelExpiredTimeout

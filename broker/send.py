@@ -263,7 +263,7 @@ class SendProcessor:
                 cmd,
                 ResponseCode.INVALID_PARAMETER,
                 f"request queueId[{h.queueId}] is illegal, topic:[{h.topic}] topicConfig.writeQueueNums:"
-                f"[{config.writeQueueNums}] consumer:[{remote}]",
+                f"[{config.writeQueueNums}] readQueueNums:[{config.readQueueNums}] producer:[{remote}]",
             )
         return config, None
 
@@ -380,6 +380,7 @@ class SendProcessor:
             # wait for the same routing, are stored in the order they came, not in the order
             # they wake up
             response = await self._send(cmd, h, config, remote)
+            await b.topics_file.persist()
             await b.wait_routed(config.topicName)
             return response
         return await self._send(cmd, h, config, remote)

@@ -201,6 +201,7 @@ class SlaveSynchronize:
             )
             for topic in deleted:
                 self.broker.offsets.remove_topic(topic)  # as the master did (merges keep ours otherwise)
+            await self.broker.persist_offsets()
             await self.broker.store.delete_topics(deleted)
 
     async def _apply_deletions(self, deleted: dict[str, int]) -> None:
@@ -222,6 +223,7 @@ class SlaveSynchronize:
                 # the old topic's offsets (a consumer of the new one commits over them; where
                 # none has yet, they point past the new queues' ends)
                 self.broker.offsets.remove_topic(topic)
+                await self.broker.persist_offsets()
                 log.info(
                     "slave sync: topic %s was deleted on the master (at offset %d) and created again; "
                     "emptied its consume queues %s here and removed its consumer offsets",

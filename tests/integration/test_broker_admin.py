@@ -653,3 +653,61 @@ async def test_cli_broker_status(tmp_path: os.PathLike[str]) -> None:
         result = await cli("brokerStatus", "-n", env.namesrv_addr, "-c", CLUSTER)
         assert result.exit_code == 0, result.output
         assert f"{env.addr:<24} {'brokerVersionDesc':<32}: V5_3_3" in result.output.splitlines()
+
+
+def _on_disk(path: str) -> bytes:
+    """The file as a SIGKILL would leave it: read at once, without letting the broker run."""
+    try:
+        with open(path, "rb") as f:  # a plain function: no task may run meanwhile
+            return f.read()
+    except FileNotFoundError:
+        return b""
+
+
+async def test_metadata_changes_are_on_disk_when_answered(tmp_path: os.PathLike[str]) -> None:
+    """Upstream persists a topic or group change inside the request; a crash right after the
+    answer must not lose a created topic (a test writes, kills, restarts) nor bring back a
+    deleted topic's consumer offsets (a consumer of the topic created again would start there)."""
+    async with broker_env(tmp_path, flushConsumerOffsetInterval=100) as env:
+        config_dir = env.broker.store.config.config_dir
+        topics, groups = env.broker.topics.path, env.broker.groups.path
+        offsets = env.broker.offsets.path
+        assert os.path.dirname(topics) == config_dir
+
+        response = await create_topic(env, "DurableTopic", 3)
+        assert response.code == ResponseCode.SUCCESS
+        assert b"DurableTopic" in _on_disk(topics)
+
+        config = SubscriptionGroupConfig(groupName="DurableGroup", retryMaxTimes=3)
+        response = await env.call(
+            request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=config.encode())
+        )
+        assert response.code == ResponseCode.SUCCESS
+        assert b"DurableGroup" in _on_disk(groups)
+
+        response = await env.call(
+            request(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                {
+                    "consumerGroup": "DurableGroup",
+                    "topic": "DurableTopic",
+                    "queueId": "1",
+                    "commitOffset": "7",
+                },
+            )
+        )
+        assert response.code == ResponseCode.SUCCESS
+        await wait_until(lambda: b"DurableTopic@DurableGroup" in _on_disk(offsets), what="offsets persisted")
+
+        response = await env.call(request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "DurableTopic"}))
+        assert response.code == ResponseCode.SUCCESS
+        assert b"DurableTopic" not in _on_disk(topics)
+        assert b"DurableTopic@DurableGroup" not in _on_disk(offsets)
+
+        response = await env.call(
+            request(
+                RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "DurableGroup", "cleanOffset": "true"}
+            )
+        )
+        assert response.code == ResponseCode.SUCCESS
+        assert b"DurableGroup" not in _on_disk(groups)
