@@ -45,9 +45,17 @@ class QueryProcessor:
         offset = b.offsets.query(h.consumerGroup, h.topic, h.queueId)
         if offset >= 0:
             return self._offset(cmd, offset)
-        # Never committed: a queue that still starts at 0 is read from the beginning (upstream rule).
+        # Never committed: a queue that still starts at 0 is read from the beginning unless its first
+        # message is too far behind to be in memory (upstream 4.x's rule, checkInDiskByConsumeOffset;
+        # 5.x asks the page cache, and answers QUERY_NOT_FOUND for an empty queue too, which sends a
+        # CONSUME_FROM_LAST_OFFSET client to the queue's max offset -- past a message sent meanwhile).
+        # Not found, the client starts where its ConsumeFromWhere says (the last offset, by default).
         min_offset = b.store.get_min_offset_in_queue(h.topic, h.queueId)
-        if h.setZeroIfNotFound is not False and min_offset <= 0:
+        if (
+            h.setZeroIfNotFound is not False
+            and min_offset <= 0
+            and not b.store.check_in_disk_by_consume_offset(h.topic, h.queueId, 0)
+        ):
             return self._offset(cmd, 0)
         return cmd.response(
             ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"

@@ -341,6 +341,40 @@ async def test_query_and_update_consumer_offset(tmp_path: os.PathLike[str]) -> N
         assert response.code == ResponseCode.TOPIC_NOT_EXIST, describe(response)
 
 
+async def test_a_new_group_on_a_queue_whose_start_is_out_of_memory_is_not_found(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """Upstream's rule: a group that never committed reads 0 only when the queue's first message is
+    still within the memory a read may expect cached (``accessMessageInMemoryMaxRatio`` % of RAM
+    behind the log's end); else QUERY_NOT_FOUND, so that the client starts where its
+    ConsumeFromWhere says -- a new group on a long history does not read it all from the start."""
+    async with broker_env(tmp_path) as env:
+        empty = await env.call(
+            simple_request(RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup=GROUP, topic=TOPIC, queueId=0)
+        )
+        assert (empty.code, ext(empty).get("offset")) == (ResponseCode.SUCCESS, "0"), describe(empty)
+        for i in range(20):
+            await send_text(env, TOPIC, "x" * 1000 + str(i))
+        assert await query_offset(env) == 0
+        # 40 % of 20 KiB: the first message (~1.1 KiB records, 20 of them) is now "on disk"
+        env.broker.store.total_physical_memory = 20 * 1024
+        response = await env.call(
+            simple_request(RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup=GROUP, topic=TOPIC, queueId=0)
+        )
+        assert response.code == ResponseCode.QUERY_NOT_FOUND, describe(response)
+        # a committed offset is answered whatever the memory
+        await env.call(
+            simple_request(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                consumerGroup=GROUP,
+                topic=TOPIC,
+                queueId=0,
+                commitOffset=3,
+            )
+        )
+        assert await query_offset(env) == 3
+
+
 async def test_max_min_offset_search_by_time_and_earliest_store_time(tmp_path: os.PathLike[str]) -> None:
     async with broker_env(tmp_path) as env:
         for i in range(3):
