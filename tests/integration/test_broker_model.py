@@ -1,0 +1,596 @@
+"""Model test of a live broker over the wire (hypothesis): random sequences of sends (V1, V2, batch;
+tags, keys, user properties; an explicit or a broker-chosen queue), pulls (offsets below, inside,
+at and past a queue's range; tag subscriptions; with and without an offset commit), consumer-offset
+commits and queries, min/max offsets, lookups by key and by offset message id, topic creation
+(widened or narrowed) and deletion, and graceful restarts -- each answer compared with a plain
+in-memory model of what upstream's broker answers.
+
+The model follows upstream 5.x, not this project's code: ``DefaultMessageStore.getMessage``
+(statuses, the next begin offset, a filtered scan that stops after ``max(16000 B, 20 B x
+maxMsgNums)`` of consume-queue units or at the end of the unit file, at most 32 messages in memory),
+``PullMessageProcessor`` (status to response code; the request's commit offset is stored whatever
+the status), ``ConsumerManageProcessor.queryConsumerOffset`` (a group that never committed reads 0
+from a queue that starts at 0 -- 4.x's rule, which this project keeps for an empty queue too), ``deleteTopicInBroker`` (queues
+and the topic's consumer offsets go, the commit log keeps the records: lookups by id and key still
+find them). Consume-queue files of 8 units, so that scans and queues cross file ends.
+
+``BROKER_MODEL_EXAMPLES`` sets the number of sequences (20 by default)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand, request
+from remoting.protocol.message import StoredMessage, decode_offset_msg_id
+from tests.integration.broker_env import BrokerEnv, broker_env, wait_until
+from tests.integration.broker_requests import (
+    batch_body,
+    describe,
+    ext,
+    messages,
+    props,
+    pull_header,
+    pull_request,
+    send_header,
+    send_request,
+    simple_request,
+)
+
+TOPICS = ("ModelA", "ModelB")
+INITIAL_QUEUES = {"ModelA": 2, "ModelB": 3}
+#: queue ids drawn for requests: past every topic's queue count too (-1: the broker picks one)
+QUEUE_IDS = st.integers(-1, 4)
+GROUPS = ("ModelG1", "ModelG2")
+TAGS = (None, "TagA", "TagB", "TagC")
+KEYS = (None, "k1", "k2", "k1 k3")
+SUBSCRIPTIONS = ("*", "TagA", "TagA || TagB", "TagC", "TagZ")
+CQ_UNITS = 8
+#: upstream ``maxFilterMessageSize`` and consume-queue unit size
+MAX_FILTER_BYTES = 16000
+UNIT = 20
+MAX_IN_MEMORY_COUNT = 32
+QUERY_MAX_NUM = 64
+CONFIG = {
+    "mappedFileSizeConsumeQueue": CQ_UNITS * UNIT,
+    "mappedFileSizeCommitLog": 64 * 1024,
+    "autoCreateTopicEnable": False,
+    # a small index file (the default one is a 400 MiB sparse file, which a crash copy reads whole)
+    "maxHashSlotNum": 1000,
+    "maxIndexNum": 4000,
+}
+
+
+@dataclass
+class Msg:
+    topic: str
+    queue: int
+    offset: int
+    body: bytes
+    tags: str | None
+    keys: str | None
+    user: str
+    phys: int = -1
+
+
+@dataclass
+class Topic:
+    queues: int
+    data: dict[int, list[Msg]] = field(default_factory=dict)
+
+    def queue(self, q: int) -> list[Msg]:
+        return self.data.setdefault(q, [])
+
+
+@dataclass
+class Model:
+    topics: dict[str, Topic] = field(default_factory=dict)
+    #: (group, topic, queue) -> committed offset
+    offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    #: every message ever stored, deleted topics' too (the commit log keeps them)
+    stored: list[Msg] = field(default_factory=list)
+    #: every value a (group, topic, queue) offset held since the last clean stop (0: never committed)
+    offset_history: dict[tuple[str, str, int], set[int]] = field(default_factory=dict)
+    serial: int = 0
+
+    def set_offset(self, key: tuple[str, str, int], offset: int | None) -> None:
+        self.offset_history.setdefault(key, {self.offsets.get(key, 0)})
+        if offset is None:
+            self.offsets.pop(key, None)
+        else:
+            self.offsets[key] = offset
+        self.offset_history[key].add(offset if offset is not None else 0)
+
+    def body(self, size: int) -> bytes:
+        self.serial += 1
+        head = f"m{self.serial}:".encode()
+        return head + b"x" * max(0, size - len(head))
+
+
+def message_props(tags: str | None, keys: str | None, user: str) -> str:
+    kv = {"USER": user}
+    if tags is not None:
+        kv["TAGS"] = tags
+    if keys is not None:
+        kv["KEYS"] = keys
+    return props(**kv)
+
+
+def matches(msg: Msg, subscription: str) -> bool:
+    if subscription == "*":
+        return True
+    return msg.tags in {t.strip() for t in subscription.split("||")}
+
+
+def expected_pull(
+    queue: list[Msg], offset: int, max_nums: int, subscription: str
+) -> tuple[int, int, list[Msg]]:
+    """(response code, next begin offset, messages) as upstream's store and pull processor answer."""
+    max_offset = len(queue)
+    if max_offset == 0:
+        return (ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND), 0, []
+    if offset < 0:
+        return ResponseCode.PULL_OFFSET_MOVED, 0, []
+    if offset == max_offset:
+        return ResponseCode.PULL_NOT_FOUND, offset, []
+    if offset > max_offset:
+        return ResponseCode.PULL_OFFSET_MOVED, max_offset, []
+    scan_bytes = max(MAX_FILTER_BYTES, max_nums * UNIT)
+    file_end = (offset // CQ_UNITS + 1) * CQ_UNITS
+    found: list[Msg] = []
+    next_begin = offset
+    for qo in range(offset, min(max_offset, file_end)):
+        if (qo - offset) * UNIT >= scan_bytes:
+            break
+        if found and (len(found) + 1 > max_nums or len(found) > MAX_IN_MEMORY_COUNT - 1):
+            break
+        next_begin = qo + 1
+        if matches(queue[qo], subscription):
+            found.append(queue[qo])
+    return (ResponseCode.SUCCESS if found else ResponseCode.PULL_RETRY_IMMEDIATELY), next_begin, found
+
+
+def check_message(got: StoredMessage, want: Msg, context: str) -> None:
+    assert (got.topic, got.queue_id, got.queue_offset, got.body) == (
+        want.topic,
+        want.queue,
+        want.offset,
+        want.body,
+    ), f"{context}: got {got.topic}/{got.queue_id}@{got.queue_offset} {got.body[:20]!r}, want {want}"
+    assert (got.tags, got.keys, got.properties.get("USER")) == (want.tags, want.keys, want.user), context
+    if want.phys >= 0:
+        assert got.physical_offset == want.phys, context
+
+
+# --- the operations --------------------------------------------------------------------------------
+
+topic_ix = st.integers(0, len(TOPICS) - 1)
+ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("send"),
+            topic_ix,
+            QUEUE_IDS,
+            st.integers(1, 2000),
+            st.integers(0, len(TAGS) - 1),
+            st.integers(0, len(KEYS) - 1),
+            st.booleans(),
+        ),
+        st.tuples(
+            st.just("batch"),
+            topic_ix,
+            QUEUE_IDS,
+            st.lists(
+                st.tuples(st.integers(0, len(TAGS) - 1), st.integers(0, len(KEYS) - 1)),
+                min_size=1,
+                max_size=12,
+            ),
+        ),
+        st.tuples(
+            st.just("pull"),
+            st.integers(0, len(GROUPS) - 1),
+            topic_ix,
+            st.integers(0, 3),
+            st.sampled_from(["below", "inside", "inside", "inside", "max", "past", "zero"]),
+            st.floats(0, 1),
+            st.sampled_from([1, 2, 5, 32, 40]),
+            st.integers(0, len(SUBSCRIPTIONS) - 1),
+            st.booleans(),
+        ),
+        st.tuples(
+            st.just("commit"),
+            st.integers(0, len(GROUPS) - 1),
+            topic_ix,
+            st.integers(0, 3),
+            st.integers(0, 50),
+        ),
+        st.tuples(st.just("query_offset"), st.integers(0, len(GROUPS) - 1), topic_ix, st.integers(0, 3)),
+        st.tuples(st.just("minmax"), topic_ix, st.integers(0, 3)),
+        st.tuples(st.just("key"), topic_ix, st.sampled_from(["k1", "k2", "k3"])),
+        st.tuples(st.just("view"), st.floats(0, 1)),
+        st.tuples(st.just("delete"), topic_ix),
+        st.tuples(st.just("create"), topic_ix, st.integers(1, 4)),
+        st.just(("restart",)),
+        st.just(("crash",)),
+    ),
+    min_size=int(os.environ.get("BROKER_MODEL_MIN_OPS", "1")),
+    max_size=60,
+)
+
+
+async def call(env: BrokerEnv, cmd: RemotingCommand) -> RemotingCommand:
+    return await env.call(cmd)
+
+
+async def create_topic(env: BrokerEnv, topic: str, queues: int) -> None:
+    response = await call(
+        env,
+        request(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6},
+        ),
+    )
+    assert response.code == ResponseCode.SUCCESS, describe(response)
+
+
+def record_send(model: Model, topic: str, sent: list[Msg], response: RemotingCommand) -> None:
+    """Check a send's answer against the model and file the messages with their offsets."""
+    header = send_header(response)
+    t = model.topics[topic]
+    queue = header.queueId
+    assert 0 <= queue < t.queues, f"queue {queue} chosen outside the topic's {t.queues}"
+    q = t.queue(queue)
+    assert header.queueOffset == len(q), (
+        f"send to {topic}/{queue}: offset {header.queueOffset}, model {len(q)}"
+    )
+    ids = header.msgId.split(",") if header.msgId else []
+    assert len(ids) == len(sent), f"{len(ids)} message ids for {len(sent)} messages"
+    for i, (msg, msg_id) in enumerate(zip(sent, ids, strict=True)):
+        msg.queue, msg.offset = queue, len(q)
+        msg.phys = decode_offset_msg_id(msg_id)[2]
+        assert i == 0 or msg.phys > sent[i - 1].phys
+        q.append(msg)
+        model.stored.append(msg)
+
+
+async def do_send(env: BrokerEnv, model: Model, op: tuple) -> None:
+    _, ti, queue, size, tag_i, key_i, v2 = op
+    topic = TOPICS[ti]
+    tags, keys = TAGS[tag_i], KEYS[key_i]
+    msg = Msg(topic, queue, -1, model.body(size), tags, keys, f"u{model.serial}")
+    code = RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE
+    response = await call(
+        env,
+        send_request(
+            topic, msg.body, code=code, queue_id=queue, properties=message_props(tags, keys, msg.user)
+        ),
+    )
+    expect_send_refusal(model, topic, queue, response)
+    if response.code == ResponseCode.SUCCESS:
+        record_send(model, topic, [msg], response)
+
+
+def expect_send_refusal(model: Model, topic: str, queue: int, response: RemotingCommand) -> None:
+    t = model.topics.get(topic)
+    if t is None:
+        assert response.code == ResponseCode.TOPIC_NOT_EXIST, describe(response)
+    elif queue >= t.queues:
+        assert response.code == ResponseCode.INVALID_PARAMETER, describe(response)
+        assert f"queueId[{queue}] is illegal" in (response.remark or ""), describe(response)
+    else:
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+
+
+async def do_batch(env: BrokerEnv, model: Model, op: tuple) -> None:
+    _, ti, queue, items = op
+    topic = TOPICS[ti]
+    sent = []
+    for tag_i, key_i in items:
+        body = model.body(100)
+        sent.append(Msg(topic, queue, -1, body, TAGS[tag_i], KEYS[key_i], f"u{model.serial}"))
+    body = batch_body([m.body for m in sent], [message_props(m.tags, m.keys, m.user) for m in sent])
+    response = await call(
+        env, send_request(topic, body, code=RequestCode.SEND_BATCH_MESSAGE, queue_id=queue, batch=True)
+    )
+    expect_send_refusal(model, topic, queue, response)
+    if response.code == ResponseCode.SUCCESS:
+        record_send(model, topic, sent, response)
+
+
+def pull_offset(queue: list[Msg], where: str, frac: float) -> int:
+    n = len(queue)
+    return {
+        "below": -1,
+        "inside": int(frac * n) if n else 0,
+        "max": n,
+        "past": n + 1 + int(frac * 5),
+        "zero": 0,
+    }[where]
+
+
+async def do_pull(env: BrokerEnv, model: Model, op: tuple) -> None:
+    _, gi, ti, queue, where, frac, max_nums, si, commit = op
+    group, topic, subscription = GROUPS[gi], TOPICS[ti], SUBSCRIPTIONS[si]
+    t = model.topics.get(topic)
+    q = t.queue(queue) if t is not None else []
+    offset = pull_offset(q, where, frac)
+    commit_offset = int(frac * 40) if commit else None
+    response = await call(
+        env,
+        pull_request(
+            group,
+            topic,
+            queue,
+            offset,
+            max_nums=max_nums,
+            subscription=subscription,
+            commit_offset=commit_offset,
+        ),
+    )
+    context = (
+        f"pull {group} {topic}/{queue}@{offset} max {max_nums} sub {subscription!r}: {describe(response)}"
+    )
+    if t is None:
+        assert response.code == ResponseCode.TOPIC_NOT_EXIST, context
+        return
+    if queue >= t.queues:
+        assert response.code == ResponseCode.INVALID_PARAMETER, context
+        return
+    code, next_begin, want = expected_pull(q, offset, max_nums, subscription)
+    assert response.code == code, f"{context}; model code {code}"
+    header = pull_header(response)
+    assert header.nextBeginOffset == next_begin, f"{context}; model next {next_begin}"
+    assert (header.minOffset, header.maxOffset) == (0, len(q)), context
+    got = messages(response) if response.code == ResponseCode.SUCCESS else []
+    assert len(got) == len(want), (
+        f"{context}; got {[m.queue_offset for m in got]}, model {[m.offset for m in want]}"
+    )
+    for g, w in zip(got, want, strict=True):
+        check_message(g, w, context)
+    if commit_offset is not None:
+        model.set_offset((group, topic, queue), commit_offset)
+
+
+async def do_commit(env: BrokerEnv, model: Model, op: tuple) -> None:
+    _, gi, ti, queue, offset = op
+    group, topic = GROUPS[gi], TOPICS[ti]
+    response = await call(
+        env,
+        simple_request(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            consumerGroup=group,
+            topic=topic,
+            queueId=queue,
+            commitOffset=offset,
+        ),
+    )
+    if topic not in model.topics:
+        assert response.code == ResponseCode.TOPIC_NOT_EXIST, describe(response)
+        return
+    assert response.code == ResponseCode.SUCCESS, describe(response)
+    model.set_offset((group, topic, queue), offset)
+
+
+async def check_query_offset(env: BrokerEnv, model: Model, group: str, topic: str, queue: int) -> None:
+    response = await call(
+        env,
+        simple_request(RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup=group, topic=topic, queueId=queue),
+    )
+    context = f"query offset {group} {topic}/{queue}: {describe(response)}"
+    # never committed: 0, as every queue here starts at 0 and is in memory (upstream 4.x's rule, kept
+    # for empty queues too; 5.x answers QUERY_NOT_FOUND for an empty one)
+    want = model.offsets.get((group, topic, queue), 0)
+    assert response.code == ResponseCode.SUCCESS, context
+    assert int(ext(response)["offset"]) == want, f"{context}; model {want}"
+
+
+async def check_minmax(env: BrokerEnv, model: Model, topic: str, queue: int) -> None:
+    t = model.topics.get(topic)
+    n = len(t.data.get(queue, [])) if t is not None else 0
+    for code, want in ((RequestCode.GET_MAX_OFFSET, n), (RequestCode.GET_MIN_OFFSET, 0)):
+        response = await call(env, simple_request(code, topic=topic, queueId=queue))
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+        assert int(ext(response)["offset"]) == want, (
+            f"{topic}/{queue} code {code}: {describe(response)}, model {want}"
+        )
+
+
+async def do_key(env: BrokerEnv, model: Model, op: tuple) -> None:
+    _, ti, key = op
+    topic = TOPICS[ti]
+    want = sorted(m.body for m in model.stored if m.topic == topic and m.keys and key in m.keys.split())
+    if len(want) > QUERY_MAX_NUM:
+        return
+
+    async def bodies() -> tuple[RemotingCommand, list[bytes]]:
+        response = await call(
+            env,
+            request(
+                RequestCode.QUERY_MESSAGE,
+                {
+                    "topic": topic,
+                    "key": key,
+                    "maxNum": QUERY_MAX_NUM,
+                    "beginTimestamp": 0,
+                    "endTimestamp": int(time.time() * 1000) + 60_000,
+                },
+            ),
+        )
+        got = sorted(m.body for m in messages(response)) if response.code == ResponseCode.SUCCESS else []
+        return response, got
+
+    # the index is written just after dispatch: give it a moment
+    with trio.move_on_after(5):
+        while (await bodies())[1] != want:
+            await trio.sleep(0.02)
+    response, got = await bodies()
+    assert got == want, f"query {topic} key {key}: {describe(response)}, {len(got)} found, model {len(want)}"
+    if not want:
+        assert response.code == ResponseCode.QUERY_NOT_FOUND, describe(response)
+
+
+async def do_view(env: BrokerEnv, model: Model, op: tuple) -> None:
+    if not model.stored:
+        return
+    want = model.stored[min(len(model.stored) - 1, int(op[1] * len(model.stored)))]
+    response = await call(env, simple_request(RequestCode.VIEW_MESSAGE_BY_ID, offset=want.phys))
+    assert response.code == ResponseCode.SUCCESS, describe(response)
+    (got,) = messages(response)
+    check_message(got, want, f"view {want.phys}")
+
+
+async def do_delete(env: BrokerEnv, model: Model, op: tuple) -> None:
+    topic = TOPICS[op[1]]
+    response = await call(env, simple_request(RequestCode.DELETE_TOPIC_IN_BROKER, topic=topic))
+    assert response.code == ResponseCode.SUCCESS, describe(response)
+    model.topics.pop(topic, None)
+    for k in [k for k in model.offset_history if k[1] == topic]:
+        del model.offset_history[k]  # the deletion is durable at once: no old value comes back
+    for k in [k for k in model.offsets if k[1] == topic]:
+        del model.offsets[k]
+
+
+async def do_create(env: BrokerEnv, model: Model, op: tuple) -> None:
+    _, ti, queues = op
+    topic = TOPICS[ti]
+    await create_topic(env, topic, queues)
+    t = model.topics.setdefault(topic, Topic(queues))
+    t.queues = queues  # narrowed or widened: the queues' data stays
+
+
+async def check_everything(env: BrokerEnv, model: Model) -> None:
+    """Every queue of every topic read whole, every offset queried, min/max of every queue."""
+    for topic, t in model.topics.items():
+        for queue in range(t.queues):
+            q = t.data.get(queue, [])
+            got: list[StoredMessage] = []
+            offset = 0
+            while offset < len(q):
+                response = await call(env, pull_request("ModelAudit", topic, queue, offset))
+                assert response.code in (ResponseCode.SUCCESS, ResponseCode.PULL_RETRY_IMMEDIATELY), describe(
+                    response
+                )
+                got += messages(response) if response.code == ResponseCode.SUCCESS else []
+                offset = pull_header(response).nextBeginOffset
+            assert len(got) == len(q), f"{topic}/{queue}: read {len(got)}, model {len(q)}"
+            for g, w in zip(got, q, strict=True):
+                check_message(g, w, f"audit {topic}/{queue}")
+    for topic in TOPICS:
+        for queue in range(4):
+            await check_minmax(env, model, topic, queue)
+            for group in GROUPS:
+                await check_query_offset(env, model, group, topic, queue)
+
+
+HANDLERS = {
+    "send": do_send,
+    "batch": do_batch,
+    "pull": do_pull,
+    "commit": do_commit,
+    "key": do_key,
+    "view": do_view,
+    "delete": do_delete,
+    "create": do_create,
+}
+
+
+def snapshot(root: str) -> str:
+    """A copy of the broker's files as a SIGKILL would leave them: taken without yielding to the
+    event loop, so no request, flush round or checkpoint of this process's tasks runs meanwhile,
+    and read through the page cache, which holds every appended byte whether flushed or not."""
+    copy = tempfile.mkdtemp(prefix="broker-model-crash-")
+    for dirpath, _dirs, files in os.walk(root):
+        target = os.path.join(copy, os.path.relpath(dirpath, root))
+        os.makedirs(target, exist_ok=True)
+        for name in files:
+            try:  # a worker thread may be replacing a config file right now (write, then rename)
+                shutil.copy2(os.path.join(dirpath, name), os.path.join(target, name))
+            except FileNotFoundError:
+                pass
+    return copy
+
+
+async def reconcile_offsets(env: BrokerEnv, model: Model) -> None:
+    """After a crash a committed offset may be any value it held since the last clean stop (the
+    broker persists offsets every ``flushConsumerOffsetInterval``); take the broker's answer."""
+    for key, history in model.offset_history.items():
+        group, topic, queue = key
+        response = await call(
+            env,
+            simple_request(
+                RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup=group, topic=topic, queueId=queue
+            ),
+        )
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+        got = int(ext(response)["offset"])
+        assert got in history, f"offset of {key} after a crash: {got}, held since the last stop: {history}"
+        if topic in model.topics:
+            model.offsets[key] = got
+        else:
+            model.offsets.pop(key, None)
+    model.offset_history.clear()
+
+
+async def run_sequence(root: str, sequence: list[tuple]) -> None:
+    model = Model()
+    pending = list(sequence)
+    first = True
+    crashed = False
+    roots = [root]
+    try:
+        while first or pending:
+            async with broker_env(roots[-1], **CONFIG) as env:
+                if first:
+                    for topic, queues in INITIAL_QUEUES.items():
+                        await create_topic(env, topic, queues)
+                        model.topics[topic] = Topic(queues)
+                    first = False
+                if crashed:
+                    await reconcile_offsets(env, model)
+                    crashed = False
+                while pending and pending[0][0] not in ("restart", "crash"):
+                    op = pending.pop(0)
+                    if op[0] == "query_offset":
+                        await check_query_offset(env, model, GROUPS[op[1]], TOPICS[op[2]], op[3])
+                    elif op[0] == "minmax":
+                        await check_minmax(env, model, TOPICS[op[1]], op[2])
+                    else:
+                        await HANDLERS[op[0]](env, model, op)
+                if pending and pending[0][0] == "crash":
+                    pending.pop(0)
+                    roots.append(snapshot(roots[-1]))
+                    crashed = True
+                    continue  # the next broker starts on the copy; this one stops (its files are left)
+                await wait_until(lambda: env.broker.store.dispatch_behind_bytes == 0, what="dispatch")
+                await check_everything(env, model)
+                model.offset_history.clear()
+                if pending:
+                    pending.pop(0)  # the restart: leave the context, start again on the same files
+    finally:
+        for extra in roots[1:]:
+            shutil.rmtree(extra, ignore_errors=True)
+
+
+EXAMPLES = int(os.environ.get("BROKER_MODEL_EXAMPLES", "20"))
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(sequence=ops)
+def test_broker_answers_as_the_model(sequence: list[tuple]) -> None:
+    root = tempfile.mkdtemp(prefix="broker-model-")
+    try:
+        trio.run(run_sequence, root, sequence)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
