@@ -706,8 +706,12 @@ class DefaultMessageStore(PutPaths):
     # ------------------------------------------------------------------ retention
 
     async def delete_topics(self, topics: list[str]) -> None:
-        """Drop the topics' consume queues (files and directories)."""
-        await truncation.delete_topics(self, topics)
+        """Drop the topics' consume queues (files and directories). Under the maintenance lock, as
+        the flush round that records new queues in the manifest: a round that had taken a deleted
+        queue's line appended it after the deletion rewrote the manifest, and the next start
+        "rebuilt" the deleted queue from the log (and its broker adopted the topic again)."""
+        async with self.maintenance_lock:
+            await truncation.delete_topics(self, topics)
 
     async def set_master_flushed_offset(self, offset: int) -> None:
         """Record the master's flushed offset in the checkpoint (upstream

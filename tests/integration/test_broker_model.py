@@ -558,12 +558,16 @@ async def run_sequence(root: str, sequence: list[tuple]) -> None:
                     crashed = False
                 while pending and pending[0][0] not in ("restart", "crash"):
                     op = pending.pop(0)
-                    if op[0] == "query_offset":
-                        await check_query_offset(env, model, GROUPS[op[1]], TOPICS[op[2]], op[3])
-                    elif op[0] == "minmax":
-                        await check_minmax(env, model, TOPICS[op[1]], op[2])
-                    else:
-                        await HANDLERS[op[0]](env, model, op)
+                    try:
+                        if op[0] == "query_offset":
+                            await check_query_offset(env, model, GROUPS[op[1]], TOPICS[op[2]], op[3])
+                        elif op[0] == "minmax":
+                            await check_minmax(env, model, TOPICS[op[1]], op[2])
+                        else:
+                            await HANDLERS[op[0]](env, model, op)
+                    except AssertionError as exc:
+                        exc.add_note(f"at op {len(sequence) - len(pending) - 1}: {op}; model topics {model.topics}")
+                        raise
                 if pending and pending[0][0] == "crash":
                     pending.pop(0)
                     roots.append(snapshot(roots[-1]))

@@ -8,12 +8,15 @@ model test). "Crash" is :meth:`DefaultMessageStore.abandon`, as in ``test_store_
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
+import pytest
 import trio
 
 from remoting.protocol.message import decode_message
 from store.config import MessageStoreConfig
+from store.consume_queue_store import MANIFEST_NAME
 from store.deletion_marks import FILE_NAME
 from store.message_store import DefaultMessageStore
 from tests.integration.storekit import STORE_HOST, put, read_queue, small_config
@@ -134,5 +137,43 @@ async def test_a_truncation_below_a_mark_lowers_it(tmp_path: Path) -> None:
         cut = decode_message(first_kept).physical_offset + len(first_kept)
         await store.truncate_to(cut)
         assert store.deletion_marks.marks == {"Gone": cut}
+    finally:
+        await store.shutdown()
+
+
+async def test_a_deletion_during_a_flush_round_leaves_no_manifest_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush round takes the new queues' manifest lines and appends them in a worker thread; a
+    deletion must not rewrite the manifest in between (the line came back, and the next start
+    rebuilt the deleted queue). The round's append is held until the deletion has had time to
+    run, which it may only do after the round."""
+    cfg = small_config(tmp_path)
+    store = await _open(cfg)
+    await _fill(store)  # both queues are new: their lines await the next round
+    release = threading.Event()
+    record = store.queues.record_sync
+
+    def held_record(queues: list[tuple[str, int]]) -> None:
+        release.wait(10)
+        record(queues)
+
+    monkeypatch.setattr(store.queues, "record_sync", held_record)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(store.logics_flusher.flush)
+        await trio.sleep(0.05)  # the round has taken the lines and waits in its thread
+        nursery.start_soon(store.delete_topics, ["Gone"])
+        await trio.sleep(0.3)
+        release.set()
+    manifest = await trio.Path(cfg.storePathRootDir, MANIFEST_NAME).read_text()
+    assert "Gone" not in manifest
+    assert "Kept\t0" in manifest
+    await store.shutdown()
+
+    store = await _open(cfg)
+    try:
+        assert store.recovery_report is not None
+        assert store.recovery_report.rebuilt_queues == []
+        assert store.queues.get("Gone", 0) is None
     finally:
         await store.shutdown()
