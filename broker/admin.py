@@ -340,11 +340,14 @@ class AdminProcessor:
                 ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic."
             )
         broker.topics.delete(topic)
+        # for the slaves, also after a restart: the topic may be created again before they sync
+        broker.deleted_topics.note(topic, broker.store.max_phy_offset)
+        broker.deleted_topics_file.changed()
+        await broker.deleted_topics_file.persist()
         await broker.topics_file.persist()
         broker.offsets.remove_topic(topic)
         await broker.persist_offsets()
         await broker.store.delete_topics([topic])
-        broker.deleted_topics.note(topic, broker.store.max_phy_offset)
         broker.stats.items.on_topic_deleted(topic)
         broker.request_register()
         return _ok(request)

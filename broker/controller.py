@@ -107,7 +107,7 @@ class BrokerController:
             logger=self.log,
         )
         #: topics deleted here lately, for the slaves (GET_ALL_TOPIC_CONFIG)
-        self.deleted_topics = DeletedTopics()
+        self.deleted_topics = DeletedTopics(config_dir)
         self.groups = SubscriptionGroupManager(
             config_dir=config_dir, auto_create=bc.autoCreateSubscriptionGroup, now_ms=now_ms
         )
@@ -143,6 +143,9 @@ class BrokerController:
         self.topics_file = PersistedFile(self.topics.path, self.topics.encode, self.metadata)
         self.groups_file = PersistedFile(self.groups.path, self.groups.encode, self.metadata)
         self.offsets_file = PersistedFile(self.offsets.path, self.offsets.encode, self.metadata)
+        self.deleted_topics_file = PersistedFile(
+            self.deleted_topics.path, self.deleted_topics.encode, self.metadata
+        )
         self._rerun_pull: Callable[[object, RemotingCommand], object] | None = None
         #: HA service, send gate, role switch, slave metadata sync (broker/replication.py)
         self.replication = Replication(self)
@@ -403,6 +406,7 @@ class BrokerController:
         self.topics.load()
         self.groups.load()
         self.offsets.load()
+        self.deleted_topics.load()
 
     async def prepare_stop(self) -> None:
         """The hosting process begins a graceful stop: unregister from the name servers now, while

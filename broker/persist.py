@@ -114,7 +114,8 @@ class PersistedFile:
         self.writer = writer
         self._changes = 0
         self._written = 0
-        self._lock = trio.Lock()
+        #: held while the file is written (a test's crash copy holds it to see no write half done)
+        self.lock = trio.Lock()
 
     def changed(self) -> None:
         self._changes += 1
@@ -125,7 +126,7 @@ class PersistedFile:
 
     async def persist(self) -> bool:
         wanted = self._changes
-        async with self._lock:
+        async with self.lock:
             if self._written >= wanted:
                 return True  # a write that began after our change has finished meanwhile
             covers = self._changes

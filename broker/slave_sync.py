@@ -219,11 +219,12 @@ class SlaveSynchronize:
             if emptied is None:
                 continue  # not dispatched that far yet: the next sync
             applied[topic] = end
+            # the old topic's offsets, also where its queues were empty (a consumer of the new one
+            # commits over them; where none has yet, they point past the new queues' ends); the
+            # offset sync that follows brings back those the master holds for the new topic
+            self.broker.offsets.remove_topic(topic)
+            await self.broker.persist_offsets()
             if emptied:
-                # the old topic's offsets (a consumer of the new one commits over them; where
-                # none has yet, they point past the new queues' ends)
-                self.broker.offsets.remove_topic(topic)
-                await self.broker.persist_offsets()
                 log.info(
                     "slave sync: topic %s was deleted on the master (at offset %d) and created again; "
                     "emptied its consume queues %s here and removed its consumer offsets",

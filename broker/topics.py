@@ -85,12 +85,21 @@ class DeletedTopics:
     of the old topic would live on -- and be served after a failover. Slaves get this table with
     GET_ALL_TOPIC_CONFIG and drop their queues of such a topic that end below the offset.
 
-    In memory, the latest :data:`DELETED_TOPICS_KEPT`: a master restarted in between forgets it,
-    as upstream, which has no such table at all."""
+    The latest :data:`DELETED_TOPICS_KEPT`, kept in ``deletedTopicOffsets.json`` beside
+    ``topics.json`` (written before the deletion is answered): a master restarted, or killed,
+    before its slaves synced still tells them (upstream has no such table at all)."""
 
-    def __init__(self, kept: int = DELETED_TOPICS_KEPT) -> None:
+    def __init__(self, config_dir: str | None = None, kept: int = DELETED_TOPICS_KEPT) -> None:
         self.kept = kept
         self.offsets: dict[str, int] = {}  # in deletion order
+        self.path = os.path.join(config_dir, "deletedTopicOffsets.json") if config_dir else ""
+
+    def load(self) -> None:
+        if self.path:
+            self.offsets = load_json(self.path, dict[str, int], dict)
+
+    def encode(self) -> bytes:
+        return msgspec.json.encode(self.offsets)
 
     def note(self, topic: str, commit_log_end: int) -> None:
         self.offsets.pop(topic, None)

@@ -42,7 +42,7 @@ class DeletionMarks:
         self.path = os.path.join(store_root, FILE_NAME)
         #: topic -> commit-log end at its deletion; every record of the deleted topic lies below
         self.marks: dict[str, int] = {}
-        self._save_lock = trio.Lock()
+        self.save_lock = trio.Lock()  # held while the file is replaced
 
     def covers(self, topic: str, phys: int) -> bool:
         """Whether the record of ``topic`` at ``phys`` belongs to a deleted incarnation of it."""
@@ -81,7 +81,7 @@ class DeletionMarks:
 
     async def save(self) -> None:
         """Write the marks (atomically; the file is removed when there are none)."""
-        async with self._save_lock:
+        async with self.save_lock:
             await trio.to_thread.run_sync(self._save_sync, dict(self.marks))
 
     def _save_sync(self, marks: dict[str, int]) -> None:

@@ -225,6 +225,43 @@ async def test_a_topic_deleted_and_created_again_between_two_syncs_leaves_no_old
         assert [s.store.get_max_offset_in_queue("Again", q) for q in range(3)] == [1, 1, 0]
 
 
+async def test_the_masters_deletions_reach_the_slave_after_a_master_crash(tmp_path: Path) -> None:
+    """The master keeps its table of deletions on disk: killed after a topic was deleted and
+    created again, and before its slave synced, it still names the deletion after its restart.
+    A deleted topic whose queues were empty loses its consumer offsets on the slave too."""
+    async with replication_group(tmp_path) as g:
+        master = await g.start("m", brokerRole=BrokerRole.ASYNC_MASTER)
+        ports = {
+            "listenPort": int(master.addr.rsplit(":", 1)[1]),
+            "haListenPort": int(master.ha_addr.rsplit(":", 1)[1]),
+        }
+        slave = await g.start("s", brokerRole=BrokerRole.SLAVE, brokerId=1)
+        await wait_until(lambda: slave.broker.master_addr == master.addr, 10, "slave knows its master")
+        for topic in ("Again", "Empty"):
+            await g.create_topic(master.addr, topic, queues=2)
+            commit = {"consumerGroup": "G", "topic": topic, "queueId": 1, "commitOffset": 5}
+            response = await g.call(master.addr, request(RequestCode.UPDATE_CONSUMER_OFFSET, commit))
+            assert response.code == ResponseCode.SUCCESS, describe(response)
+        await g.send_ok(master.addr, b"old-0", queue_id=1, topic="Again")
+        s, sync = slave.broker, slave.broker.replication.slave_sync
+        await wait_until(
+            lambda: s.store.get_max_offset_in_queue("Again", 1) == 1, 10, "slave has the old topic"
+        )
+        await sync.sync_all()
+        assert (s.offsets.queues_of("G", "Again"), s.offsets.queues_of("G", "Empty")) == ({1: 5}, {1: 5})
+
+        for topic in ("Again", "Empty"):
+            deleted = await g.call(master.addr, request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}))
+            assert deleted.code == ResponseCode.SUCCESS, describe(deleted)
+            await g.create_topic(master.addr, topic, queues=2)
+        await g.stop(master, crash=True)
+        master = await g.start("m", brokerRole=BrokerRole.ASYNC_MASTER, **ports)
+        await wait_until(lambda: s.store.max_phy_offset == master.store.max_phy_offset, 10, "slave caught up")
+        await sync.sync_all()
+        assert s.store.get_max_offset_in_queue("Again", 1) == 0
+        assert (s.offsets.queues_of("G", "Again"), s.offsets.queues_of("G", "Empty")) == ({}, {})
+
+
 async def test_slave_sync_copies_the_masters_metadata_with_data_versions(tmp_path: Path) -> None:
     async with replication_group(tmp_path) as g:
         master = await g.start("m", brokerRole=BrokerRole.ASYNC_MASTER)
