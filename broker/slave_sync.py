@@ -87,6 +87,9 @@ class SlaveSynchronize:
         self._wake = trio.Event()
         #: the master's deletions (DeletedTopics) applied here: topic -> commit-log offset
         self.deletions_applied: dict[str, int] = {}
+        #: one sync at a time: two interleaved ones could apply an older topic table after a
+        #: newer one, and take the topics created in between for deleted on the master
+        self._lock = trio.Lock()
 
     def master_changed(self) -> None:
         """Sync at the next opportunity (a new master, or the broker just became a slave)."""
@@ -124,7 +127,8 @@ class SlaveSynchronize:
                 self._topics_due = False
                 self._last_topics = trio.current_time()
                 try:
-                    await self.sync_topic_config(master)
+                    async with self._lock:
+                        await self.sync_topic_config(master)
                 except (SlaveSyncError, OSError) as exc:
                     log.warning("slave topic catch-up from %s: %s", master, exc)
                 else:
@@ -136,16 +140,17 @@ class SlaveSynchronize:
         if not master:
             raise SlaveSyncError("no master address known")
         errors: list[str] = []
-        for step in (
-            self.sync_topic_config,
-            self.sync_consumer_offset,
-            self.sync_delay_offset,
-            self.sync_subscription_groups,
-        ):
-            try:
-                await step(master)
-            except SlaveSyncError as exc:
-                errors.append(str(exc))
+        async with self._lock:
+            for step in (
+                self.sync_topic_config,
+                self.sync_consumer_offset,
+                self.sync_delay_offset,
+                self.sync_subscription_groups,
+            ):
+                try:
+                    await step(master)
+                except SlaveSyncError as exc:
+                    errors.append(str(exc))
         self.synced_from = master
         self.last_sync = trio.current_time()
         self.rounds += 1

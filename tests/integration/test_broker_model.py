@@ -14,7 +14,9 @@ from a queue that starts at 0 -- 4.x's rule, which this project keeps for an emp
 and the topic's consumer offsets go, the commit log keeps the records: lookups by id and key still
 find them). Consume-queue files of 8 units, so that scans and queues cross file ends.
 
-``BROKER_MODEL_EXAMPLES`` sets the number of sequences (20 by default)."""
+``BROKER_MODEL_EXAMPLES`` sets the number of sequences (20 by default; the slave test runs half as
+many), ``BROKER_MODEL_MIN_OPS`` their least length (5). A crash is a copy of the broker's files
+taken at once (see :func:`snapshot`); the slave test crashes brokers with ``abandon``."""
 
 from __future__ import annotations
 
@@ -227,7 +229,7 @@ one_op = st.one_of(
     st.just(("restart",)),
     st.just(("crash",)),
 )
-ops = st.lists(one_op, min_size=int(os.environ.get("BROKER_MODEL_MIN_OPS", "1")), max_size=60)
+ops = st.lists(one_op, min_size=int(os.environ.get("BROKER_MODEL_MIN_OPS", "5")), max_size=60)
 
 
 async def call(env: BrokerEnv, cmd: RemotingCommand) -> RemotingCommand:
@@ -640,7 +642,7 @@ replicated_ops = st.lists(
         st.just(("slave_restart",)),
         st.just(("slave_crash",)),
     ),
-    min_size=int(os.environ.get("BROKER_MODEL_MIN_OPS", "1")),
+    min_size=int(os.environ.get("BROKER_MODEL_MIN_OPS", "5")),
     max_size=60,
 )
 
