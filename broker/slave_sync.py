@@ -217,6 +217,7 @@ class SlaveSynchronize:
         store has dispatched up to the offset: a unit of the old topic dispatched afterwards
         would come back."""
         store, applied = self.broker.store, self.deletions_applied
+        removed = False
         for topic, end in deleted.items():
             if applied.get(topic) == end:
                 continue
@@ -228,7 +229,7 @@ class SlaveSynchronize:
             # commits over them; where none has yet, they point past the new queues' ends); the
             # offset sync that follows brings back those the master holds for the new topic
             self.broker.offsets.remove_topic(topic)
-            await self.broker.persist_offsets()
+            removed = True
             if emptied:
                 log.info(
                     "slave sync: topic %s was deleted on the master (at offset %d) and created again; "
@@ -237,6 +238,8 @@ class SlaveSynchronize:
                     end,
                     emptied,
                 )
+        if removed:
+            await self.broker.persist_offsets()  # once (a restarted slave applies them all again)
         for topic in [t for t in applied if t not in deleted]:
             del applied[topic]  # out of the master's table: never sent again
 

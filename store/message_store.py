@@ -225,6 +225,8 @@ class DefaultMessageStore(PutPaths):
             return
         stale = []
         for cq in self.queues:
+            if cq.topic not in marks.marks:
+                continue
             first = cq.unit(cq.min_offset)
             if first is not None and marks.covers(cq.topic, first[0]):
                 stale.append((cq.topic, cq.queue_id))
