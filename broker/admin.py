@@ -339,13 +339,15 @@ class AdminProcessor:
             return request.response(
                 ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic."
             )
+        # every table changes before the first await: a slave's sync in between sees the deletion
+        # and the offsets gone together (it took the offsets back when it came between them)
         broker.topics.delete(topic)
+        broker.offsets.remove_topic(topic)
         # for the slaves, also after a restart: the topic may be created again before they sync
         broker.deleted_topics.note(topic, broker.store.max_phy_offset)
         broker.deleted_topics_file.changed()
         await broker.deleted_topics_file.persist()
         await broker.topics_file.persist()
-        broker.offsets.remove_topic(topic)
         await broker.persist_offsets()
         await broker.store.delete_topics([topic])
         broker.stats.items.on_topic_deleted(topic)
