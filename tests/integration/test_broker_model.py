@@ -53,6 +53,7 @@ from tests.integration.broker_requests import (
 )
 from tests.integration.replication_kit import Running, replication_group
 from tests.integration.storekit import read_queue
+from tests.integration.test_broker_admin import create_topic as admin_create_topic
 
 TOPICS = ("ModelA", "ModelB")
 INITIAL_QUEUES = {"ModelA": 2, "ModelB": 3}
@@ -232,18 +233,8 @@ one_op = st.one_of(
 ops = st.lists(one_op, min_size=int(os.environ.get("BROKER_MODEL_MIN_OPS", "5")), max_size=60)
 
 
-async def call(env: BrokerEnv, cmd: RemotingCommand) -> RemotingCommand:
-    return await env.call(cmd)
-
-
 async def create_topic(env: BrokerEnv, topic: str, queues: int) -> None:
-    response = await call(
-        env,
-        request(
-            RequestCode.UPDATE_AND_CREATE_TOPIC,
-            {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6},
-        ),
-    )
+    response = await admin_create_topic(env, topic, queues)
     assert response.code == ResponseCode.SUCCESS, describe(response)
 
 
@@ -273,8 +264,7 @@ async def do_send(env: BrokerEnv, model: Model, op: tuple) -> None:
     tags, keys = TAGS[tag_i], KEYS[key_i]
     msg = Msg(topic, queue, -1, model.body(size), tags, keys, f"u{model.serial}")
     code = RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE
-    response = await call(
-        env,
+    response = await env.call(
         send_request(
             topic, msg.body, code=code, queue_id=queue, properties=message_props(tags, keys, msg.user)
         ),
@@ -303,8 +293,8 @@ async def do_batch(env: BrokerEnv, model: Model, op: tuple) -> None:
         body = model.body(100)
         sent.append(Msg(topic, queue, -1, body, TAGS[tag_i], KEYS[key_i], f"u{model.serial}"))
     body = batch_body([m.body for m in sent], [message_props(m.tags, m.keys, m.user) for m in sent])
-    response = await call(
-        env, send_request(topic, body, code=RequestCode.SEND_BATCH_MESSAGE, queue_id=queue, batch=True)
+    response = await env.call(
+        send_request(topic, body, code=RequestCode.SEND_BATCH_MESSAGE, queue_id=queue, batch=True)
     )
     expect_send_refusal(model, topic, queue, response)
     if response.code == ResponseCode.SUCCESS:
@@ -329,8 +319,7 @@ async def do_pull(env: BrokerEnv, model: Model, op: tuple) -> None:
     q = t.queue(queue) if t is not None else []
     offset = pull_offset(q, where, frac)
     commit_offset = int(frac * 40) if commit else None
-    response = await call(
-        env,
+    response = await env.call(
         pull_request(
             group,
             topic,
@@ -368,8 +357,7 @@ async def do_pull(env: BrokerEnv, model: Model, op: tuple) -> None:
 async def do_commit(env: BrokerEnv, model: Model, op: tuple) -> None:
     _, gi, ti, queue, offset = op
     group, topic = GROUPS[gi], TOPICS[ti]
-    response = await call(
-        env,
+    response = await env.call(
         simple_request(
             RequestCode.UPDATE_CONSUMER_OFFSET,
             consumerGroup=group,
@@ -386,8 +374,7 @@ async def do_commit(env: BrokerEnv, model: Model, op: tuple) -> None:
 
 
 async def check_query_offset(env: BrokerEnv, model: Model, group: str, topic: str, queue: int) -> None:
-    response = await call(
-        env,
+    response = await env.call(
         simple_request(RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup=group, topic=topic, queueId=queue),
     )
     context = f"query offset {group} {topic}/{queue}: {describe(response)}"
@@ -402,7 +389,7 @@ async def check_minmax(env: BrokerEnv, model: Model, topic: str, queue: int) -> 
     t = model.topics.get(topic)
     n = len(t.data.get(queue, [])) if t is not None else 0
     for code, want in ((RequestCode.GET_MAX_OFFSET, n), (RequestCode.GET_MIN_OFFSET, 0)):
-        response = await call(env, simple_request(code, topic=topic, queueId=queue))
+        response = await env.call(simple_request(code, topic=topic, queueId=queue))
         assert response.code == ResponseCode.SUCCESS, describe(response)
         assert int(ext(response)["offset"]) == want, (
             f"{topic}/{queue} code {code}: {describe(response)}, model {want}"
@@ -417,8 +404,7 @@ async def do_key(env: BrokerEnv, model: Model, op: tuple) -> None:
         return
 
     async def bodies() -> tuple[RemotingCommand, list[bytes]]:
-        response = await call(
-            env,
+        response = await env.call(
             request(
                 RequestCode.QUERY_MESSAGE,
                 {
@@ -447,7 +433,7 @@ async def do_view(env: BrokerEnv, model: Model, op: tuple) -> None:
     if not model.stored:
         return
     want = model.stored[min(len(model.stored) - 1, int(op[1] * len(model.stored)))]
-    response = await call(env, simple_request(RequestCode.VIEW_MESSAGE_BY_ID, offset=want.phys))
+    response = await env.call(simple_request(RequestCode.VIEW_MESSAGE_BY_ID, offset=want.phys))
     assert response.code == ResponseCode.SUCCESS, describe(response)
     (got,) = messages(response)
     check_message(got, want, f"view {want.phys}")
@@ -455,7 +441,7 @@ async def do_view(env: BrokerEnv, model: Model, op: tuple) -> None:
 
 async def do_delete(env: BrokerEnv, model: Model, op: tuple) -> None:
     topic = TOPICS[op[1]]
-    response = await call(env, simple_request(RequestCode.DELETE_TOPIC_IN_BROKER, topic=topic))
+    response = await env.call(simple_request(RequestCode.DELETE_TOPIC_IN_BROKER, topic=topic))
     assert response.code == ResponseCode.SUCCESS, describe(response)
     model.topics.pop(topic, None)
     for k in [k for k in model.offset_history if k[1] == topic]:
@@ -480,7 +466,7 @@ async def check_everything(env: BrokerEnv, model: Model) -> None:
             got: list[StoredMessage] = []
             offset = 0
             while offset < len(q):
-                response = await call(env, pull_request("ModelAudit", topic, queue, offset))
+                response = await env.call(pull_request("ModelAudit", topic, queue, offset))
                 assert response.code in (ResponseCode.SUCCESS, ResponseCode.PULL_RETRY_IMMEDIATELY), describe(
                     response
                 )
@@ -552,8 +538,7 @@ async def reconcile_offsets(env: BrokerEnv, model: Model) -> None:
     broker persists offsets every ``flushConsumerOffsetInterval``); take the broker's answer."""
     for key, history in model.offset_history.items():
         group, topic, queue = key
-        response = await call(
-            env,
+        response = await env.call(
             simple_request(
                 RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup=group, topic=topic, queueId=queue
             ),
@@ -647,7 +632,7 @@ replicated_ops = st.lists(
 )
 
 
-def check_slave(master: Running, slave: Running, model: Model) -> None:
+def check_slave(slave: Running, model: Model) -> None:
     """The slave, caught up and synced, holds what the model holds: topics with their queue
     counts, every queue's messages, none of a deleted topic's, and the committed offsets."""
     sb = slave.broker
@@ -713,7 +698,7 @@ async def run_replicated(root: str, sequence: list[tuple]) -> None:
                     if op[0] == "restart":
                         await check_everything(env(), model)
                         await settle_slave(master, slave)
-                        check_slave(master, slave, model)
+                        check_slave(slave, model)
                         model.offset_history.clear()
                     await g.stop(master, crash=op[0] == "crash")
                     master = await g.start("m", **roles["m"], **CONFIG)
@@ -734,7 +719,7 @@ async def run_replicated(root: str, sequence: list[tuple]) -> None:
         await wait_until(lambda: master.store.dispatch_behind_bytes == 0, what="dispatch")
         await check_everything(env(), model)
         await settle_slave(master, slave)
-        check_slave(master, slave, model)
+        check_slave(slave, model)
 
 
 @settings(
