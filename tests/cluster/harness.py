@@ -74,19 +74,32 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def quiet_ports(span: int) -> int:
+    """The first of ``span`` consecutive loopback ports free a moment ago, between 15000 and 32000:
+    below Linux's ephemeral range, so that no client socket of a test running beside takes one of
+    them before the process under test binds it (a port from ``bind(0)`` is free, its neighbour may
+    be any connection's local port a moment later)."""
+    rng = random.Random()
+    for _ in range(500):
+        first = rng.randrange(15000, 32000 - span)
+        if all(_bindable(p) for p in range(first, first + span)):
+            return first
+    raise RuntimeError(f"no {span} consecutive free loopback ports between 15000 and 32000")
+
+
 def free_ports(n: int, *, pairs: bool = False, taken: set[int] | None = None) -> list[int]:
     """``n`` loopback ports free a moment ago, distinct from each other and from ``taken`` (which is
-    updated). With ``pairs`` each port's successor is free too (a broker's HA port)."""
+    updated), below the ephemeral range (see :func:`quiet_ports`). With ``pairs`` each port's
+    successor is free too (a broker's HA port)."""
     taken = taken if taken is not None else set()
     out: list[int] = []
+    span = 2 if pairs else 1
     for _ in range(200 * n):
         if len(out) == n:
             return out
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        wanted = {port, port + 1} if pairs else {port}
-        if wanted & taken or (pairs and (port + 1 > 65535 or not _bindable(port + 1))):
+        port = quiet_ports(span)
+        wanted = set(range(port, port + span))
+        if wanted & taken:
             continue
         taken.update(wanted)
         out.append(port)

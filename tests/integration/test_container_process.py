@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import request
 from remoting.connection import ProcessorTable
 from store.errors import StoreOpenError
+from tests.cluster.harness import quiet_ports
 
 BANNER_NAMESRV = re.compile(rb"^namesrv (127\.0\.0\.1:\d+)$", re.M)
 STOP_DEADLINE = 10.0
@@ -195,16 +195,10 @@ async def test_port_in_use_exits_1_naming_component_and_address(tmp_path: Path) 
     ).encode() in await proc.drain_stderr()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_a_second_copy_needs_its_own_data_dir_and_runs_beside_the_first_with_a_port_offset(
     tmp_path: Path,
 ) -> None:
-    port = _free_port()
+    port = quiet_ports(2)  # the second copy serves on port + 1 (--port-offset 1)
     conf = tmp_path / "copy.toml"
     conf.write_text(
         f"[nettyServer]\nbindAddress = '127.0.0.1'\n[namesrv]\nlistenPort = {port}\n"
