@@ -4,7 +4,6 @@ seconds (not at the next 30 s period), so a master becomes routable as soon as i
 from __future__ import annotations
 
 import os
-import socket
 
 import trio
 
@@ -17,21 +16,16 @@ from remoting.command import RemotingCommand, request
 from remoting.connection import RequestContext
 from remoting.protocol.namesrv import RegisterBrokerBody
 from remoting.server import RemotingServer
+from tests.cluster.harness import quiet_ports
 from tests.integration.broker_env import BROKER_NAME, broker_configs, broker_env, wait_until
 from tests.integration.broker_requests import send_ok, send_request
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_registration_is_retried_soon_when_the_name_server_comes_up_late(
     tmp_path: os.PathLike[str],
 ) -> None:
     root = os.fspath(tmp_path)
-    port = _free_port()  # nobody listens there yet: the first registration fails
+    port = quiet_ports(1)  # nobody listens there yet: the first registration fails
     async with trio.open_nursery() as nursery, RemotingClient(name="register-test") as broker_client:
         server = RemotingServer(name="register-test")
         await nursery.start(server.run)
