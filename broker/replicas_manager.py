@@ -607,12 +607,21 @@ class ReplicasManager:
                     after.sync_state_set_epoch,
                 )
             elif isinstance(decision, ChangeToSlave):
-                self.log.info(
-                    "becoming slave of %d (%s) in epoch %d",
-                    decision.master_id,
-                    decision.master_address,
-                    decision.epoch,
-                )
+                if decision.same_master and decision.epoch == self.view.master_epoch:
+                    self.log.info(
+                        "master %d of epoch %d moved from %s to %s: following it there",
+                        decision.master_id,
+                        decision.epoch,
+                        self.view.master_address,
+                        decision.master_address,
+                    )
+                else:
+                    self.log.info(
+                        "becoming slave of %d (%s) in epoch %d",
+                        decision.master_id,
+                        decision.master_address,
+                        decision.epoch,
+                    )
                 await replication.change_to_slave(
                     None,
                     decision.epoch,

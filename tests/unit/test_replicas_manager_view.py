@@ -112,6 +112,17 @@ def test_poll_with_same_epoch_adopts_only_a_newer_set_on_the_master() -> None:
     assert on_replica_info(slave_of_other(3), OTHER, "a:1", 3, frozenset({OTHER}), 9) is None
 
 
+def test_poll_with_same_epoch_follows_the_master_to_a_new_address() -> None:
+    # the master restarted on another port before an election: the slave re-points at once
+    assert on_replica_info(slave_of_other(3), OTHER, "a:2", 3, frozenset({OTHER}), 5) == ChangeToSlave(
+        master_address="a:2", epoch=3, master_id=OTHER, same_master=True
+    )
+    # the same address, another master id (not this epoch's master), or the master itself: nothing
+    assert on_replica_info(slave_of_other(3), OTHER, "a:1", 3, frozenset({OTHER}), 5) is None
+    assert on_replica_info(slave_of_other(3), 3, "c:1", 3, frozenset({3}), 5) is None
+    assert on_replica_info(master(3, 4), ME, "me:2", 3, frozenset({ME}), 4) is None
+
+
 def test_poll_with_an_older_epoch_changes_nothing() -> None:
     assert on_replica_info(master(3), OTHER, "a:1", 2, frozenset({OTHER}), 9) is None
 
