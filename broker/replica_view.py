@@ -11,7 +11,9 @@ the controller said and returns the one action to carry out, or None:
   duplicated notification never undoes a newer role;
 * :func:`on_replica_info` — the periodic CONTROLLER_GET_REPLICA_INFO poll (upstream
   ``schedulingSyncBrokerMetadata``): a newer epoch with a master changes the role, a newer epoch
-  without one asks for an election, the same epoch lets the master adopt a newer SyncStateSet;
+  without one asks for an election, the same epoch lets the master adopt a newer SyncStateSet and
+  a slave follow its master to a new address (not upstream: it waits for a name-server
+  registration);
 * :func:`newer_sync_state_set` — whether a SyncStateSet (from an accepted
   CONTROLLER_ALTER_SYNC_STATE_SET or a poll) replaces the local one: only with a newer set epoch.
 
@@ -130,6 +132,20 @@ def on_replica_info(
         and newer_sync_state_set(view, sync_state_set_epoch)
     ):
         return AdoptSyncStateSet(frozenset(sync_state_set), sync_state_set_epoch)
+    if (
+        master_epoch == view.master_epoch
+        and not view.is_master
+        and master_id is not None
+        and master_id == view.master_broker_id
+        and master_address
+        and master_address != view.master_address
+    ):
+        # the master of this epoch restarted on another address before any election (its death
+        # unnoticed, or no other replica electable): follow it there now, not at the next
+        # name-server registration (upstream's only way, up to registerNameServerPeriod later)
+        return ChangeToSlave(
+            master_address=master_address, epoch=master_epoch, master_id=master_id, same_master=True
+        )
     return None
 
 
