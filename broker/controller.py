@@ -276,9 +276,8 @@ class BrokerController:
             heartbeat_timeout_ms=bc.brokerNotActiveTimeoutMillis if bc.enableSlaveActingMaster else None,
             enable_acting_master=bc.enableSlaveActingMaster,
         )
-        for r in results:
-            if r.master_addr and self.is_slave:
-                self.master_addr = r.master_addr
+        # a slave learns its master's addresses there (in controller mode only from an answer naming
+        # the master the controller chose)
         self.replication.on_register_results(results)
         ok = len(results) == len(namesrvs)
         if ok and not self._boot_said:

@@ -20,6 +20,7 @@ import pytest
 import trio
 
 from broker.controller import BrokerController
+from broker.outer_api import BrokerIdentity
 from broker.replicas_manager import ReplicasManager
 from controller.config import ControllerConfig
 from controller.service import ControllerPeer
@@ -418,6 +419,25 @@ async def test_a_slave_follows_its_master_restarted_on_another_port_in_the_same_
         await send_all(env, a, [b"two"])
         assert b.broker.store.max_phy_offset == a.broker.store.max_phy_offset
         assert sorted(await env.pull_bodies(a)) == [b"one", b"two"]
+
+
+async def test_a_stale_master_route_does_not_redirect_a_slave(tmp_path: Path) -> None:
+    """A name server may still route a group's previous master for a moment after a failover (its
+    registration has not expired; a stale master still registering): a slave's registration
+    answer naming it must not take the slave away from the master the controller chose."""
+    async with controller_mode(tmp_path) as env:
+        a, b = await master_and_slave(env)
+        ha = b.broker.replication.ha
+        assert ha is not None
+        await wait_until(lambda: ha.master_address == a.broker.ha_addr, 5, "b following a")
+        stale = BrokerIdentity(CLUSTER, NAME, 0, "127.0.0.1:1", "127.0.0.1:2")
+        results = await a.broker.outer.register_all([env.namesrv_addr], stale, a.broker.topic_wrapper())
+        assert len(results) == 1
+        await b.broker.register_to_namesrvs()
+        assert b.broker.master_addr == a.addr
+        assert ha.master_address == a.broker.ha_addr
+        await send_all(env, a, [b"still replicated"])
+        assert b.broker.store.max_phy_offset == a.broker.store.max_phy_offset
 
 
 async def test_restart_on_another_port_keeps_the_broker_id(tmp_path: Path) -> None:
