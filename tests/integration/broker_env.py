@@ -13,7 +13,9 @@ clients' and admin tools' part.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +56,16 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: 
             await trio.sleep(0.01)
         return
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def run_in_temp_dir(prefix: str, fn: Callable[[str, Any], Awaitable[None]], arg: Any) -> None:
+    """``trio.run(fn, root, arg)`` on a fresh directory, removed afterwards (for hypothesis tests,
+    whose examples cannot share pytest's ``tmp_path``)."""
+    root = tempfile.mkdtemp(prefix=prefix)
+    try:
+        trio.run(fn, root, arg)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def broker_configs(root: str, namesrv_addr: str, **overrides: Any) -> tuple[BrokerConfig, MessageStoreConfig]:

@@ -38,7 +38,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.protocol.message import StoredMessage, decode_message, decode_offset_msg_id
 from store.config import BrokerRole
-from tests.integration.broker_env import BrokerEnv, broker_env, wait_until
+from tests.integration.broker_env import BrokerEnv, broker_env, run_in_temp_dir, wait_until
 from tests.integration.broker_requests import (
     batch_body,
     describe,
@@ -612,11 +612,7 @@ EXAMPLES = int(os.environ.get("BROKER_MODEL_EXAMPLES", "20"))
 )
 @given(sequence=ops)
 def test_broker_answers_as_the_model(sequence: list[tuple]) -> None:
-    root = tempfile.mkdtemp(prefix="broker-model-")
-    try:
-        trio.run(run_sequence, root, sequence)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    run_in_temp_dir("broker-model-", run_sequence, sequence)
 
 
 # --- the same sequences with a slave attached --------------------------------------------------------
@@ -732,8 +728,4 @@ def test_a_slave_converges_to_the_model(sequence: list[tuple]) -> None:
     """Classic master and slave: the master answers as the model, and the slave, once caught up
     and synced, holds the same topics, messages and offsets -- across restarts and crashes of
     either, and topics deleted and created again."""
-    root = tempfile.mkdtemp(prefix="broker-model-repl-")
-    try:
-        trio.run(run_replicated, root, sequence)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    run_in_temp_dir("broker-model-repl-", run_replicated, sequence)

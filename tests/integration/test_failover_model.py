@@ -23,8 +23,6 @@ takes a second or so of heartbeat timeout), ``FAILOVER_MODEL_MIN_OPS`` their lea
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +34,7 @@ from hypothesis import strategies as st
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemotingError
 from remoting.protocol.message import StoredMessage, decode_offset_msg_id
+from tests.integration.broker_env import run_in_temp_dir
 from tests.integration.broker_requests import (
     batch_body,
     describe,
@@ -162,31 +161,16 @@ class Run:
 
     # --- the operations ----------------------------------------------------------------------
 
-    async def send_one(self, node: Node, queue: int, body: bytes) -> None:
-        try:
-            response = await self.env.call(node.addr, send_request(TOPIC, body, queue_id=queue))
-        except RemotingError:
-            self.model.maybe.add(body)
-            return
-        if response.code != ResponseCode.SUCCESS:
-            self.model.maybe.add(body)
-            self.model.refusals[response.code] = self.model.refusals.get(response.code, 0) + 1
-            return
-        header = send_header(response)
-        assert header.queueId == queue, describe(response)
-        key = (queue, header.queueOffset)
-        assert key not in self.model.acked, (
-            f"queue offset {key} answered twice: {self.model.acked[key][0][:12]!r} and {body[:12]!r}"
-        )
-        self.model.acked[key] = (body, decode_offset_msg_id(header.msgId)[2])
-
-    async def send_batch(self, queue: int, count: int) -> None:
-        """SEND_BATCH_MESSAGE: acknowledged, every item is at its offset; else any may be there."""
-        node = await self.master()
-        bodies = [self.model.body(200) for _ in range(count)]
-        cmd = send_request(
-            TOPIC, batch_body(bodies), code=RequestCode.SEND_BATCH_MESSAGE, queue_id=queue, batch=True
-        )
+    async def deliver(self, node: Node, queue: int, bodies: list[bytes], *, batch: bool = False) -> None:
+        """One send (SEND_BATCH_MESSAGE with ``batch``): acknowledged, every body is at its queue
+        offset and physical offset; else any of them may be stored."""
+        if batch:
+            cmd = send_request(
+                TOPIC, batch_body(bodies), code=RequestCode.SEND_BATCH_MESSAGE, queue_id=queue, batch=True
+            )
+        else:
+            (body,) = bodies
+            cmd = send_request(TOPIC, body, queue_id=queue)
         try:
             response = await self.env.call(node.addr, cmd)
         except RemotingError:
@@ -198,11 +182,21 @@ class Run:
             return
         header = send_header(response)
         ids = header.msgId.split(",")
-        assert (header.queueId, len(ids)) == (queue, count), describe(response)
+        assert (header.queueId, len(ids)) == (queue, len(bodies)), describe(response)
         for i, (body, msg_id) in enumerate(zip(bodies, ids, strict=True)):
             key = (queue, header.queueOffset + i)
-            assert key not in self.model.acked, f"queue offset {key} answered twice"
+            assert key not in self.model.acked, (
+                f"queue offset {key} answered twice: {self.model.acked[key][0][:12]!r} and {body[:12]!r}"
+            )
             self.model.acked[key] = (body, decode_offset_msg_id(msg_id)[2])
+
+    async def send_one(self, node: Node, queue: int, body: bytes) -> None:
+        await self.deliver(node, queue, [body])
+
+    async def send_batch(self, queue: int, count: int) -> None:
+        await self.deliver(
+            await self.master(), queue, [self.model.body(200) for _ in range(count)], batch=True
+        )
 
     async def send(self, queue: int, count: int, size: int, concurrent: bool) -> None:
         node = await self.master()
@@ -471,8 +465,4 @@ EXAMPLES = int(os.environ.get("FAILOVER_MODEL_EXAMPLES", "4"))
 )
 @given(sequence=ops)
 def test_a_failover_loses_nothing_acknowledged(sequence: list[tuple]) -> None:
-    root = tempfile.mkdtemp(prefix="failover-model-")
-    try:
-        trio.run(run_sequence, root, sequence)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    run_in_temp_dir("failover-model-", run_sequence, sequence)
