@@ -55,8 +55,8 @@ class ChangeToMaster:
 
 @dataclass(frozen=True)
 class ChangeToSlave:
-    """Follow master ``master_id`` at ``master_address`` in ``epoch`` (``same_master``: only the epoch
-    moved, the master did not change)."""
+    """Follow master ``master_id`` at ``master_address`` in ``epoch`` (``same_master``: the master did
+    not change -- a newer epoch, or the same epoch at a new address)."""
 
     master_address: str
     epoch: int
