@@ -30,7 +30,7 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.protocol.controller import BrokerReplicasInfo, EpochEntryCache, SyncStateSet
-from remoting.protocol.message import decode_message, encode_message
+from remoting.protocol.message import StoredMessage, decode_message, encode_message
 from remoting.server import RemotingServer
 from tests.cluster.harness import free_ports
 from tests.integration.broker_env import broker_configs, broker_env, wait_until
@@ -211,19 +211,19 @@ class ControllerMode:
         assert response.code == ResponseCode.SUCCESS, describe(response)
         return BrokerReplicasInfo.decode(response.body_bytes)
 
+    async def pull_queue(self, node: Node, queue_id: int, group: str = "G") -> list[StoredMessage]:
+        """Every message of ``TOPIC``'s queue that ``node`` serves, from offset 0 (no commit)."""
+        out: list[StoredMessage] = []
+        offset = 0
+        while True:
+            response = await self.call(node.addr, pull_request(group, TOPIC, queue_id, offset, max_nums=256))
+            if response.code != ResponseCode.SUCCESS:
+                return out
+            out += messages(response)
+            offset = pull_header(response).nextBeginOffset
+
     async def pull_bodies(self, node: Node) -> list[bytes]:
-        out: list[bytes] = []
-        for queue_id in range(QUEUES):
-            offset = 0
-            while True:
-                response = await self.call(
-                    node.addr, pull_request("G", TOPIC, queue_id, offset, max_nums=256)
-                )
-                if response.code != ResponseCode.SUCCESS:
-                    break
-                out += [m.body for m in messages(response)]
-                offset = pull_header(response).nextBeginOffset
-        return out
+        return [m.body for queue_id in range(QUEUES) for m in await self.pull_queue(node, queue_id)]
 
 
 @asynccontextmanager

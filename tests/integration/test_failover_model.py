@@ -34,13 +34,10 @@ from hypothesis import strategies as st
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemotingError
 from remoting.protocol.message import StoredMessage, decode_offset_msg_id
-from tests.integration.broker_env import run_in_temp_dir
+from tests.integration.broker_env import run_in_temp_dir, wait_until
 from tests.integration.broker_requests import (
     batch_body,
     describe,
-    messages,
-    pull_header,
-    pull_request,
     send_header,
     send_request,
     simple_request,
@@ -153,11 +150,11 @@ class Run:
         raise AssertionError(f"no master elected with every replica up: {self.roles()}")
 
     async def wait(self, predicate: Callable[[], bool], what: str) -> None:
-        with trio.move_on_after(SETTLE):
-            while not predicate():
-                await trio.sleep(0.02)
-            return
-        raise AssertionError(f"timed out after {SETTLE}s waiting for {what}: {self.roles()}")
+        try:
+            await wait_until(predicate, SETTLE, what)
+        except AssertionError as exc:
+            exc.add_note(self.roles())
+            raise
 
     # --- the operations ----------------------------------------------------------------------
 
@@ -225,7 +222,7 @@ class Run:
         if node is None:
             return
         try:
-            got = await self.pull_queue(node, queue)
+            got = await self.env.pull_queue(node, queue, GROUP)
         except RemotingError:
             return
         for msg in got:
@@ -290,16 +287,6 @@ class Run:
 
     # --- the checks --------------------------------------------------------------------------
 
-    async def pull_queue(self, node: Node, queue: int) -> list[StoredMessage]:
-        out: list[StoredMessage] = []
-        offset = 0
-        while True:
-            response = await self.env.call(node.addr, pull_request(GROUP, TOPIC, queue, offset, max_nums=32))
-            if response.code != ResponseCode.SUCCESS:
-                return out
-            out += messages(response)
-            offset = pull_header(response).nextBeginOffset
-
     async def check(self) -> None:
         m = await self.master()
         slaves = [n for n in self.live() if n is not m]
@@ -324,7 +311,7 @@ class Run:
         pulled: dict[int, list[StoredMessage]] = {}
         with trio.move_on_after(SETTLE):
             while True:
-                pulled = {q: await self.pull_queue(m, q) for q in range(QUEUES)}
+                pulled = {q: await self.env.pull_queue(m, q, GROUP) for q in range(QUEUES)}
                 if all(len(pulled[q]) >= want_ends[q] for q in range(QUEUES)):
                     break
                 await trio.sleep(0.05)
