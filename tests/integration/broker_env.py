@@ -58,12 +58,12 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: 
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def run_in_temp_dir(prefix: str, fn: Callable[[str, Any], Awaitable[None]], arg: Any) -> None:
-    """``trio.run(fn, root, arg)`` on a fresh directory, removed afterwards (for hypothesis tests,
+def run_in_temp_dir(prefix: str, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+    """``trio.run(fn, root, *args)`` on a fresh directory, removed afterwards (for hypothesis tests,
     whose examples cannot share pytest's ``tmp_path``)."""
     root = tempfile.mkdtemp(prefix=prefix)
     try:
-        trio.run(fn, root, arg)
+        trio.run(fn, root, *args)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

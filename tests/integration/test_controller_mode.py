@@ -29,6 +29,7 @@ from namesrv.controller import NamesrvController
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
+from remoting.errors import RemotingError
 from remoting.protocol.controller import BrokerReplicasInfo, EpochEntryCache, SyncStateSet
 from remoting.protocol.message import StoredMessage, decode_message, encode_message
 from remoting.server import RemotingServer
@@ -93,39 +94,48 @@ class ControllerMode:
     nursery: trio.Nursery
     server: RemotingServer
     namesrv_addr: str
-    controller_addr: str
+    #: the controller peers' addresses (peer ``i`` is Raft member ``n<i>``)
+    controller_addrs: list[str]
     client: RemotingClient
     controller_keys: dict[str, Any]
-    controller_scope: trio.CancelScope | None = None
-    controller_done: trio.Event = field(default_factory=trio.Event)
+    #: running peers: index -> (its cancel scope, set once it has stopped)
+    controllers: dict[int, tuple[trio.CancelScope, trio.Event]] = field(default_factory=dict)
 
-    async def start_controller(self, store: str = "controller") -> None:
+    @property
+    def controller_addr(self) -> str:
+        """``controllerAddr`` as the brokers get it: every peer, ``;``-separated."""
+        return ";".join(self.controller_addrs)
+
+    async def start_controller(self, store: str = "controller", peer: int = 0) -> None:
+        """Start controller peer ``peer`` on its store (``root/<store>``, ``root/<store><peer>`` when
+        there are several peers) at its fixed address."""
+        several = len(self.controller_addrs) > 1
         keys: dict[str, Any] = dict(
             controllerDLegerGroup="ctl",
-            controllerDLegerPeers=f"n0-{self.controller_addr}",
-            controllerDLegerSelfId="n0",
-            controllerStorePath=os.fspath(self.root / store),
-            configStorePath=os.fspath(self.root / "controller.properties"),
+            controllerDLegerPeers=";".join(f"n{i}-{a}" for i, a in enumerate(self.controller_addrs)),
+            controllerDLegerSelfId=f"n{peer}",
+            controllerStorePath=os.fspath(self.root / (f"{store}{peer}" if several else store)),
+            configStorePath=os.fspath(self.root / f"controller{peer}.properties"),
             scanNotActiveBrokerInterval=100,
             scanInactiveMasterInterval=300,
             rmqRaftHeartbeatIntervalMillis=50,
             rmqRaftElectionTimeoutMillis=300,
         )
         cfg = ControllerConfig(**(keys | self.controller_keys))
-        scope = self.controller_scope = trio.CancelScope()
-        done = self.controller_done = trio.Event()
+        assert peer not in self.controllers, f"controller peer {peer} runs already"
+        scope, done = self.controllers[peer] = (trio.CancelScope(), trio.Event())
 
         async def run(*, task_status: trio.TaskStatus[None]) -> None:
             with scope:
-                async with RemotingClient(name="test.controller") as client:
-                    peer = ControllerPeer(cfg, client)
-                    port = int(self.controller_addr.rpartition(":")[2])
+                async with RemotingClient(name=f"test.controller{peer}") as client:
+                    controller = ControllerPeer(cfg, client)
+                    port = int(self.controller_addrs[peer].rpartition(":")[2])
                     listener = await self.server.add_listener(
-                        "127.0.0.1", port, peer.processor_table(), name="ctl"
+                        "127.0.0.1", port, controller.processor_table(), name=f"ctl{peer}"
                     )
                     try:
                         async with trio.open_nursery() as nursery:
-                            await nursery.start(peer.run)
+                            await nursery.start(controller.run)
                             task_status.started()
                     finally:
                         with trio.CancelScope(shield=True):
@@ -134,10 +144,10 @@ class ControllerMode:
 
         await self.nursery.start(run)
 
-    async def stop_controller(self) -> None:
-        assert self.controller_scope is not None
-        self.controller_scope.cancel()
-        await self.controller_done.wait()
+    async def stop_controller(self, peer: int = 0) -> None:
+        scope, done = self.controllers.pop(peer)
+        scope.cancel()
+        await done.wait()
 
     async def start(self, name: str, **overrides: Any) -> Node:
         """Start (or restart) broker ``name`` on the store under ``root/name`` (a new port each time)."""
@@ -202,14 +212,40 @@ class ControllerMode:
         response = await self.call(node.addr, cmd)
         assert response.code == ResponseCode.SUCCESS, describe(response)
 
-    async def replicas(self) -> BrokerReplicasInfo:
-        """The controller's CONTROLLER_GET_SYNC_STATE_DATA for the group."""
+    async def controller_leader(self) -> int | None:
+        """The running peer that says it leads (CONTROLLER_GET_METADATA_INFO), if one does."""
+        for peer in sorted(self.controllers):
+            try:
+                response = await self.call(
+                    self.controller_addrs[peer], request(RequestCode.CONTROLLER_GET_METADATA_INFO)
+                )
+            except RemotingError:
+                continue
+            if (response.ext_fields or {}).get("isLeader") == "true":
+                return peer
+        return None
+
+    async def replicas(self, within: float = 10.0) -> BrokerReplicasInfo:
+        """The controller's CONTROLLER_GET_SYNC_STATE_DATA for the group, from whichever running peer
+        leads (asked again for ``within`` seconds while an election goes on)."""
         body = msgspec.json.encode([NAME])
-        response = await self.call(
-            self.controller_addr, request(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, body=body)
-        )
-        assert response.code == ResponseCode.SUCCESS, describe(response)
-        return BrokerReplicasInfo.decode(response.body_bytes)
+        last = "no controller peer runs"
+        with trio.move_on_after(within):
+            while True:
+                for peer in sorted(self.controllers):
+                    try:
+                        response = await self.call(
+                            self.controller_addrs[peer],
+                            request(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, body=body),
+                        )
+                    except RemotingError as exc:
+                        last = f"peer {peer}: {exc}"
+                        continue
+                    if response.code == ResponseCode.SUCCESS:
+                        return BrokerReplicasInfo.decode(response.body_bytes)
+                    last = f"peer {peer}: {describe(response)}"
+                await trio.sleep(0.05)
+        raise AssertionError(f"no controller leader answered in {within} s: {last}")
 
     async def pull_queue(self, node: Node, queue_id: int, group: str = "G") -> list[StoredMessage]:
         """Every message of ``TOPIC``'s queue that ``node`` serves, from offset 0 (no commit)."""
@@ -228,10 +264,11 @@ class ControllerMode:
 
 @asynccontextmanager
 async def controller_mode(
-    tmp_path: Path, *, deadline: float = TEST_DEADLINE, **controller_keys: Any
+    tmp_path: Path, *, deadline: float = TEST_DEADLINE, peers: int = 1, **controller_keys: Any
 ) -> AsyncIterator[ControllerMode]:
+    """A name server and ``peers`` controller peers (a Raft group) running; brokers start on demand."""
     root = Path(tmp_path)
-    (port,) = free_ports(1)
+    ports = free_ports(peers)
     async with trio.open_nursery() as nursery:
         namesrv = NamesrvController(NamesrvConfig(kvConfigPath=os.fspath(root / "kvConfig.json")))
         await nursery.start(namesrv.run)
@@ -244,12 +281,13 @@ async def controller_mode(
                 nursery,
                 server,
                 f"127.0.0.1:{ns_listener.port}",
-                f"127.0.0.1:{port}",
+                [f"127.0.0.1:{port}" for port in ports],
                 client,
                 controller_keys,
             )
             with trio.fail_after(deadline):
-                await env.start_controller()
+                for peer in range(peers):
+                    await env.start_controller(peer=peer)
                 yield env
             nursery.cancel_scope.cancel()
 

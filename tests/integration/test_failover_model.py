@@ -103,6 +103,7 @@ class Run:
         self.env = env
         self.model = Model()
         self.nodes: dict[str, Node | None] = dict.fromkeys(NODES)
+        self.peers = len(env.controller_addrs)
 
     # --- the replicas ------------------------------------------------------------------------
 
@@ -110,7 +111,7 @@ class Run:
         return [n for n in self.nodes.values() if n is not None]
 
     def roles(self) -> str:
-        out = []
+        out = [f"controller peers up {sorted(self.env.controllers)}"] if self.peers > 1 else []
         for name, n in self.nodes.items():
             if n is None:
                 out.append(f"{name}: down")
@@ -145,9 +146,14 @@ class Run:
                 while (m := self.current_master()) is None:
                     await trio.sleep(0.02)
                 return m
-            for name in NODES:
-                await self.start(name)
-        raise AssertionError(f"no master elected with every replica up: {self.roles()}")
+            await self.start_all()
+        raise AssertionError(f"no master elected with every replica and controller up: {self.roles()}")
+
+    async def start_all(self) -> None:
+        for peer in range(self.peers):
+            await self.start_peer(peer)
+        for name in NODES:
+            await self.start(name)
 
     async def wait(self, predicate: Callable[[], bool], what: str) -> None:
         try:
@@ -254,9 +260,27 @@ class Run:
         await append_unreplicated(node, body)
 
     async def restart_controller(self) -> None:
-        await self.env.stop_controller()
+        """Every controller peer stops, then starts again on its Raft log."""
+        for peer in sorted(self.env.controllers):
+            await self.env.stop_controller(peer)
         await trio.sleep(0.2)
-        await self.env.start_controller()
+        for peer in range(self.peers):
+            await self.env.start_controller(peer=peer)
+
+    async def start_peer(self, peer: int) -> None:
+        if peer not in self.env.controllers:
+            await self.env.start_controller(peer=peer)
+
+    async def stop_peer(self, peer: int) -> None:
+        if peer in self.env.controllers:
+            await self.env.stop_controller(peer)
+
+    async def stop_controller_leader(self) -> None:
+        """The leading controller peer dies (at once, or once one leads: up to a second)."""
+        with trio.move_on_after(1.0):
+            while (leader := await self.env.controller_leader()) is None:
+                await trio.sleep(0.05)
+            await self.stop_peer(leader)
 
     async def apply(self, op: tuple) -> None:
         kind = op[0]
@@ -280,6 +304,12 @@ class Run:
             await self.unreplicated()
         elif kind == "controller_restart":
             await self.restart_controller()
+        elif kind == "ctl_stop":
+            await self.stop_peer(op[1])
+        elif kind == "ctl_start":
+            await self.start_peer(op[1])
+        elif kind == "ctl_stop_leader":
+            await self.stop_controller_leader()
         elif kind == "check":
             await self.check()
         else:
@@ -288,6 +318,11 @@ class Run:
     # --- the checks --------------------------------------------------------------------------
 
     async def check(self) -> None:
+        if 2 * len(self.env.controllers) <= self.peers:
+            # no controller quorum: a replica that (re)started cannot join its group, nor can the
+            # controller answer -- the peers come back first
+            for peer in range(self.peers):
+                await self.start_peer(peer)
         m = await self.master()
         slaves = [n for n in self.live() if n is not m]
         mstore = m.broker.store
@@ -385,7 +420,7 @@ class Run:
                     f"{s.name}'s offset of queue {q} after a sync: {got}, master {want}"
                 )
 
-        info = (await self.env.replicas()).replicasInfoTable[NAME]
+        info = (await self.env.replicas(within=SETTLE)).replicasInfoTable[NAME]
         assert (info.masterBrokerId, info.masterEpoch) == (m.controller_id, m.epoch), (
             f"controller: master {info.masterBrokerId} epoch {info.masterEpoch}; {self.roles()}"
         )
@@ -395,28 +430,35 @@ class Run:
 
 node_ix = st.integers(0, len(NODES) - 1)
 queue_ix = st.integers(0, QUEUES - 1)
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("send"), queue_ix, st.integers(1, 6), st.integers(1, 6000), st.booleans()),
-        st.tuples(st.just("batch"), queue_ix, st.integers(1, 16)),
-        st.tuples(st.just("sends_crash"), queue_ix, st.integers(1, 8), st.integers(0, 30)),
-        st.tuples(st.just("commit"), queue_ix, st.integers(0, 40)),
-        st.tuples(st.just("pull"), node_ix, queue_ix),
-        st.just(("crash_master",)),
-        st.tuples(st.just("crash"), node_ix),
-        st.tuples(st.just("stop"), node_ix),
-        st.tuples(st.just("start"), node_ix),
-        st.just(("unreplicated",)),
-        st.just(("controller_restart",)),
-        st.just(("check",)),
-    ),
-    min_size=int(os.environ.get("FAILOVER_MODEL_MIN_OPS", "4")),
-    max_size=20,
-)
+PEERS = 3
+peer_ix = st.integers(0, PEERS - 1)
+broker_ops = [
+    st.tuples(st.just("send"), queue_ix, st.integers(1, 6), st.integers(1, 6000), st.booleans()),
+    st.tuples(st.just("batch"), queue_ix, st.integers(1, 16)),
+    st.tuples(st.just("sends_crash"), queue_ix, st.integers(1, 8), st.integers(0, 30)),
+    st.tuples(st.just("commit"), queue_ix, st.integers(0, 40)),
+    st.tuples(st.just("pull"), node_ix, queue_ix),
+    st.just(("crash_master",)),
+    st.tuples(st.just("crash"), node_ix),
+    st.tuples(st.just("stop"), node_ix),
+    st.tuples(st.just("start"), node_ix),
+    st.just(("unreplicated",)),
+    st.just(("controller_restart",)),
+    st.just(("check",)),
+]
+#: what a group of three controller peers adds: a peer stops or starts, the leading peer stops
+peer_ops = [
+    st.tuples(st.just("ctl_stop"), peer_ix),
+    st.tuples(st.just("ctl_start"), peer_ix),
+    st.just(("ctl_stop_leader",)),
+]
+MIN_OPS = int(os.environ.get("FAILOVER_MODEL_MIN_OPS", "4"))
+ops = st.lists(st.one_of(*broker_ops), min_size=MIN_OPS, max_size=20)
+ops_with_peers = st.lists(st.one_of(*broker_ops, *peer_ops), min_size=MIN_OPS, max_size=20)
 
 
-async def run_sequence(root: str, sequence: list[tuple]) -> None:
-    async with controller_mode(Path(root), deadline=600) as env:
+async def run_sequence(root: str, sequence: list[tuple], peers: int = 1) -> None:
+    async with controller_mode(Path(root), deadline=600, peers=peers) as env:
         run = Run(env)
         await run.start("a")
         await run.wait(lambda: run.nodes["a"] is not None and run.nodes["a"].is_master, "a to lead")
@@ -429,8 +471,7 @@ async def run_sequence(root: str, sequence: list[tuple]) -> None:
         for i, op in enumerate([*sequence, ("start_all",)]):
             try:
                 if op[0] == "start_all":
-                    for name in NODES:
-                        await run.start(name)
+                    await run.start_all()
                     await run.check()
                 else:
                     await run.apply(op)
@@ -453,3 +494,18 @@ EXAMPLES = int(os.environ.get("FAILOVER_MODEL_EXAMPLES", "4"))
 @given(sequence=ops)
 def test_a_failover_loses_nothing_acknowledged(sequence: list[tuple]) -> None:
     run_in_temp_dir("failover-model-", run_sequence, sequence)
+
+
+PEERS_EXAMPLES = int(os.environ.get("FAILOVER_MODEL_PEERS_EXAMPLES", "3"))
+
+
+@settings(
+    max_examples=PEERS_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(sequence=ops_with_peers)
+def test_a_failover_loses_nothing_acknowledged_while_controller_peers_die(sequence: list[tuple]) -> None:
+    """The same, with a Raft group of three controller peers, any of which -- the leader on
+    purpose -- stops and starts between the other operations."""
+    run_in_temp_dir("failover-model-peers-", run_sequence, sequence, PEERS)
