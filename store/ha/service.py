@@ -160,6 +160,15 @@ class HAService:
         else:
             await trio.to_thread.run_sync(self.log.epoch_file.persist)
 
+    async def _check_running(self) -> None:
+        """Before a role change is carried out: a service whose :meth:`run` has ended cannot
+        start a role. Ended by a stop that cancels the caller too (a role change under way when
+        the broker stops: an fsync in a worker thread finishes after the cancel), the change ends
+        as cancelled, so the stop stays clean; otherwise it is refused with RuntimeError."""
+        if self._nursery is None:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            raise RuntimeError("HAService.run() is not running")
+
     def _start_role(self, role: str, epoch: int, task: Callable[[], Awaitable[None]]) -> None:
         if self._nursery is None:
             raise RuntimeError("HAService.run() is not running")
@@ -178,8 +187,10 @@ class HAService:
 
     async def change_to_master(self, epoch: int, sync_state_set: set[int] | None = None) -> None:
         """Become master of ``epoch`` (raises ``RoleChangeError`` for a stale epoch)."""
+        await self._check_running()
         become_master(self.log, epoch)
         await self._persist()
+        await self._check_running()
         self.client = None
         self.group = HAMasterState(
             self.log,
@@ -194,6 +205,7 @@ class HAService:
 
     async def change_to_slave(self, master_ha_address: str | None, epoch: int) -> None:
         """Follow the master of ``epoch`` at ``master_ha_address`` (may be None until known)."""
+        await self._check_running()
         become_slave(self.log, epoch)
         self.group = None
         self.master_address = master_ha_address

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import pytest
@@ -183,3 +184,33 @@ async def test_a_replica_that_is_not_master_closes_ha_connections_and_says_why(
     said = [r.getMessage() for r in caplog.records if "this replica is not the master" in r.getMessage()]
     assert len(said) == 1, said
     assert "(role slave)" in said[0]
+
+
+async def test_a_stop_during_a_role_change_cancels_it_cleanly() -> None:
+    """The broker stops (its tasks are cancelled) while a role change waits for the epoch file's
+    fsync, which a worker thread finishes regardless: the service has stopped by then, and the
+    change must end as cancelled -- not with an error that turns a clean stop into a crash (seen:
+    a controller's role-change notice handled while its broker was stopping)."""
+    in_thread = trio.Event()
+
+    async def slow_persist() -> None:
+        trio.lowlevel.current_trio_token().run_sync_soon(in_thread.set)
+        await trio.to_thread.run_sync(time.sleep, 0.2)  # not abandoned on cancel, as a real fsync
+
+    s = HAService(MemLog(mapped_file_size=4096), config(), broker_id=1, persist=slow_persist)
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(s.run)
+            nursery.start_soon(s.change_to_master, 1)
+            await in_thread.wait()
+            scope.cancel()  # the stop: the service's run ends while the thread runs on
+    assert scope.cancelled_caught
+    # a change asked of the stopped service: cancelled if the caller is being cancelled (its
+    # own awaits came first), else refused plainly
+    for change in (s.change_to_slave("127.0.0.1:1", 2), s.change_to_master(2)):
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await change
+        assert scope.cancelled_caught
+    with pytest.raises(RuntimeError, match="not running"):
+        await s.change_to_slave("127.0.0.1:1", 2)
