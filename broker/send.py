@@ -353,10 +353,11 @@ class SendProcessor:
                 cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
             )
         max_times = group_config.retryMaxTimes
-        if cmd.version > V3_4_9 and h.maxReconsumeTimes is not None:
+        if cmd.version >= V3_4_9 and h.maxReconsumeTimes is not None:
             max_times = h.maxReconsumeTimes
         reconsume = h.reconsumeTimes or 0
-        if reconsume > max_times:
+        # a group holding queue locks consumes orderly: its retry goes to the DLQ at once (upstream)
+        if reconsume > max_times or self.broker.locks.holds_any(group, self.broker.now_ms()):
             dlq = self.broker.topics.create_system_like(
                 dlq_topic(group), 1, PermName.PERM_READ | PermName.PERM_WRITE
             )
@@ -374,16 +375,30 @@ class SendProcessor:
             return error
         assert config is not None
         b = self.broker
-        if b.unrouted and config.topicName in b.unrouted:
-            # created by this send (or just before): answered once the name servers route it, as
-            # upstream answers -- but stored first, so that sends pipelined behind it, which all
-            # wait for the same routing, are stored in the order they came, not in the order
-            # they wake up
-            response = await self._send(cmd, h, config, remote)
-            await b.topics_file.persist()
-            await b.wait_routed(config.topicName)
-            return response
+        if b.unrouted:
+            # created by this send (or just before) -- the topic, or the dead-letter topic of a
+            # retry topic's message past its reconsume times: durable and routed when the answer
+            # comes, as upstream answers -- but stored first, so that sends pipelined behind it,
+            # which all wait for the same routing, are stored in the order they came, not in the
+            # order they wake up
+            topic = config.topicName
+            if topic in b.unrouted or topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                response = await self._send(cmd, h, config, remote)
+                await self._created_topics_settled(topic, dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX) :]))
+                return response
         return await self._send(cmd, h, config, remote)
+
+    async def _created_topics_settled(self, *topics: str) -> None:
+        """Of ``topics``, those just created (not yet routed): written to the topics file and
+        routed by the name servers before the request is answered -- upstream's
+        ``createTopicInSendMessageMethod`` / ``createTopicInSendMessageBackMethod`` persist and
+        register inside the request. Without it, a crash right after the answer could lose the
+        config of a topic whose messages it stored (readable again only once it is re-created)."""
+        b = self.broker
+        created = [t for t in topics if t in b.unrouted]
+        if created:
+            await b.topics_file.persist()
+            await b.wait_routed(*created)
 
     async def _send(
         self, cmd: RemotingCommand, h: SendHeader, config: TopicConfig, remote: str
@@ -650,7 +665,11 @@ class SendProcessor:
         props = dict(msg.properties)
         if PROPERTY_RETRY_TOPIC not in props:
             props[PROPERTY_RETRY_TOPIC] = msg.topic
-        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, h.originMsgId or msg.msg_id)
+        if not props.get(PROPERTY_ORIGIN_MESSAGE_ID, "").strip():
+            # the first send-back names the stored message by its offset msg id, as upstream (which
+            # decodes it broker-side: ``getMsgId`` is not the UNIQ_KEY there); the request's
+            # ``originMsgId`` is not used, upstream neither
+            props[PROPERTY_ORIGIN_MESSAGE_ID] = msg.offset_msg_id
         max_times = group_config.retryMaxTimes
         if cmd.version >= V3_4_9 and h.maxReconsumeTimes is not None and h.maxReconsumeTimes >= 0:
             max_times = h.maxReconsumeTimes
@@ -660,7 +679,7 @@ class SendProcessor:
                 dlq_topic(h.group), 1, PermName.PERM_READ | PermName.PERM_WRITE
             ).topicName
             queue_id = 0
-            props.pop(PROPERTY_DELAY, None)
+            props[PROPERTY_DELAY] = "0"  # upstream: ``setDelayTimeLevel(0)``, not delayed
         else:
             retry = b.topics.create_system_like(
                 retry_topic(h.group), group_config.retryQueueNums, PermName.PERM_READ | PermName.PERM_WRITE
@@ -697,6 +716,7 @@ class SendProcessor:
                 return cmd.response(ResponseCode.SUCCESS)
             return cmd.response(code, remark)
         b.stats.items.on_send_back(h.group, props[PROPERTY_RETRY_TOPIC])
+        await self._created_topics_settled(topic)
         return cmd.response(ResponseCode.SUCCESS)
 
 

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,3 +112,42 @@ async def broker_env(tmp_path: os.PathLike[str], **overrides: Any) -> AsyncItera
             async with RemotingClient(name="broker-test.client") as client:
                 yield BrokerEnv(broker, namesrv, broker.addr, namesrv_addr, client)
             nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def no_file_replaced(broker: BrokerController) -> AsyncIterator[None]:
+    """Hold every lock under which the broker replaces a file (metadata, deletion marks, the
+    queue manifest): a copy taken meanwhile sees each file whole. The copy is not one instant --
+    files are read one after another while worker threads run -- and one taken while a file was
+    renamed over could pair the new file's absence with its old backup, which no crash can."""
+    async with AsyncExitStack() as stack:
+        for lock in (
+            broker.topics_file.lock,
+            broker.groups_file.lock,
+            broker.offsets_file.lock,
+            broker.deleted_topics_file.lock,
+            broker.store.maintenance_lock,
+            broker.store.deletion_marks.save_lock,
+        ):
+            await stack.enter_async_context(lock)
+        yield
+
+
+#: files a crash copy found gone (replaced meanwhile), named when a check fails
+SKIPPED: list[str] = []
+
+
+def snapshot(root: str) -> str:
+    """A copy of the broker's files as a SIGKILL would leave them: taken without yielding to the
+    event loop, so no request, flush round or checkpoint of this process's tasks runs meanwhile,
+    and read through the page cache, which holds every appended byte whether flushed or not."""
+    copy = tempfile.mkdtemp(prefix="broker-model-crash-")
+    for dirpath, _dirs, files in os.walk(root):
+        target = os.path.join(copy, os.path.relpath(dirpath, root))
+        os.makedirs(target, exist_ok=True)
+        for name in files:
+            try:  # a worker thread may be replacing a config file right now (write, then rename)
+                shutil.copy2(os.path.join(dirpath, name), os.path.join(target, name))
+            except FileNotFoundError:
+                SKIPPED.append(os.path.join(dirpath, name))
+    return copy

@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,12 +30,19 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.controller import BrokerController
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.protocol.message import StoredMessage, decode_message, decode_offset_msg_id
 from store.config import BrokerRole
-from tests.integration.broker_env import BrokerEnv, broker_env, run_in_temp_dir, wait_until
+from tests.integration.broker_env import (
+    SKIPPED,
+    BrokerEnv,
+    broker_env,
+    no_file_replaced,
+    run_in_temp_dir,
+    snapshot,
+    wait_until,
+)
 from tests.integration.broker_requests import (
     batch_body,
     describe,
@@ -89,6 +93,11 @@ class Msg:
     keys: str | None
     user: str
     phys: int = -1
+    #: what CONSUMER_SEND_MSG_BACK sets: the times consumed, the RETRY_TOPIC and ORIGIN_MESSAGE_ID
+    #: properties (the first topic and message id of a message sent back again and again)
+    reconsume: int = 0
+    retry_topic: str | None = None
+    origin: str | None = None
 
 
 @dataclass
@@ -180,6 +189,21 @@ def check_message(got: StoredMessage, want: Msg, context: str) -> None:
         assert got.physical_offset == want.phys, context
 
 
+def dlq_topic(group: str) -> str:
+    return f"%DLQ%{group}"
+
+
+def retry_topic(group: str) -> str:
+    return f"%RETRY%{group}"
+
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: upstream ``messageDelayLevel``'s 18 levels and ``SCHEDULE_TOPIC_XXXX``'s 18 queues
+DELAY_LEVELS = 18
+#: a subscription group's ``retryMaxTimes`` (upstream default)
+RETRY_MAX_TIMES = 16
+
+
 # --- the operations --------------------------------------------------------------------------------
 
 topic_ix = st.integers(0, len(TOPICS) - 1)
@@ -227,6 +251,13 @@ one_op = st.one_of(
     st.tuples(st.just("view"), st.floats(0, 1)),
     st.tuples(st.just("delete"), topic_ix),
     st.tuples(st.just("create"), topic_ix, st.integers(1, 4)),
+    st.tuples(
+        st.just("send_back"),
+        st.integers(0, len(GROUPS) - 1),
+        st.floats(0, 1),
+        st.sampled_from([-1, 0, 0, 2, 20]),  # delay level: DLQ at once, the count's, a level, past 18
+        st.sampled_from([None, 0, 1, 2, 3]),  # maxReconsumeTimes of the request
+    ),
     st.just(("restart",)),
     st.just(("crash",)),
 )
@@ -439,6 +470,86 @@ async def do_view(env: BrokerEnv, model: Model, op: tuple) -> None:
     check_message(got, want, f"view {want.phys}")
 
 
+async def do_send_back(env: BrokerEnv, model: Model, op: tuple) -> None:
+    """A consumer hands a message back (CONSUMER_SEND_MSG_BACK, upstream ``consumerSendMsgBack``):
+    consumed its maximum number of times, or asked with delay level -1, it goes to the group's
+    dead-letter topic (queue 0, readable at once); else to its retry topic with a delay level
+    (the request's, else 3 + the times consumed; at most 18), parked until then in
+    SCHEDULE_TOPIC_XXXX's queue level - 1. Either way it counts one more consumption and keeps
+    its body, flag, tags, keys and properties. The copy is read back where the model puts it."""
+    _, gi, frac, delay_level, max_times_asked = op
+    if not model.stored:
+        return
+    group = GROUPS[gi]
+    target = model.stored[min(len(model.stored) - 1, int(frac * len(model.stored)))]
+    fields: dict[str, object] = {"offset": target.phys, "group": group, "delayLevel": delay_level}
+    if max_times_asked is not None:
+        fields["maxReconsumeTimes"] = max_times_asked
+    response = await env.call(simple_request(RequestCode.CONSUMER_SEND_MSG_BACK, **fields))
+    context = f"send back {target.topic}/{target.queue}@{target.offset} (at {target.phys}) for {group}: {describe(response)}"
+    assert response.code == ResponseCode.SUCCESS, context
+    max_times = RETRY_MAX_TIMES if max_times_asked is None else max_times_asked
+    retry = retry_topic(group)
+    if target.reconsume >= max_times or delay_level < 0:
+        topic, queue = dlq_topic(group), 0
+        model.topics.setdefault(topic, Topic(1))
+        level = 0
+    else:
+        model.topics.setdefault(retry, Topic(1))
+        level = min(DELAY_LEVELS, delay_level if delay_level > 0 else 3 + target.reconsume)
+        topic, queue = SCHEDULE_TOPIC, level - 1
+        model.topics.setdefault(topic, Topic(DELAY_LEVELS))
+    q = model.topics[topic].queue(queue)
+    copy = Msg(
+        topic,
+        queue,
+        len(q),
+        target.body,
+        target.tags,
+        target.keys,
+        target.user,
+        reconsume=target.reconsume + 1,
+        retry_topic=target.retry_topic or target.topic,
+        origin=target.origin,
+    )
+    got = await read_one(env, topic, queue, copy.offset)
+    context += f"; stored as {topic}/{queue}@{copy.offset}"
+    check_message(got, copy, context)
+    assert got.reconsume_times == copy.reconsume, f"{context}: reconsumed {got.reconsume_times} times"
+    p = got.properties
+    assert p.get("RETRY_TOPIC") == copy.retry_topic, f"{context}: {p}"
+    assert p.get("MAX_RECONSUME_TIMES") == str(max_times), f"{context}: {p}"
+    origin = p.get("ORIGIN_MESSAGE_ID", "")
+    if copy.origin is None:
+        assert decode_offset_msg_id(origin)[2] == target.phys, f"{context}: ORIGIN_MESSAGE_ID {origin!r}"
+        copy.origin = origin
+    else:
+        assert origin == copy.origin, f"{context}: ORIGIN_MESSAGE_ID {origin!r}, first {copy.origin!r}"
+    if level:
+        assert (p.get("DELAY"), p.get("REAL_TOPIC"), p.get("REAL_QID")) == (str(level), retry, "0"), (
+            f"{context}: {p}"
+        )
+    else:
+        assert p.get("DELAY") == "0", f"{context}: {p}"  # upstream's setDelayTimeLevel(0)
+    copy.phys = got.physical_offset
+    q.append(copy)
+    model.stored.append(copy)
+
+
+async def read_one(env: BrokerEnv, topic: str, queue: int, offset: int) -> StoredMessage:
+    """The message at ``offset`` of a queue, once dispatched (waits up to 5 s)."""
+    last = ""
+    with trio.move_on_after(5):
+        while True:
+            response = await env.call(pull_request("ModelAudit", topic, queue, offset, max_nums=1))
+            if response.code == ResponseCode.SUCCESS:
+                (got,) = messages(response)
+                return got
+            last = describe(response)
+            await trio.sleep(0.02)
+    raise AssertionError(f"{topic}/{queue}@{offset} not readable: {last}")
+
+
 async def do_delete(env: BrokerEnv, model: Model, op: tuple) -> None:
     topic = TOPICS[op[1]]
     response = await env.call(simple_request(RequestCode.DELETE_TOPIC_IN_BROKER, topic=topic))
@@ -491,46 +602,8 @@ HANDLERS = {
     "view": do_view,
     "delete": do_delete,
     "create": do_create,
+    "send_back": do_send_back,
 }
-
-
-@asynccontextmanager
-async def no_file_replaced(broker: BrokerController) -> AsyncIterator[None]:
-    """Hold every lock under which the broker replaces a file (metadata, deletion marks, the
-    queue manifest): a copy taken meanwhile sees each file whole. The copy is not one instant --
-    files are read one after another while worker threads run -- and one taken while a file was
-    renamed over could pair the new file's absence with its old backup, which no crash can."""
-    async with AsyncExitStack() as stack:
-        for lock in (
-            broker.topics_file.lock,
-            broker.groups_file.lock,
-            broker.offsets_file.lock,
-            broker.deleted_topics_file.lock,
-            broker.store.maintenance_lock,
-            broker.store.deletion_marks.save_lock,
-        ):
-            await stack.enter_async_context(lock)
-        yield
-
-
-#: files a crash copy found gone (replaced meanwhile), named when a check fails
-SKIPPED: list[str] = []
-
-
-def snapshot(root: str) -> str:
-    """A copy of the broker's files as a SIGKILL would leave them: taken without yielding to the
-    event loop, so no request, flush round or checkpoint of this process's tasks runs meanwhile,
-    and read through the page cache, which holds every appended byte whether flushed or not."""
-    copy = tempfile.mkdtemp(prefix="broker-model-crash-")
-    for dirpath, _dirs, files in os.walk(root):
-        target = os.path.join(copy, os.path.relpath(dirpath, root))
-        os.makedirs(target, exist_ok=True)
-        for name in files:
-            try:  # a worker thread may be replacing a config file right now (write, then rename)
-                shutil.copy2(os.path.join(dirpath, name), os.path.join(target, name))
-            except FileNotFoundError:
-                SKIPPED.append(os.path.join(dirpath, name))
-    return copy
 
 
 async def reconcile_offsets(env: BrokerEnv, model: Model) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 
 import pytest
@@ -15,11 +16,16 @@ import trio
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.headers import decode_header
-from remoting.protocol.broker import EarliestMsgStoretimeResponseHeader, OffsetResponseHeader
-from remoting.protocol.common import TopicConfig
+from remoting.protocol.broker import (
+    EarliestMsgStoretimeResponseHeader,
+    LockBatchRequestBody,
+    OffsetResponseHeader,
+)
+from remoting.protocol.common import MessageQueue, TopicConfig
 from remoting.protocol.message import (
     PROPERTY_DELAY,
     PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
@@ -28,7 +34,7 @@ from remoting.protocol.message import (
     decode_offset_msg_id,
     java_string_hash,
 )
-from tests.integration.broker_env import BrokerEnv, broker_env, wait_until
+from tests.integration.broker_env import BrokerEnv, broker_env, no_file_replaced, snapshot, wait_until
 from tests.integration.broker_requests import (
     batch_body,
     describe,
@@ -502,8 +508,10 @@ async def test_send_back_parks_a_retry_copy_then_dead_letters_after_max_reconsum
         await send_back(env, phys)
         dead = await last_in_queue(env, f"%DLQ%{GROUP}", 0)
         assert dead.body == b"fails every time"
-        assert PROPERTY_DELAY not in dead.properties
+        assert dead.properties[PROPERTY_DELAY] == "0"  # upstream's setDelayTimeLevel(0): not delayed
         assert dead.properties[PROPERTY_RETRY_TOPIC] == TOPIC
+        # every copy names the first message by its offset msg id (as upstream, not the UNIQ_KEY)
+        assert dead.properties[PROPERTY_ORIGIN_MESSAGE_ID] == sent.msgId
 
 
 async def test_send_back_honours_max_reconsume_times_and_negative_delay(tmp_path: os.PathLike[str]) -> None:
@@ -550,13 +558,61 @@ async def test_a_parked_delayed_message_is_logged_as_not_delivered(
 
 
 async def test_send_to_retry_topic_past_max_reconsume_goes_to_dlq(tmp_path: os.PathLike[str]) -> None:
-    """A client resending to %RETRY%group itself (the send-back fallback) is dead-lettered past the max."""
+    """A client resending to %RETRY%group itself (the send-back fallback) is dead-lettered past the
+    max (the request's maxReconsumeTimes counts from client version V3_4_9 on, as upstream), or at
+    once while the group holds queue locks (an orderly consumer), with DELAY -1 (upstream)."""
     async with broker_env(tmp_path) as env:
         retry = f"%RETRY%{GROUP}"
         await send_ok(env, send_request(retry, b"r1", reconsume_times=1, max_reconsume_times=3))
         assert (await last_in_queue(env, retry, 0)).body == b"r1"
         await send_ok(env, send_request(retry, b"r4", reconsume_times=4, max_reconsume_times=3))
-        assert (await last_in_queue(env, f"%DLQ%{GROUP}", 0)).body == b"r4"
+        dead = await last_in_queue(env, f"%DLQ%{GROUP}", 0)
+        assert (dead.body, dead.properties[PROPERTY_DELAY]) == (b"r4", "-1")
+        cmd = send_request(retry, b"v349", reconsume_times=4, max_reconsume_times=3)
+        cmd.version = 121  # V3_4_9 itself
+        await send_ok(env, cmd)
+        assert (await last_in_queue(env, f"%DLQ%{GROUP}", 0)).body == b"v349"
+
+        # an orderly consumer of the group locks a queue: its retries go to the DLQ at once
+        lock = LockBatchRequestBody(
+            consumerGroup=GROUP,
+            clientId="127.0.0.1@orderly",
+            mqSet=[MessageQueue(topic=TOPIC, brokerName=env.broker.broker_config.brokerName, queueId=0)],
+        )
+        response = await env.call(request(RequestCode.LOCK_BATCH_MQ, body=lock.encode()))
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+        await send_ok(env, send_request(retry, b"orderly", reconsume_times=1, max_reconsume_times=3))
+        assert (await last_in_queue(env, f"%DLQ%{GROUP}", 0)).body == b"orderly"
+        assert (await last_in_queue(env, retry, 0)).body == b"r1"
+
+
+async def test_topics_a_send_back_creates_survive_a_crash_right_after_its_answer(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """The retry and dead-letter topics a send-back (or a retry send past its max) creates are written
+    before the answer, as upstream's ``createTopicInSendMessageBackMethod`` persists them: a crash
+    right after it keeps the topics, so their messages stay readable (they were not, until a later
+    send-back created the topic again)."""
+    live = os.path.join(os.fspath(tmp_path), "live")
+    async with broker_env(live) as env:
+        await send_ok(env, send_request("%RETRY%CrashH", b"r0", max_reconsume_times=1))
+        # the retry topic exists: this one creates only the DLQ
+        await send_ok(env, send_request("%RETRY%CrashH", b"r", reconsume_times=9, max_reconsume_times=1))
+        sent = await send_text(env, TOPIC, "m")
+        phys = decode_offset_msg_id(sent.msgId)[2]
+        await send_back(env, phys, group="CrashG")  # %RETRY%CrashG, the copy parked
+        await send_back(env, phys, group="CrashG", delay_level=-1)  # %DLQ%CrashG
+        async with no_file_replaced(env.broker):
+            crashed = snapshot(live)  # the files as a SIGKILL now would leave them
+    try:
+        async with broker_env(crashed) as env:
+            for topic in ("%RETRY%CrashG", "%DLQ%CrashG", "%DLQ%CrashH"):
+                response = await env.call(simple_request(RequestCode.GET_TOPIC_CONFIG, topic=topic))
+                assert response.code == ResponseCode.SUCCESS, f"{topic}: {describe(response)}"
+            assert (await last_in_queue(env, "%DLQ%CrashG", 0)).body == b"m"
+            assert (await last_in_queue(env, "%DLQ%CrashH", 0)).body == b"r"
+    finally:
+        shutil.rmtree(crashed, ignore_errors=True)
 
 
 # --- restart ---------------------------------------------------------------------------------------
