@@ -49,6 +49,7 @@ from tests.integration.broker_requests import (
     ext,
     messages,
     props,
+    pull_all,
     pull_header,
     pull_request,
     send_header,
@@ -257,6 +258,14 @@ one_op = st.one_of(
         st.floats(0, 1),
         st.sampled_from([-1, 0, 0, 2, 20]),  # delay level: DLQ at once, the count's, a level, past 18
         st.sampled_from([None, 0, 1, 2, 3]),  # maxReconsumeTimes of the request
+    ),
+    st.tuples(
+        st.just("search"),
+        topic_ix,
+        st.integers(0, 3),
+        st.floats(0, 1),
+        st.sampled_from(["at", "before", "after", "zero", "future"]),
+        st.sampled_from(["LOWER", "UPPER"]),
     ),
     st.just(("restart",)),
     st.just(("crash",)),
@@ -550,6 +559,40 @@ async def read_one(env: BrokerEnv, topic: str, queue: int, offset: int) -> Store
     raise AssertionError(f"{topic}/{queue}@{offset} not readable: {last}")
 
 
+async def do_search(env: BrokerEnv, model: Model, op: tuple) -> None:
+    """SEARCH_OFFSET_BY_TIMESTAMP (upstream ``ConsumeQueue.getOffsetInQueueByTime``) at, just
+    before or just after a message's store time, or before or after them all: LOWER is the first
+    offset stored at or after the time (the max offset when none is), UPPER the last one stored at
+    or before it (0 when none is). The queue's store times are read first (they are the broker's)."""
+    _, ti, queue, frac, where, boundary = op
+    topic = TOPICS[ti]
+    t = model.topics.get(topic)
+    q = t.data.get(queue, []) if t is not None else []
+    if t is None or queue >= t.queues or not q:
+        return
+    got = await pull_all(env, "ModelAudit", topic, queue)
+    assert [m.body for m in got] == [m.body for m in q], f"{topic}/{queue} before a search"
+    times = [m.store_timestamp for m in got]
+    at = times[min(len(times) - 1, int(frac * len(times)))]
+    when = {"at": at, "before": at - 1, "after": at + 1, "zero": 0, "future": times[-1] + 3_600_000}[where]
+    if boundary == "LOWER":
+        want = next((i for i, ts in enumerate(times) if ts >= when), len(times))
+    else:
+        want = max((i for i, ts in enumerate(times) if ts <= when), default=0)
+    response = await env.call(
+        simple_request(
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+            topic=topic,
+            queueId=queue,
+            timestamp=when,
+            boundaryType=boundary,
+        )
+    )
+    context = f"search {topic}/{queue} {boundary} {when} ({where}) in {times}: {describe(response)}"
+    assert response.code == ResponseCode.SUCCESS, context
+    assert int(ext(response)["offset"]) == want, f"{context}; model {want}"
+
+
 async def do_delete(env: BrokerEnv, model: Model, op: tuple) -> None:
     topic = TOPICS[op[1]]
     response = await env.call(simple_request(RequestCode.DELETE_TOPIC_IN_BROKER, topic=topic))
@@ -603,6 +646,7 @@ HANDLERS = {
     "delete": do_delete,
     "create": do_create,
     "send_back": do_send_back,
+    "search": do_search,
 }
 
 
