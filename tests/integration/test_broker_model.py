@@ -1,16 +1,20 @@
 """Model test of a live broker over the wire (hypothesis): random sequences of sends (V1, V2, batch;
 tags, keys, user properties; an explicit or a broker-chosen queue), pulls (offsets below, inside,
 at and past a queue's range; tag subscriptions; with and without an offset commit), consumer-offset
-commits and queries, min/max offsets, lookups by key and by offset message id, topic creation
-(widened or narrowed) and deletion, and graceful restarts -- each answer compared with a plain
-in-memory model of what upstream's broker answers.
+commits and queries, min/max offsets, offsets by store time (LOWER and UPPER), lookups by key and
+by offset message id, consumers' send-backs (to the retry topic, parked by delay level, or the
+dead-letter topic; a copy sent back again), topic creation (widened or narrowed) and deletion,
+and graceful restarts -- each answer compared with a plain in-memory model of what upstream's
+broker answers.
 
 The model follows upstream 5.x, not this project's code: ``DefaultMessageStore.getMessage``
 (statuses, the next begin offset, a filtered scan that stops after ``max(16000 B, 20 B x
 maxMsgNums)`` of consume-queue units or at the end of the unit file, at most 32 messages in memory),
 ``PullMessageProcessor`` (status to response code; the request's commit offset is stored whatever
 the status), ``ConsumerManageProcessor.queryConsumerOffset`` (a group that never committed reads 0
-from a queue that starts at 0 -- 4.x's rule, which this project keeps for an empty queue too), ``deleteTopicInBroker`` (queues
+from a queue that starts at 0 -- 4.x's rule, which this project keeps for an empty queue too),
+``consumerSendMsgBack`` (the retry or DLQ topic created and persisted, one more reconsume time,
+RETRY_TOPIC and ORIGIN_MESSAGE_ID kept from the first), ``getOffsetInQueueByTime``, ``deleteTopicInBroker`` (queues
 and the topic's consumer offsets go, the commit log keeps the records: lookups by id and key still
 find them). Consume-queue files of 8 units, so that scans and queues cross file ends.
 
