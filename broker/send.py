@@ -382,9 +382,11 @@ class SendProcessor:
             # which all wait for the same routing, are stored in the order they came, not in the
             # order they wake up
             topic = config.topicName
-            if topic in b.unrouted or topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+            if retry or topic in b.unrouted:
                 response = await self._send(cmd, h, config, remote)
-                await self._created_topics_settled(topic, dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX) :]))
+                dlq = (dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX) :]),) if retry else ()
+                await self._created_topics_settled(topic, *dlq)
                 return response
         return await self._send(cmd, h, config, remote)
 
