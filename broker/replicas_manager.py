@@ -69,6 +69,7 @@ from broker.replica_view import (
 from remoting.codes import ResponseCode
 from remoting.protocol.controller import (
     ELECT_WAIT_REMARK,
+    EQUAL_SYNC_STATE_SET_REMARK,
     FIRST_BROKER_CONTROLLER_ID,
     BrokerHeartbeatRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
@@ -723,16 +724,30 @@ class ReplicasManager:
                 f"SyncStateSet {sorted(proposal)} refused: {e}",
                 whatever_text=True,
             )
+            if (
+                e.code == ResponseCode.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED
+                and e.remark == EQUAL_SYNC_STATE_SET_REMARK
+            ):
+                # the controller's set is the proposal already (an earlier proposal whose answer was
+                # lost went through): adopt it -- its epoch comes with the next replica-info poll
+                self._poll_now.set()
+                self.view = record(
+                    self.view, AdoptSyncStateSet(frozenset(proposal), view.sync_state_set_epoch)
+                )
+                return set(proposal), view.sync_state_set_epoch
             if e.code in (
                 ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
                 ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH,
                 ResponseCode.CONTROLLER_INVALID_MASTER,
+                # a leader stopping or timing out under the request: the set may be committed
+                ResponseCode.SYSTEM_ERROR,
             ):
-                self._poll_now.set()  # our view is stale: look at the controller's now
+                self._poll_now.set()  # the controller's set is unknown: look at it now
                 return NOT_ANSWERED
             return None
         except ControllerUnavailable as e:
             self.log.warning("SyncStateSet %s not reported: %s", sorted(proposal), e)
+            self._poll_now.set()
             return NOT_ANSWERED
         if self.view.master_epoch != view.master_epoch:
             return NOT_ANSWERED  # the role changed while the request was out

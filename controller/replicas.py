@@ -54,6 +54,7 @@ from controller.replica_tables import (
 from remoting.codes import ResponseCode
 from remoting.headers import CommandHeader
 from remoting.protocol.controller import (
+    EQUAL_SYNC_STATE_SET_REMARK,
     FIRST_BROKER_CONTROLLER_ID,
     AlterSyncStateSetRequestHeader,
     AlterSyncStateSetResponseHeader,
@@ -198,8 +199,7 @@ class ReplicasInfoManager:
         new_set = set(sync_state_set.syncStateSet)
         if new_set == info.syncStateSet:
             return result.fail(
-                ResponseCode.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED,
-                "The newSyncStateSet is equal with oldSyncStateSet, no needed to update syncStateSet",
+                ResponseCode.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED, EQUAL_SYNC_STATE_SET_REMARK
             )
         # Upstream NPEs when no master is recorded; that is an invalid master as well.
         if info.masterBrokerId is None or info.masterBrokerId != request.masterBrokerId:

@@ -258,6 +258,12 @@ def decode_broker_names(data: bytes | memoryview | None) -> list[str]:
 #: broker's election to give the recorded master time to report (``ControllerManager.election_wait_ms``):
 #: the broker retries, and logs it as the expected wait it is.
 ELECT_WAIT_REMARK = "waiting for the recorded master"
+#: upstream's remark for an alter-SyncStateSet proposal equal to the current set
+#: (CONTROLLER_ALTER_SYNC_STATE_SET_FAILED): a master whose earlier proposal's answer was lost reads
+#: it as "the controller's set is this proposal already"
+EQUAL_SYNC_STATE_SET_REMARK = (
+    "The newSyncStateSet is equal with oldSyncStateSet, no needed to update syncStateSet"
+)
 
 #: Upstream ``MixAll.FIRST_BROKER_CONTROLLER_ID``: the first id a controller hands out in a broker-set
 #: (the only one that may found a set the controller does not know).

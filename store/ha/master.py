@@ -6,6 +6,15 @@ Upstream: the SyncStateSet parts of ``AutoSwitchHAService`` and ``ReplicasManage
   (``propose_sync_state_set``) and adopted only when the controller accepts it
   (``on_sync_state_set_accepted``). While a proposal is in flight the union of both sets is used for
   the confirm offset and for counting acks, and ``in_sync_replicas_nums`` is the larger size.
+* A proposal whose outcome is unknown (no answer, the controller's leader stopped or timed out under
+  it: the set may have been committed all the same) leaves the replicas it would have added
+  *unconfirmed*: they still count for acks and the confirm offset, as upstream keeps its
+  ``remoteSyncStateSet`` after a failed report, until the controller's set is known -- accepted,
+  pushed, or a definite refusal (which the controller gives only for its current set). Dropping them
+  at once let a master acknowledge sends without a replica that the controller, having committed
+  the set after all, could elect next: acknowledged messages were lost (found by the failover model
+  with a controller restarted under a proposal). They are proposed again (or, gone, left out) at
+  the next check, so that an answer settles them.
 * Confirm offset (§3.6): with a one-member set (confirmed ∪ in flight) or without
   ``allAckInSyncStateSet`` it is the max offset;
   else the minimum ack over the connected members (the master counts with its max offset). If a member
@@ -60,6 +69,8 @@ class HAMasterState:
         self.sync_state_set_epoch = sync_state_set_epoch
         #: Proposal sent to the controller and not answered yet (upstream ``remoteSyncStateSet``).
         self.proposal: set[int] | None = None
+        #: Replicas a proposal with an unknown outcome would have added (see the module docstring).
+        self.unconfirmed: set[int] = set()
         #: Current connection per slave id.
         self.connections: dict[int, HAConnection] = {}
         #: Upstream ``connectionCaughtUpTimeTable``.
@@ -110,14 +121,16 @@ class HAMasterState:
 
     @property
     def effective_sync_state_set(self) -> set[int]:
-        """The set used for acks and the confirm offset: confirmed ∪ in-flight proposal."""
-        return self.sync_state_set | self.proposal if self.proposal is not None else self.sync_state_set
+        """The set used for acks and the confirm offset: confirmed ∪ unconfirmed ∪ in-flight proposal."""
+        known = self.sync_state_set | self.unconfirmed if self.unconfirmed else self.sync_state_set
+        return known | self.proposal if self.proposal is not None else known
 
     @property
     def in_sync_replicas_nums(self) -> int:
+        known = len(self.sync_state_set | self.unconfirmed)
         if self.proposal is not None:
-            return max(len(self.sync_state_set), len(self.proposal))
-        return len(self.sync_state_set)
+            return max(known, len(self.proposal))
+        return known
 
     def _compute_confirm(self) -> int:
         max_offset = self.log.max_offset
@@ -175,6 +188,12 @@ class HAMasterState:
             return None
         limit = self.config.haMaxTimeSlaveNotCatchup / 1000
         new = set(self.sync_state_set)
+        for slave_id in self.unconfirmed:
+            # proposed again while still qualified (the shrink below drops one that is not), so
+            # that the controller's answer settles it
+            conn = self.connections.get(slave_id)
+            if conn is not None and not conn.is_async_learner and self._may_join(conn.ack_offset):
+                new.add(slave_id)
         for slave_id in list(self._pending_expand):
             held = self._held_back.get(slave_id)
             if held is not None and now < held[0]:
@@ -193,7 +212,7 @@ class HAMasterState:
         new.add(self.self_id)
         self._pending_expand.clear()
         self._shrink_now = False
-        if new == self.sync_state_set:
+        if new == self.sync_state_set and not self.unconfirmed:
             return None
         log.info("proposing SyncStateSet %s (current %s)", sorted(new), sorted(self.sync_state_set))
         self.proposal = new
@@ -210,16 +229,28 @@ class HAMasterState:
         self.sync_state_set = set(new_set) | {self.self_id}
         self.sync_state_set_epoch = epoch
         self.proposal = None
+        self.unconfirmed.clear()
         for member in self.sync_state_set:
             self._held_back.pop(member, None)
         self.refresh_confirm_offset()
 
     def on_sync_state_set_rejected(self, now: float | None = None) -> None:
-        """The controller refused the proposal (e.g. a stale epoch, or a replica it does not
-        know); keep the current set. With ``now``, the replicas the proposal would have added are
-        held back (see the module docstring)."""
+        """No new set from the controller. With ``now``: it refused the proposal (a replica it does
+        not know or sees dead) -- its set is still the current one, so nothing is unconfirmed, and
+        the replicas the proposal would have added are held back. Without: the outcome is unknown
+        (no answer, a stale view): those replicas stay in the ack set as unconfirmed."""
         joining = sorted((self.proposal or set()) - self.sync_state_set)
         self.proposal = None
+        if now is None:
+            if joining:
+                self.unconfirmed.update(joining)
+                log.info(
+                    "SyncStateSet proposal with %s not answered: counting them for acks until the "
+                    "controller's set is known",
+                    joining,
+                )
+        else:
+            self.unconfirmed.clear()
         if now is not None and joining:
             for slave_id in joining:
                 previous = self._held_back.get(slave_id)

@@ -100,6 +100,8 @@ class ControllerMode:
     controller_keys: dict[str, Any]
     #: running peers: index -> (its cancel scope, set once it has stopped)
     controllers: dict[int, tuple[trio.CancelScope, trio.Event]] = field(default_factory=dict)
+    #: the ControllerPeer of each peer started (the last one, for a restarted peer)
+    peer_objects: dict[int, ControllerPeer] = field(default_factory=dict)
 
     @property
     def controller_addr(self) -> str:
@@ -128,7 +130,7 @@ class ControllerMode:
         async def run(*, task_status: trio.TaskStatus[None]) -> None:
             with scope:
                 async with RemotingClient(name=f"test.controller{peer}") as client:
-                    controller = ControllerPeer(cfg, client)
+                    controller = self.peer_objects[peer] = ControllerPeer(cfg, client)
                     port = int(self.controller_addrs[peer].rpartition(":")[2])
                     listener = await self.server.add_listener(
                         "127.0.0.1", port, controller.processor_table(), name=f"ctl{peer}"
@@ -697,3 +699,47 @@ async def test_a_topic_deleted_and_created_again_before_the_slave_syncs_is_rebui
         finally:
             got.release()
         assert bodies == [b"new-0"]
+
+
+async def test_a_sync_state_set_committed_behind_a_lost_answer_still_counts_for_acks(tmp_path: Path) -> None:
+    """The master proposes to add its slave; the controller commits it, but the answer is lost (a
+    leader stopping under the request answers SYSTEM_ERROR). The controller may now elect that slave,
+    so the master must not acknowledge a send without it -- it did, treating the error as a refusal:
+    with the slave down next, a send was acknowledged by the master alone while the controller's
+    SyncStateSet named the slave (the failover model lost acknowledged messages so). Now the master
+    counts the slave until the controller's set is known, then shrinks it the usual way."""
+    overrides = {"haMaxTimeSlaveNotCatchup": 1000, "syncFlushTimeout": 4000}
+    async with controller_mode(tmp_path) as env:
+        a, b = await master_and_slave(env, **overrides)
+        await env.stop(b)
+        await wait_until(lambda: a.broker.replication.sync_state_set == {1}, 10, "SyncStateSet {1}")
+        manager = env.peer_objects[0].service.manager
+        real = manager._handlers[RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET]
+        lost: list[int] = []
+
+        async def answer_lost(ctx: Any, cmd: RemotingCommand) -> RemotingCommand:
+            response = await real(ctx, cmd)  # committed (or refused) for real ...
+            lost.append(response.code)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "controller raft error: answer lost in the test")
+
+        manager._handlers[RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET] = answer_lost
+        b = await env.start("b", **overrides)
+        with trio.fail_after(10):
+            while ResponseCode.SUCCESS not in lost:
+                await trio.sleep(0.02)
+        manager._handlers[RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET] = real
+        in_sync = sorted(r.brokerId for r in (await env.replicas()).replicasInfoTable[NAME].inSyncReplicas)
+        assert in_sync == [1, 2], "the controller committed the slave"
+        await env.stop(b, crash=True)
+
+        response = await env.send(a, b"after the lost answer")
+        info = (await env.replicas()).replicasInfoTable[NAME]
+        in_sync = sorted(r.brokerId for r in info.inSyncReplicas)
+        if response.code == ResponseCode.SUCCESS:
+            # acknowledged: every replica the controller may elect holds it -- the master alone
+            assert in_sync == [1], f"acknowledged by the master alone while the controller has {in_sync}"
+        else:
+            assert response.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, describe(response)
+        await wait_until(lambda: a.broker.replication.sync_state_set == {1}, 10, "the shrink to {1}")
+        response = await env.send(a, b"after the shrink")
+        assert response.code == ResponseCode.SUCCESS, describe(response)

@@ -619,3 +619,44 @@ def test_a_confirm_push_that_is_no_longer_due_leaves_no_deadline_in_the_past() -
     assert conn.poll_send(1.005) == []
     assert conn.holding()
     assert conn.next_deadline() > 1.005
+
+
+def test_a_proposal_with_an_unknown_outcome_keeps_its_replicas_in_the_ack_set_until_the_controller_decides() -> (
+    None
+):
+    """The controller may commit a proposal whose answer never came (its leader stopped under it):
+    until its set is known, the replicas the proposal adds count for acks and the confirm offset,
+    so that nothing is acknowledged without a replica the controller may elect next."""
+    log, group, config = make_group()
+    lb = attach(log, group, config, 2, 0.0)
+    assert group.propose_sync_state_set(0.0) == {1, 2}
+    group.on_sync_state_set_rejected()  # no answer
+    assert group.sync_state_set == {1}
+    assert group.effective_sync_state_set == {1, 2}
+    assert group.in_sync_replicas_nums == 2
+    fill(log, 1)
+    group.refresh_confirm_offset()
+    assert not group.is_acked(log.max_offset)  # replica 2 has not acked it
+    lb.pump(0.1)
+    assert group.is_acked(log.max_offset)
+    # proposed again at the next check, although no replica qualified anew: an answer settles it
+    assert group.propose_sync_state_set(0.2) == {1, 2}
+    group.on_sync_state_set_rejected()
+    # replica 2 goes away meanwhile: the next proposal leaves it out, and still goes out
+    lb.conn.connection_lost()
+    fill(log, 1)
+    group.refresh_confirm_offset()
+    assert not group.is_acked(log.max_offset)
+    assert group.propose_sync_state_set(0.3) == {1}
+    group.on_sync_state_set_accepted({1}, epoch=3)  # the controller's set: settled
+    assert group.effective_sync_state_set == {1}
+    assert group.is_acked(log.max_offset)
+
+    # a definite refusal comes only for the controller's current set: nothing is unconfirmed then
+    lb = attach(log, group, config, 2, 1.0)
+    assert group.propose_sync_state_set(1.0) == {1, 2}
+    group.on_sync_state_set_rejected()
+    assert group.effective_sync_state_set == {1, 2}
+    assert group.propose_sync_state_set(1.1) == {1, 2}
+    group.on_sync_state_set_rejected(1.1)  # e.g. CONTROLLER_BROKER_NOT_ALIVE
+    assert group.effective_sync_state_set == {1}
