@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
+from hypothesis import HealthCheck, settings
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
@@ -56,6 +57,16 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: 
             await trio.sleep(0.01)
         return
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def model_settings(examples: int) -> Callable[[Any], Any]:
+    """The hypothesis settings of a model test: ``examples`` sequences, no deadline (each runs real
+    servers for seconds), no health check on slow or large draws."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
 
 
 def run_in_temp_dir(prefix: str, fn: Callable[..., Awaitable[None]], *args: Any) -> None:

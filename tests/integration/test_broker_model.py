@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from remoting.codes import RequestCode, ResponseCode
@@ -42,6 +42,7 @@ from tests.integration.broker_env import (
     SKIPPED,
     BrokerEnv,
     broker_env,
+    model_settings,
     no_file_replaced,
     run_in_temp_dir,
     snapshot,
@@ -726,11 +727,7 @@ async def run_sequence(root: str, sequence: list[tuple]) -> None:
 EXAMPLES = int(os.environ.get("BROKER_MODEL_EXAMPLES", "20"))
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@model_settings(EXAMPLES)
 @given(sequence=ops)
 def test_broker_answers_as_the_model(sequence: list[tuple]) -> None:
     run_in_temp_dir("broker-model-", run_sequence, sequence)
@@ -839,11 +836,7 @@ async def run_replicated(root: str, sequence: list[tuple]) -> None:
         check_slave(slave, model)
 
 
-@settings(
-    max_examples=max(1, EXAMPLES // 2),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@model_settings(max(1, EXAMPLES // 2))
 @given(sequence=replicated_ops)
 def test_a_slave_converges_to_the_model(sequence: list[tuple]) -> None:
     """Classic master and slave: the master answers as the model, and the slave, once caught up

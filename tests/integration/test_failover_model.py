@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemotingError
 from remoting.protocol.message import StoredMessage, decode_offset_msg_id
-from tests.integration.broker_env import run_in_temp_dir, wait_until
+from tests.integration.broker_env import model_settings, run_in_temp_dir, wait_until
 from tests.integration.broker_requests import (
     batch_body,
     describe,
@@ -486,11 +486,7 @@ async def run_sequence(root: str, sequence: list[tuple], peers: int = 1) -> None
 EXAMPLES = int(os.environ.get("FAILOVER_MODEL_EXAMPLES", "4"))
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@model_settings(EXAMPLES)
 @given(sequence=ops)
 def test_a_failover_loses_nothing_acknowledged(sequence: list[tuple]) -> None:
     run_in_temp_dir("failover-model-", run_sequence, sequence)
@@ -499,11 +495,7 @@ def test_a_failover_loses_nothing_acknowledged(sequence: list[tuple]) -> None:
 PEERS_EXAMPLES = int(os.environ.get("FAILOVER_MODEL_PEERS_EXAMPLES", "3"))
 
 
-@settings(
-    max_examples=PEERS_EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@model_settings(PEERS_EXAMPLES)
 @given(sequence=ops_with_peers)
 def test_a_failover_loses_nothing_acknowledged_while_controller_peers_die(sequence: list[tuple]) -> None:
     """The same, with a Raft group of three controller peers, any of which -- the leader on
