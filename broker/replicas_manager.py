@@ -717,13 +717,6 @@ class ReplicasManager:
                 self.broker.now_ms(),
             )
         except ControllerError as e:
-            # once per proposal and 30 s: a refused replica is proposed again (held back longer each time)
-            self._repeats.log(
-                f"alter {sorted(proposal)}",
-                logging.WARNING,
-                f"SyncStateSet {sorted(proposal)} refused: {e}",
-                whatever_text=True,
-            )
             if (
                 e.code == ResponseCode.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED
                 and e.remark == EQUAL_SYNC_STATE_SET_REMARK
@@ -735,6 +728,13 @@ class ReplicasManager:
                     self.view, AdoptSyncStateSet(frozenset(proposal), view.sync_state_set_epoch)
                 )
                 return set(proposal), view.sync_state_set_epoch
+            # once per proposal and 30 s: a refused replica is proposed again (held back longer each time)
+            self._repeats.log(
+                f"alter {sorted(proposal)}",
+                logging.WARNING,
+                f"SyncStateSet {sorted(proposal)} refused: {e}",
+                whatever_text=True,
+            )
             if e.code in (
                 ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
                 ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH,

@@ -249,9 +249,10 @@ class HAMasterState:
                     "controller's set is known",
                     joining,
                 )
-        else:
-            self.unconfirmed.clear()
-        if now is not None and joining:
+            self.refresh_confirm_offset()
+            return
+        self.unconfirmed.clear()
+        if joining:
             for slave_id in joining:
                 previous = self._held_back.get(slave_id)
                 delay = HOLD_BACK if previous is None else min(previous[1] * 2, HOLD_BACK_MAX)
