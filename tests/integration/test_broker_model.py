@@ -36,9 +36,12 @@ from hypothesis import strategies as st
 
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
+from remoting.protocol.broker import LockBatchRequestBody, LockBatchResponseBody
+from remoting.protocol.common import MessageQueue
 from remoting.protocol.message import StoredMessage, decode_message, decode_offset_msg_id
 from store.config import BrokerRole
 from tests.integration.broker_env import (
+    BROKER_NAME,
     SKIPPED,
     BrokerEnv,
     broker_env,
@@ -125,6 +128,9 @@ class Model:
     #: every value a (group, topic, queue) offset held since the last clean stop (0: never committed)
     offset_history: dict[tuple[str, str, int], set[int]] = field(default_factory=dict)
     serial: int = 0
+    #: group -> (topic, queue) -> index of the client holding its rebalance lock (in memory on the
+    #: broker, as upstream: a restart or a crash drops them; none expires in a sequence's time)
+    locks: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
 
     def set_offset(self, key: tuple[str, str, int], offset: int | None) -> None:
         self.offset_history.setdefault(key, {self.offsets.get(key, 0)})
@@ -208,6 +214,9 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DELAY_LEVELS = 18
 #: a subscription group's ``retryMaxTimes`` (upstream default)
 RETRY_MAX_TIMES = 16
+#: client ids of orderly consumers, and the queues they lock
+CLIENTS = ("127.0.0.1@model-1", "127.0.0.1@model-2")
+LOCK_QUEUES = (("ModelA", 0), ("ModelA", 1), ("ModelB", 0))
 
 
 # --- the operations --------------------------------------------------------------------------------
@@ -271,6 +280,27 @@ one_op = st.one_of(
         st.floats(0, 1),
         st.sampled_from(["at", "before", "after", "zero", "future"]),
         st.sampled_from(["LOWER", "UPPER"]),
+    ),
+    st.tuples(
+        st.just("lock"),
+        st.integers(0, len(GROUPS) - 1),
+        st.integers(0, len(CLIENTS) - 1),
+        st.lists(st.sampled_from(LOCK_QUEUES), min_size=1, max_size=3, unique=True),
+    ),
+    st.tuples(
+        st.just("unlock"),
+        st.integers(0, len(GROUPS) - 1),
+        st.integers(0, len(CLIENTS) - 1),
+        st.lists(st.sampled_from(LOCK_QUEUES), min_size=1, max_size=3, unique=True),
+    ),
+    st.tuples(
+        st.just("retry_send"),
+        st.integers(0, len(GROUPS) - 1),
+        st.sampled_from([0, 1, 3, 16, 17]),  # reconsume times of the request
+        st.sampled_from([None, 0, 2]),  # its maxReconsumeTimes
+        st.sampled_from([None, "0", "3", "25", "-1"]),  # the DELAY property a client set
+        st.sampled_from([-1, 0, 0, 1]),  # queue id: the retry topic has one queue
+        st.booleans(),
     ),
     st.just(("restart",)),
     st.just(("crash",)),
@@ -598,6 +628,106 @@ async def do_search(env: BrokerEnv, model: Model, op: tuple) -> None:
     assert int(ext(response)["offset"]) == want, f"{context}; model {want}"
 
 
+def lock_body(group: str, client: str, queues: list[tuple[str, int]]) -> bytes:
+    mqs = [MessageQueue(topic=t, brokerName=BROKER_NAME, queueId=q) for t, q in queues]
+    return LockBatchRequestBody(consumerGroup=group, clientId=client, mqSet=mqs).encode()
+
+
+async def do_lock(env: BrokerEnv, model: Model, op: tuple) -> None:
+    """LOCK_BATCH_MQ (upstream ``RebalanceLockManager.tryLockBatch``): each queue that is free or
+    the client's own is locked (or renewed) for it; the answer lists them."""
+    _, gi, ci, queues = op
+    group = GROUPS[gi]
+    held = model.locks.setdefault(group, {})
+    want = sorted(mq for mq in queues if held.get(mq, ci) == ci)
+    response = await env.call(
+        request(RequestCode.LOCK_BATCH_MQ, body=lock_body(group, CLIENTS[ci], queues)),
+    )
+    context = f"lock {queues} for {CLIENTS[ci]} of {group}, held {held}: {describe(response)}"
+    assert response.code == ResponseCode.SUCCESS, context
+    granted = LockBatchResponseBody.decode(response.body_bytes).lockOKMQSet
+    assert all(mq.brokerName == BROKER_NAME for mq in granted), context
+    assert sorted((mq.topic, mq.queueId) for mq in granted) == want, f"{context}; model {want}"
+    for mq in want:
+        held[mq] = ci
+
+
+async def do_unlock(env: BrokerEnv, model: Model, op: tuple) -> None:
+    """UNLOCK_BATCH_MQ: the client's own locks among the queues are released, others' stay."""
+    _, gi, ci, queues = op
+    group = GROUPS[gi]
+    response = await env.call(
+        request(RequestCode.UNLOCK_BATCH_MQ, body=lock_body(group, CLIENTS[ci], queues)),
+    )
+    assert response.code == ResponseCode.SUCCESS, describe(response)
+    held = model.locks.get(group, {})
+    for mq in queues:
+        if held.get(mq) == ci:
+            del held[mq]
+
+
+async def do_retry_send(env: BrokerEnv, model: Model, op: tuple) -> None:
+    """A send to a group's retry topic (what a client does when its send-back failed; upstream
+    ``handleRetryAndDLQ``): the retry topic is created with one queue if need be; past the
+    maximum reconsume times (the request's, else the group's 16) -- or at once while any client
+    of the group holds a queue lock (an orderly consumer) -- the message goes to the group's
+    dead-letter topic with DELAY=-1; otherwise to the retry topic, parked by its DELAY level."""
+    _, gi, reconsume, max_times_asked, delay, queue, v2 = op
+    group = GROUPS[gi]
+    retry = retry_topic(group)
+    msg = Msg(retry, queue, -1, model.body(300), "TagA", "k2", f"u{model.serial}", reconsume=reconsume)
+    extra = {"DELAY": delay} if delay is not None else {}
+    code = RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE
+    response = await env.call(
+        send_request(
+            retry,
+            msg.body,
+            code=code,
+            queue_id=queue,
+            properties=props(TAGS=msg.tags or "", KEYS=msg.keys or "", USER=msg.user, **extra),
+            reconsume_times=reconsume,
+            max_reconsume_times=max_times_asked,
+        )
+    )
+    context = (
+        f"send to {retry}/{queue} reconsumed {reconsume} max {max_times_asked} DELAY {delay}, "
+        f"locks {model.locks.get(group)}: {describe(response)}"
+    )
+    model.topics.setdefault(retry, Topic(1))
+    if queue >= 1:
+        assert response.code == ResponseCode.INVALID_PARAMETER, context
+        return
+    assert response.code == ResponseCode.SUCCESS, context
+    max_times = RETRY_MAX_TIMES if max_times_asked is None else max_times_asked
+    level = 0
+    if reconsume > max_times or model.locks.get(group):
+        topic, queue = dlq_topic(group), 0
+        model.topics.setdefault(topic, Topic(1))
+        want_delay: str | None = "-1"
+    elif delay is not None and int(delay) > 0:
+        level = min(DELAY_LEVELS, int(delay))
+        topic, queue = SCHEDULE_TOPIC, level - 1
+        model.topics.setdefault(topic, Topic(DELAY_LEVELS))
+        want_delay = str(level)
+    else:
+        topic, queue = retry, 0
+        want_delay = delay
+    q = model.topics[topic].queue(queue)
+    msg.topic, msg.queue, msg.offset = topic, queue, len(q)
+    assert send_header(response).queueOffset == msg.offset, f"{context}; model {topic}/{queue}@{msg.offset}"
+    got = await read_one(env, topic, queue, msg.offset)
+    context += f"; stored as {topic}/{queue}@{msg.offset}"
+    check_message(got, msg, context)
+    assert got.reconsume_times == reconsume, f"{context}: reconsumed {got.reconsume_times} times"
+    p = got.properties
+    assert p.get("DELAY") == want_delay, f"{context}: {p}"
+    if level:
+        assert (p.get("REAL_TOPIC"), p.get("REAL_QID")) == (retry, "0"), f"{context}: {p}"
+    msg.phys = got.physical_offset
+    q.append(msg)
+    model.stored.append(msg)
+
+
 async def do_delete(env: BrokerEnv, model: Model, op: tuple) -> None:
     topic = TOPICS[op[1]]
     response = await env.call(simple_request(RequestCode.DELETE_TOPIC_IN_BROKER, topic=topic))
@@ -652,6 +782,9 @@ HANDLERS = {
     "create": do_create,
     "send_back": do_send_back,
     "search": do_search,
+    "lock": do_lock,
+    "unlock": do_unlock,
+    "retry_send": do_retry_send,
 }
 
 
@@ -713,12 +846,14 @@ async def run_sequence(root: str, sequence: list[tuple]) -> None:
                     async with no_file_replaced(env.broker):
                         roots.append(snapshot(roots[-1]))
                     crashed = True
+                    model.locks.clear()
                     continue  # the next broker starts on the copy; this one stops (its files are left)
                 await wait_until(lambda: env.broker.store.dispatch_behind_bytes == 0, what="dispatch")
                 await check_everything(env, model)
                 model.offset_history.clear()
                 if pending:
                     pending.pop(0)  # the restart: leave the context, start again on the same files
+                    model.locks.clear()
     finally:
         for extra in roots[1:]:
             shutil.rmtree(extra, ignore_errors=True)
@@ -815,6 +950,7 @@ async def run_replicated(root: str, sequence: list[tuple]) -> None:
                         check_slave(slave, model)
                         model.offset_history.clear()
                     await g.stop(master, crash=op[0] == "crash")
+                    model.locks.clear()
                     master = await g.start("m", **roles["m"], **CONFIG)
                     if op[0] == "crash":
                         await reconcile_offsets(env(), model)

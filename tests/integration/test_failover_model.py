@@ -328,11 +328,16 @@ class Run:
         mstore = m.broker.store
 
         def caught_up() -> bool:
+            # the epochs too: a replica back from a crash may hold as many bytes as the master,
+            # of its own old epoch, until its handshake truncates them (seen: a crashed master's
+            # unreplicated tail exactly as long as what its successor appended meanwhile)
             end = mstore.max_phy_offset
+            epochs = epochs_with_data(mstore.epoch_file.pairs(), end)
             return mstore.dispatch_behind_bytes == 0 and all(
                 s.is_slave
                 and s.broker.store.max_phy_offset == end
                 and s.broker.store.dispatch_behind_bytes == 0
+                and epochs_with_data(s.broker.store.epoch_file.pairs(), end) == epochs
                 for s in slaves
             )
 
