@@ -414,27 +414,40 @@ class PushConsumer(StartStop):
             if self.stopping or self._main is None:
                 return
             pq = ProcessQueue(trio.current_time())
-            if self.orderly and self.clustering and not await self.broker_calls.lock_one(mq, pq):
-                log.warning("group %s: could not lock %s; not pulling it this round", self.group, mq)
-                continue
-            self.offset_store.remove(mq)
+            if self.orderly and self.clustering:
+                # shielded: the stop cancels this task, and a lock the broker granted behind a
+                # cancelled call would hold the queue against the whole group for 60 s
+                with trio.CancelScope(shield=True):
+                    locked = await self.broker_calls.lock_one(mq, pq)
+                if not locked:
+                    log.warning("group %s: could not lock %s; not pulling it this round", self.group, mq)
+                    continue
+            installed = False
             try:
-                offset = await self._compute_pull_from_where(mq)
-            except (RemotingError, MQClientError) as e:
-                log.warning(
-                    "group %s: no start offset for %s (%s); retrying at the next rebalance", self.group, mq, e
-                )
-                if pq.locked:
-                    await self.broker_calls.unlock(mq.brokerName, [mq])
-                continue
-            if self._main is None:
-                return
-            qs = QueueState(mq, pq)
-            qs.next_offset = offset
-            self._queues[mq] = qs
-            log.info("group %s: now pulling %s from offset %d", self.group, mq, offset)
-            self._main.start_soon(self._pull_task, qs)
-            self.service.start_queue(qs)
+                self.offset_store.remove(mq)
+                try:
+                    offset = await self._compute_pull_from_where(mq)
+                except (RemotingError, MQClientError) as e:
+                    log.warning(
+                        "group %s: no start offset for %s (%s); retrying at the next rebalance",
+                        self.group,
+                        mq,
+                        e,
+                    )
+                    continue
+                if self._main is None:
+                    return
+                qs = QueueState(mq, pq)
+                qs.next_offset = offset
+                self._queues[mq] = qs
+                installed = True
+                log.info("group %s: now pulling %s from offset %d", self.group, mq, offset)
+                self._main.start_soon(self._pull_task, qs)
+                self.service.start_queue(qs)
+            finally:
+                if pq.locked and not installed:
+                    with trio.CancelScope(shield=True):
+                        await self.broker_calls.unlock(mq.brokerName, [mq])
 
     async def _remove_queue(self, mq: MessageQueue) -> bool:
         """Stop pulling ``mq`` and hand it back: commit its offset and (orderly) unlock it."""
@@ -451,10 +464,14 @@ class PushConsumer(StartStop):
                 log.info("group %s: %s is still being consumed; releasing it later", self.group, mq)
                 return False
         del self._queues[mq]
-        await self.offset_store.persist(mq)
-        self.offset_store.remove(mq)
-        if self.orderly and self.clustering:
-            await self.broker_calls.unlock(mq.brokerName, [mq])
+        # shielded: out of the table, the queue is no longer committed or unlocked by the stop,
+        # which cancels this rebalance -- a lock left here holds the queue against the group
+        # for 60 s, and the offset would go back to the last periodic commit
+        with trio.CancelScope(shield=True):
+            await self.offset_store.persist(mq)
+            self.offset_store.remove(mq)
+            if self.orderly and self.clustering:
+                await self.broker_calls.unlock(mq.brokerName, [mq])
         log.info("group %s: stopped pulling %s", self.group, mq)
         return True
 
@@ -608,19 +625,24 @@ class PushConsumer(StartStop):
     # ------------------------------------------------------------------ consuming
 
     async def lock_all(self) -> None:
-        """Renew the locks of every assigned queue (upstream ``RebalanceImpl.lockAll``)."""
-        for broker_name, mqs in by_broker(list(self._queues)).items():
-            locked = await self.broker_calls.lock(broker_name, mqs)
-            now = trio.current_time()
-            for mq in mqs:
-                qs = self._queues.get(mq)
-                if qs is None:
-                    continue
-                if mq in locked:
-                    qs.pq.locked = True
-                    qs.pq.last_lock_time = now
-                else:
-                    qs.pq.locked = False
+        """Renew the locks of every assigned queue (upstream ``RebalanceImpl.lockAll``).
+
+        Under the rebalance lock: a renewal that reached the broker after a rebalance had taken
+        the queue away and unlocked it would lock it again for a client that no longer pulls it
+        -- and the queue's new owner could not lock it for the lock's 60 s."""
+        async with self._rebalance_lock:
+            for broker_name, mqs in by_broker(list(self._queues)).items():
+                locked = await self.broker_calls.lock(broker_name, mqs)
+                now = trio.current_time()
+                for mq in mqs:
+                    qs = self._queues.get(mq)
+                    if qs is None:
+                        continue
+                    if mq in locked:
+                        qs.pq.locked = True
+                        qs.pq.last_lock_time = now
+                    else:
+                        qs.pq.locked = False
 
     async def _lock_loop(self) -> None:
         while True:

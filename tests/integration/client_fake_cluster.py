@@ -3,7 +3,7 @@
 Built on :class:`remoting.server.RemotingServer` with in-memory queues. It answers the codes the
 client uses (105, 10/310/320, 11, 14, 15, 29-31, 34, 35, 36, 38, 41, 42) the way the reference
 documents describe, records every request it receives, and lets a test script failures
-(``broker.fail_sends``), hold or answer pulls at once, suggest another broker id for pulls, and
+(``broker.fail_sends``), hold requests of a code at a gate (``broker.gates``), hold or answer pulls at once, suggest another broker id for pulls, and
 push NOTIFY_CONSUMER_IDS_CHANGED. It is deliberately small: no files, no replication, the retry
 topic copy of a send-back is visible at once (no delay levels).
 """
@@ -76,6 +76,10 @@ class FakeBroker:
         self.auto_create = True
         #: answer CONSUMER_SEND_MSG_BACK with SYSTEM_ERROR
         self.fail_send_back = False
+        #: request code -> an event its requests wait for before they are handled (a gate)
+        self.gates: dict[int, trio.Event] = {}
+        #: request code -> how many of its requests have reached a gate
+        self.gated: dict[int, int] = {}
         self.topics: set[str] = set()
         self.auto_created: list[str] = []
         self._arrival = trio.Event()
@@ -103,6 +107,10 @@ class FakeBroker:
     def _recording(self, handler):  # type: ignore[no-untyped-def]
         async def wrapped(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
             self.requests.append((cmd.code, dict(cmd.ext_fields or {}), cmd.body_bytes))
+            gate = self.gates.get(cmd.code)
+            if gate is not None:
+                self.gated[cmd.code] = self.gated.get(cmd.code, 0) + 1
+                await gate.wait()
             return await handler(ctx, cmd)
 
         return wrapped

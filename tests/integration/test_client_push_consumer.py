@@ -315,6 +315,110 @@ async def test_orderly_locks_each_queue_before_pulling_and_consumes_in_order() -
         assert broker.offsets[(GROUP, TOPIC, 1)] == 5
 
 
+async def test_a_queue_taken_away_as_the_consumer_stops_is_still_committed_and_unlocked() -> None:
+    """Orderly: a second consumer joins, the first one's rebalance takes two queues away and
+    commits their offsets -- and the first one stops while that commit is in flight (the stop
+    cancels the rebalance). The queues are still committed and unlocked: a lock left behind
+    kept them from the rest of the group for the broker's 60 s (here: for good)."""
+    async with fake_cluster() as cluster:
+        cluster.add_topic(TOPIC, queues=4)
+        cluster.add_topic(RETRY, queues=1)
+        broker = cluster.brokers["broker-a"]
+        seen = Collector()
+        slow = {"persist_offset_interval": 30.0, "rebalance_interval": 30.0}
+        stop_a = trio.Event()
+        a_gone = trio.Event()
+        consumers: dict[str, PushConsumer] = {}
+
+        async def first() -> None:
+            async with running_consumer(cluster, seen, orderly=True, instance_name="A", **slow) as a:
+                consumers["A"] = a
+                await stop_a.wait()
+            a_gone.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(first)
+            await wait_until(lambda: "A" in consumers and len(consumers["A"].assignment()) == 5)
+            a = consumers["A"]
+            for q in range(4):
+                broker.put(TOPIC, q, b"q%d" % q, {})
+            await wait_until(lambda: len(seen.msgs) == 4)
+            await wait_until(
+                lambda: all(a.offset_store.read_memory(mq) == 1 for mq in a.assignment() if mq.topic == TOPIC)
+            )
+            gate = broker.gates[RequestCode.UPDATE_CONSUMER_OFFSET] = trio.Event()
+            async with running_consumer(cluster, Collector(), orderly=True, instance_name="B", **slow) as b:
+                # A's rebalance has taken a queue away and is committing its offset
+                await wait_until(lambda: broker.gated.get(RequestCode.UPDATE_CONSUMER_OFFSET, 0) >= 1)
+                stop_a.set()
+                await trio.sleep(0.2)  # A's stop cancels its rebalance meanwhile
+                gate.set()
+                with trio.fail_after(10):
+                    await a_gone.wait()
+                assert not [mq for mq, owner in broker.locks.items() if owner == a.instance.client_id]
+                await wait_until(lambda: len([mq for mq in b.assignment() if mq.topic == TOPIC]) == 4)
+        assert all(broker.offsets[(GROUP, TOPIC, q)] == 1 for q in range(4)), broker.offsets
+
+
+async def test_a_lock_renewal_does_not_lock_again_a_queue_the_rebalance_took_away() -> None:
+    """Orderly: a renewal of every lock is on its way when a second consumer joins and the
+    rebalance hands two queues over (unlocking them). The renewal must not reach the broker after
+    the unlock and lock them again for the consumer that no longer pulls them."""
+    async with fake_cluster() as cluster:
+        cluster.add_topic(TOPIC, queues=4)
+        cluster.add_topic(RETRY, queues=1)
+        broker = cluster.brokers["broker-a"]
+        async with running_consumer(
+            cluster, Collector(), orderly=True, instance_name="A", rebalance_interval=30.0, lock_interval=0.1
+        ) as a:
+            await wait_until(lambda: len(a.assignment()) == 5)
+            gate = broker.gates[RequestCode.LOCK_BATCH_MQ] = trio.Event()
+            await wait_until(lambda: broker.gated.get(RequestCode.LOCK_BATCH_MQ, 0) >= 1)  # a renewal
+            async with running_consumer(
+                cluster, Collector(), orderly=True, instance_name="B", rebalance_interval=30.0
+            ):
+                await trio.sleep(0.3)  # B's heartbeat, A's rebalance
+                gate.set()
+                del broker.gates[RequestCode.LOCK_BATCH_MQ]
+                await wait_until(lambda: len([mq for mq in a.assignment() if mq.topic == TOPIC]) == 2)
+                await trio.sleep(0.3)  # more renewals
+                stale = [
+                    mq
+                    for mq, owner in broker.locks.items()
+                    if owner == a.instance.client_id and mq not in a.assignment()
+                ]
+                assert not stale, f"A holds locks of queues it gave away: {stale}"
+
+
+async def test_a_lock_granted_behind_a_stop_is_released() -> None:
+    """Orderly: the consumer stops while its first lock request waits at the broker; the broker
+    grants it afterwards. The lock is released before the consumer is gone (else the queue
+    stays locked for the broker's 60 s)."""
+    async with fake_cluster() as cluster:
+        cluster.add_topic(TOPIC, queues=1)
+        broker = cluster.brokers["broker-a"]
+        gate = broker.gates[RequestCode.LOCK_BATCH_MQ] = trio.Event()
+        stop = trio.Event()
+        gone = trio.Event()
+        client_ids: list[str] = []
+
+        async def consumer() -> None:
+            async with running_consumer(cluster, Collector(), orderly=True, instance_name="A") as a:
+                client_ids.append(a.instance.client_id)
+                await stop.wait()
+            gone.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consumer)
+            await wait_until(lambda: broker.gated.get(RequestCode.LOCK_BATCH_MQ, 0) >= 1)
+            stop.set()
+            await trio.sleep(0.2)  # the stop cancels the rebalance meanwhile
+            gate.set()
+            with trio.fail_after(10):
+                await gone.wait()
+        assert [o for o in broker.locks.values() if o in client_ids] == [], broker.locks
+
+
 async def test_orderly_queue_locked_by_another_client_is_not_pulled() -> None:
     async with fake_cluster() as cluster:
         cluster.add_topic(TOPIC, queues=1)

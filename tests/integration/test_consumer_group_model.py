@@ -1,0 +1,266 @@
+"""Model test of a consumer group (hypothesis): Python push consumers of one group join and leave a
+real broker while a producer sends, and what a RocketMQ user relies on holds throughout:
+
+- every acknowledged message is consumed (at least once) while the group has a member;
+- orderly consumption: no two members consume a queue at the same time (the broker's queue locks),
+  and a queue is consumed without a gap -- offset ``n`` only after ``n - 1`` (a queue handed over
+  may repeat what its last owner had not committed yet: at least once, in order);
+- when the last member leaves (gracefully) the group's committed offsets are the queues' ends, the
+  broker lists no consumer of the group and holds none of its queue locks (a lock left behind
+  stalls the next orderly consumer of the queue for the lock's 60 s).
+
+Each sequence is concurrent or orderly throughout; members are separate client instances (their
+own client ids and connections) in this process, with rebalance, lock, heartbeat and offset
+intervals shortened. ``CONSUMER_MODEL_EXAMPLES`` sets the number of sequences (4)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from client.instance import ClientInstance
+from client.message import ConsumeStatus, Message, MessageExt, MessageQueue, SendStatus
+from client.producer import Producer
+from client.pull_consumer import PullConsumer
+from client.push_consumer import PushConsumer
+from remoting.codes import ResponseCode
+from remoting.protocol.broker import ConsumeFromWhere
+from tests.integration.broker_env import BrokerEnv, broker_env, model_settings, run_in_temp_dir, wait_until
+from tests.integration.test_broker_admin import create_topic
+
+TOPIC = "GroupModelTopic"
+GROUP = "GroupModelG"
+QUEUES = 4
+MAX_MEMBERS = 4
+#: how long the group may take to consume what was sent (rebalances and lock hand-overs included)
+SETTLE = 30.0
+FAST = {
+    "consume_from_where": ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    "rebalance_interval": 0.3,
+    "persist_offset_interval": 0.2,
+    "lock_interval": 0.3,
+    "broker_suspend_max_time": 1.0,
+    "consumer_timeout_when_suspend": 3.0,
+    "pull_delay_on_exception": 0.1,
+    "await_termination_when_shutdown": 5.0,
+}
+
+
+@dataclass
+class Member:
+    name: str
+    leave: trio.Event = field(default_factory=trio.Event)
+    started: trio.Event = field(default_factory=trio.Event)
+    gone: trio.Event = field(default_factory=trio.Event)
+    consumer: PushConsumer | None = None
+
+
+@dataclass
+class Group:
+    """What the members did and what the model expects."""
+
+    orderly: bool
+    #: body -> (queue, queue offset) of every message answered SEND_OK
+    acked: dict[bytes, tuple[int, int]] = field(default_factory=dict)
+    #: bodies consumed (at least once)
+    consumed: set[bytes] = field(default_factory=set)
+    #: queue -> highest offset consumed so far
+    highest: dict[int, int] = field(default_factory=dict)
+    #: queue -> member inside a listener call for it now
+    inside: dict[int, str] = field(default_factory=dict)
+    #: broken promises, named when the sequence checks
+    violations: list[str] = field(default_factory=list)
+    members: list[Member] = field(default_factory=list)
+    serial: int = 0
+
+    def listener(self, name: str):  # type: ignore[no-untyped-def]
+        async def on_messages(msgs: list[MessageExt]) -> ConsumeStatus:
+            queues = {m.queue_id for m in msgs}
+            if self.orderly:
+                for q in queues:
+                    other = self.inside.get(q)
+                    if other is not None:
+                        self.violations.append(f"{name} consumes queue {q} while {other} does")
+                    self.inside[q] = name
+            try:
+                for m in msgs:
+                    q, o = m.queue_id, m.queue_offset
+                    if self.acked.get(m.body, (q, o)) != (q, o):
+                        self.violations.append(
+                            f"{m.body!r} delivered from {q}@{o}, sent to {self.acked[m.body]}"
+                        )
+                    if self.orderly and o > self.highest.get(q, -1) + 1:
+                        self.violations.append(
+                            f"{name} consumes queue {q}@{o} before {self.highest.get(q, -1) + 1} was consumed"
+                        )
+                    self.highest[q] = max(self.highest.get(q, -1), o)
+                    self.consumed.add(m.body)
+                await trio.sleep(0.001)  # a consumer's work: others run meanwhile
+            finally:
+                if self.orderly:
+                    for q in queues:
+                        if self.inside.get(q) == name:
+                            del self.inside[q]
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        return on_messages
+
+
+async def run_member(env: BrokerEnv, group: Group, member: Member) -> None:
+    async with ClientInstance(
+        env.namesrv_addr, instance_name=member.name, heartbeat_interval=0.3, poll_name_server_interval=0.3
+    ) as instance:
+        consumer = PushConsumer(GROUP, instance=instance, orderly=group.orderly, **FAST)  # type: ignore[arg-type]
+        consumer.subscribe(TOPIC, "*")
+        consumer.register_listener(group.listener(member.name))
+        async with consumer:
+            member.consumer = consumer
+            member.started.set()
+            await member.leave.wait()
+    member.gone.set()
+
+
+# --- the sequences ---------------------------------------------------------------------------------
+
+one_op = st.one_of(
+    st.just(("join",)),
+    st.tuples(st.just("leave"), st.integers(0, MAX_MEMBERS - 1)),
+    st.tuples(st.just("send"), st.integers(1, 40)),
+    st.tuples(st.just("pause"), st.sampled_from([0.0, 0.1, 0.5])),
+    st.just(("settle",)),
+)
+ops = st.lists(one_op, min_size=int(os.environ.get("CONSUMER_MODEL_MIN_OPS", "4")), max_size=16)
+
+
+def by_key(queues: list[MessageQueue], _msg: Message, arg: object) -> MessageQueue:
+    """The order key's queue, as an orderly producer picks it."""
+    return sorted(queues, key=lambda mq: mq.queueId)[int(arg) % len(queues)]  # type: ignore[call-overload]
+
+
+async def send(producer: Producer, group: Group, n: int) -> None:
+    for _ in range(n):
+        group.serial += 1
+        body = b"g%d" % group.serial
+        result = await producer.send(Message(TOPIC, body), selector=by_key, arg=group.serial)
+        assert result.send_status is SendStatus.SEND_OK, result
+        group.acked[body] = (result.message_queue.queueId, result.queue_offset)
+
+
+async def settle(group: Group, what: str) -> None:
+    live = [m for m in group.members if not m.leave.is_set()]
+    if not live:
+        return
+    await wait_until(
+        lambda: group.consumed >= group.acked.keys() or bool(group.violations),
+        timeout=SETTLE,
+        what=f"{len(group.acked) - len(group.consumed & group.acked.keys())} messages to be consumed ({what})",
+    )
+    assert not group.violations, group.violations
+
+
+async def leave(member: Member) -> None:
+    member.leave.set()
+    with trio.fail_after(SETTLE):
+        await member.gone.wait()
+
+
+async def last_member_commits_everything(env: BrokerEnv, group: Group, nursery: trio.Nursery) -> None:
+    """The group down to one member, which takes every queue, consumes what its predecessors
+    consumed but had not committed (a queue handed over mid-batch) and commits each queue's end;
+    then it leaves too."""
+    live = [m for m in group.members if not m.leave.is_set()]
+    for m in live[1:]:
+        await leave(m)
+    if live:
+        last = live[0]
+    else:
+        last = Member(f"m{len(group.members)}")
+        group.members.append(last)
+        nursery.start_soon(run_member, env, group, last)
+        with trio.fail_after(SETTLE):
+            await last.started.wait()
+    consumer = last.consumer
+    assert consumer is not None
+    ends = {q: sum(1 for qq, _ in group.acked.values() if qq == q) for q in range(QUEUES)}
+    name = env.broker.broker_config.brokerName
+    await wait_until(
+        lambda: all(
+            consumer.offset_store.read_memory(MessageQueue(topic=TOPIC, brokerName=name, queueId=q)) == end
+            for q, end in ends.items()
+            if end
+        ),
+        timeout=SETTLE,
+        what=f"{last.name}, the last member, to consume up to the ends {ends}",
+    )
+    await leave(last)
+
+
+async def check_left(env: BrokerEnv, group: Group) -> None:
+    """Every member gone: the group committed every queue's end, and the broker forgot it."""
+    broker = env.broker
+    info = broker.consumers.get(GROUP)
+    assert info is None or not info.channels, f"the broker still lists consumers: {list(info.channels)}"
+    assert not broker.locks.holds_any(GROUP, broker.now_ms()), f"locks left: {broker.locks.table.get(GROUP)}"
+    async with PullConsumer(GROUP, env.namesrv_addr) as reader:
+        for q in range(QUEUES):
+            mq = MessageQueue(topic=TOPIC, brokerName=env.broker.broker_config.brokerName, queueId=q)
+            end = sum(1 for qq, _ in group.acked.values() if qq == q)
+            committed = await reader.query_consumer_offset(mq)
+            if end == 0:
+                assert committed in (0, -1), f"queue {q}: committed {committed}, nothing sent"
+            else:
+                assert committed == end, f"queue {q}: committed {committed}, its end {end}"
+
+
+async def run_sequence(root: str, orderly: bool, sequence: list[tuple]) -> None:
+    group = Group(orderly=orderly)
+    async with broker_env(root) as env, trio.open_nursery() as nursery:
+        response = await create_topic(env, TOPIC, QUEUES)
+        assert response.code == ResponseCode.SUCCESS, response
+        await wait_until(lambda: TOPIC in env.namesrv.routes.topicQueueTable, what=f"a route of {TOPIC}")
+        async with Producer("GroupModelP", env.namesrv_addr) as producer:
+            for i, op in enumerate([*sequence, ("end",)]):
+                try:
+                    if op[0] == "join" and sum(not m.leave.is_set() for m in group.members) < MAX_MEMBERS:
+                        member = Member(f"m{len(group.members)}")
+                        group.members.append(member)
+                        nursery.start_soon(run_member, env, group, member)
+                        with trio.fail_after(SETTLE):
+                            await member.started.wait()
+                    elif op[0] == "leave":
+                        live = [m for m in group.members if not m.leave.is_set()]
+                        if live:
+                            await leave(live[op[1] % len(live)])
+                    elif op[0] == "send":
+                        await send(producer, group, op[1])
+                    elif op[0] == "pause":
+                        await trio.sleep(op[1])
+                    elif op[0] == "settle":
+                        await settle(group, "settle")
+                    elif op[0] == "end":
+                        await settle(group, "at the end")
+                        await last_member_commits_everything(env, group, nursery)
+                        assert not group.violations, group.violations
+                        await check_left(env, group)
+                    assert not group.violations, group.violations
+                except AssertionError as exc:
+                    exc.add_note(
+                        f"at op {i}: {op}; orderly={orderly}; members {[m.name for m in group.members]}; "
+                        f"{len(group.acked)} sent, {len(group.consumed)} consumed"
+                    )
+                    raise
+
+
+EXAMPLES = int(os.environ.get("CONSUMER_MODEL_EXAMPLES", "4"))
+
+
+@model_settings(EXAMPLES)
+@given(orderly=st.booleans(), sequence=ops)
+def test_a_consumer_group_consumes_everything_while_members_come_and_go(
+    orderly: bool, sequence: list[tuple]
+) -> None:
+    run_in_temp_dir("consumer-model-", run_sequence, orderly, sequence)
