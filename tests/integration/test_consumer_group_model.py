@@ -1,7 +1,9 @@
 """Model test of a consumer group (hypothesis): Python push consumers of one group join and leave a
 real broker while a producer sends, and what a RocketMQ user relies on holds throughout:
 
-- every acknowledged message is consumed (at least once) while the group has a member;
+- every acknowledged message is consumed (at least once) while the group has a member -- also when
+  listeners are slow, or answer "later" (orderly: the queue suspended a moment and the messages
+  consumed again; concurrent: sent back, to the retry topic);
 - orderly consumption: no two members consume a queue at the same time (the broker's queue locks),
   and a queue is consumed without a gap -- offset ``n`` only after ``n - 1`` (a queue handed over
   may repeat what its last owner had not committed yet: at least once, in order);
@@ -47,6 +49,7 @@ FAST = {
     "consumer_timeout_when_suspend": 3.0,
     "pull_delay_on_exception": 0.1,
     "await_termination_when_shutdown": 5.0,
+    "suspend_current_queue_time": 0.05,
 }
 
 
@@ -76,6 +79,11 @@ class Group:
     violations: list[str] = field(default_factory=list)
     members: list[Member] = field(default_factory=list)
     serial: int = 0
+    #: seconds a listener call takes
+    work: float = 0.001
+    #: listener calls still to answer "later" (orderly: suspend the queue a moment; concurrent:
+    #: reconsume later, i.e. send the messages back)
+    refuse: int = 0
 
     def listener(self, name: str):  # type: ignore[no-untyped-def]
         async def on_messages(msgs: list[MessageExt]) -> ConsumeStatus:
@@ -99,7 +107,12 @@ class Group:
                         )
                     self.highest[q] = max(self.highest.get(q, -1), o)
                     self.consumed.add(m.body)
-                await trio.sleep(0.001)  # a consumer's work: others run meanwhile
+                await trio.sleep(self.work)  # a consumer's work: others run meanwhile
+                if self.refuse > 0:
+                    self.refuse -= 1
+                    if self.orderly:
+                        return ConsumeStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                    return ConsumeStatus.RECONSUME_LATER
             finally:
                 if self.orderly:
                     for q in queues:
@@ -132,6 +145,8 @@ one_op = st.one_of(
     st.tuples(st.just("send"), st.integers(1, 40)),
     st.tuples(st.just("pause"), st.sampled_from([0.0, 0.1, 0.5])),
     st.just(("settle",)),
+    st.tuples(st.just("work"), st.sampled_from([0.0, 0.001, 0.005, 0.05])),
+    st.tuples(st.just("refuse"), st.integers(1, 5)),
 )
 ops = st.lists(one_op, min_size=int(os.environ.get("CONSUMER_MODEL_MIN_OPS", "4")), max_size=16)
 
@@ -239,6 +254,10 @@ async def run_sequence(root: str, orderly: bool, sequence: list[tuple]) -> None:
                         await send(producer, group, op[1])
                     elif op[0] == "pause":
                         await trio.sleep(op[1])
+                    elif op[0] == "work":
+                        group.work = op[1]
+                    elif op[0] == "refuse":
+                        group.refuse += op[1]
                     elif op[0] == "settle":
                         await settle(group, "settle")
                     elif op[0] == "end":
