@@ -372,7 +372,14 @@ class ConsumeService:
                 qs.wakeup = trio.Event()
                 continue
             if c.clustering and (not pq.locked or pq.lock_expired(trio.current_time())):
-                if not await c.broker_calls.lock_one(mq, pq):
+                with trio.CancelScope(shield=True):  # a granted lock must not be lost to the stop
+                    locked = await c.broker_calls.lock_one(mq, pq)
+                    if locked and pq.dropped:
+                        # handed over meanwhile: the lock may have reached the broker after the
+                        # hand-over's unlock, and would hold the queue against its new owner
+                        await c.broker_calls.unlock(mq.brokerName, [mq])
+                        return
+                if not locked:
                     await trio.sleep(c.pull_delay_on_exception)
                 continue
             offset = -1

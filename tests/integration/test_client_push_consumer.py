@@ -390,6 +390,36 @@ async def test_a_lock_renewal_does_not_lock_again_a_queue_the_rebalance_took_awa
                 assert not stale, f"A holds locks of queues it gave away: {stale}"
 
 
+async def test_a_relock_before_consuming_does_not_outlive_a_hand_over() -> None:
+    """Orderly: a queue whose lock lapsed is locked again before its messages are consumed; that
+    lock waits at the broker while a second consumer joins and the queue is handed over to it
+    (and unlocked). The late lock must not stay with the consumer that gave the queue away."""
+    async with fake_cluster() as cluster:
+        cluster.add_topic(TOPIC, queues=1)
+        cluster.add_topic(RETRY, queues=1)
+        broker = cluster.brokers["broker-a"]
+        slow = {"rebalance_interval": 30.0, "lock_interval": 30.0}
+        # "Z" sorts after "B": with two members, B gets the topic's only queue
+        async with running_consumer(cluster, Collector(), orderly=True, instance_name="Z", **slow) as z:
+            await wait_until(lambda: {mq.topic for mq in z.assignment()} == {TOPIC, RETRY})
+            (qs,) = [qs for mq, qs in z._queues.items() if mq.topic == TOPIC]
+            qs.pq.locked = False  # as if the lock had lapsed
+            gate = broker.gates[RequestCode.LOCK_BATCH_MQ] = trio.Event()
+            broker.put(TOPIC, 0, b"m0", {})
+            await wait_until(lambda: broker.gated.get(RequestCode.LOCK_BATCH_MQ, 0) >= 1)  # Z's relock
+            async with running_consumer(cluster, Collector(), orderly=True, instance_name="B", **slow):
+                await wait_until(lambda: TOPIC not in [mq.topic for mq in z.assignment()])
+                gate.set()
+                del broker.gates[RequestCode.LOCK_BATCH_MQ]
+                await trio.sleep(0.3)
+                stale = [
+                    mq
+                    for mq, owner in broker.locks.items()
+                    if owner == z.instance.client_id and mq.topic == TOPIC
+                ]
+                assert not stale, f"Z holds the lock of a queue it handed over: {stale}"
+
+
 async def test_a_lock_granted_behind_a_stop_is_released() -> None:
     """Orderly: the consumer stops while its first lock request waits at the broker; the broker
     grants it afterwards. The lock is released before the consumer is gone (else the queue
