@@ -140,6 +140,12 @@ class PullProcessor:
         result = store.get_message(
             h.consumerGroup, h.topic, h.queueId, h.queueOffset, max_count, max_bytes, TagFilter(sub)
         )
+        if result is None:
+            # the store stopped (the broker is shutting down; a held pull woken by the stop ends
+            # here): upstream's "store getMessage return null", with the reason
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, "store getMessage return null: the message store is not running"
+            )
         b.stats.on_get_time((monotonic_ns() - began) // 1_000_000)
         code = _CODES.get(result.status)
         if code is None:  # NO_MATCHED_LOGIC_QUEUE / NO_MESSAGE_IN_QUEUE

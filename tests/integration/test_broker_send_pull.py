@@ -647,3 +647,19 @@ async def test_restart_keeps_messages_and_consumer_offsets(tmp_path: os.PathLike
         # the store carries on where it was
         sent = await send_text(env, TOPIC, "after restart")
         assert sent.queueOffset == 5
+
+
+async def test_a_pull_after_the_store_stopped_is_answered_with_the_reason(
+    tmp_path: os.PathLike[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store stops under a broker that still serves (a crash being handled, a stop with pulls
+    in flight): a pull gets SYSTEM_ERROR naming the cause, as upstream's "store getMessage return
+    null" -- not a handler crash logged with a traceback."""
+    async with broker_env(tmp_path) as env:
+        await send_ok(env, send_request("PullAfterStop", b"m0"))
+        env.broker.store.abandon()
+        with caplog.at_level(logging.ERROR):
+            response = await env.call(pull_request("G", "PullAfterStop", 0, 0))
+        assert response.code == ResponseCode.SYSTEM_ERROR, describe(response)
+        assert "message store is not running" in (response.remark or ""), describe(response)
+        assert not [r for r in caplog.records if "handler for code" in r.getMessage()], caplog.text

@@ -11,28 +11,36 @@ real broker while a producer sends, and what a RocketMQ user relies on holds thr
   broker lists no consumer of the group and holds none of its queue locks (a lock left behind
   stalls the next orderly consumer of the queue for the lock's 60 s).
 
-Each sequence is concurrent or orderly throughout; members are separate client instances (their
-own client ids and connections) in this process, with rebalance, lock, heartbeat and offset
-intervals shortened. ``CONSUMER_MODEL_EXAMPLES`` sets the number of sequences (4)."""
+Concurrent sequences also restart the broker on its port, gracefully or as a crash (its committed
+offsets may go back to its last flush: consumed again). Orderly ones do not: a restarted broker has
+no queue locks and learns its consumers again heartbeat by heartbeat, and a member that sees itself
+alone meanwhile takes and locks every queue while the others still consume theirs under their own
+unexpired locks -- upstream's clients do the same (its orderly guarantee assumes the broker's lock
+table survives). Each sequence is concurrent or orderly throughout; members are separate client
+instances (their own client ids and connections) in this process, with rebalance, lock, heartbeat
+and offset intervals shortened. ``CONSUMER_MODEL_EXAMPLES`` sets the number of sequences (4)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from broker.controller import BrokerController
 from client.instance import ClientInstance
-from client.message import ConsumeStatus, Message, MessageExt, MessageQueue, SendStatus
+from client.message import ConsumeStatus, Message, MessageExt, MessageQueue, MQClientError, SendStatus
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from client.push_consumer import PushConsumer
-from remoting.codes import ResponseCode
+from remoting.errors import RemotingError
 from remoting.protocol.broker import ConsumeFromWhere
-from tests.integration.broker_env import BrokerEnv, broker_env, model_settings, run_in_temp_dir, wait_until
-from tests.integration.test_broker_admin import create_topic
+from tests.integration.broker_env import model_settings, run_in_temp_dir, wait_until
+from tests.integration.replication_kit import Group as Servers
+from tests.integration.replication_kit import Running, replication_group
 
 TOPIC = "GroupModelTopic"
 GROUP = "GroupModelG"
@@ -123,7 +131,28 @@ class Group:
         return on_messages
 
 
-async def run_member(env: BrokerEnv, group: Group, member: Member) -> None:
+@dataclass
+class Cluster:
+    """The name server and the broker, which a sequence may restart on its port or crash."""
+
+    servers: Servers
+    running: Running
+    config: dict[str, object]
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.servers.namesrv_addr
+
+    @property
+    def broker(self) -> BrokerController:
+        return self.running.broker
+
+    async def restart(self, crash: bool) -> None:
+        await self.servers.stop(self.running, crash=crash)
+        self.running = await self.servers.start("broker", **self.config)
+
+
+async def run_member(env: Cluster, group: Group, member: Member) -> None:
     async with ClientInstance(
         env.namesrv_addr, instance_name=member.name, heartbeat_interval=0.3, poll_name_server_interval=0.3
     ) as instance:
@@ -147,6 +176,7 @@ one_op = st.one_of(
     st.just(("settle",)),
     st.tuples(st.just("work"), st.sampled_from([0.0, 0.001, 0.005, 0.05])),
     st.tuples(st.just("refuse"), st.integers(1, 5)),
+    st.tuples(st.just("broker_restart"), st.booleans()),  # gracefully, or as a crash
 )
 ops = st.lists(one_op, min_size=int(os.environ.get("CONSUMER_MODEL_MIN_OPS", "4")), max_size=16)
 
@@ -160,7 +190,10 @@ async def send(producer: Producer, group: Group, n: int) -> None:
     for _ in range(n):
         group.serial += 1
         body = b"g%d" % group.serial
-        result = await producer.send(Message(TOPIC, body), selector=by_key, arg=group.serial)
+        try:
+            result = await producer.send(Message(TOPIC, body), selector=by_key, arg=group.serial)
+        except (MQClientError, RemotingError):
+            continue  # stored or not (the broker just restarted): consumed or not
         assert result.send_status is SendStatus.SEND_OK, result
         group.acked[body] = (result.message_queue.queueId, result.queue_offset)
 
@@ -183,7 +216,7 @@ async def leave(member: Member) -> None:
         await member.gone.wait()
 
 
-async def last_member_commits_everything(env: BrokerEnv, group: Group, nursery: trio.Nursery) -> None:
+async def last_member_commits_everything(env: Cluster, group: Group, nursery: trio.Nursery) -> None:
     """The group down to one member, which takes every queue, consumes what its predecessors
     consumed but had not committed (a queue handed over mid-batch) and commits each queue's end;
     then it leaves too."""
@@ -214,7 +247,7 @@ async def last_member_commits_everything(env: BrokerEnv, group: Group, nursery: 
     await leave(last)
 
 
-async def check_left(env: BrokerEnv, group: Group) -> None:
+async def check_left(env: Cluster, group: Group) -> None:
     """Every member gone: the group committed every queue's end, and the broker forgot it."""
     broker = env.broker
     info = broker.consumers.get(GROUP)
@@ -233,10 +266,11 @@ async def check_left(env: BrokerEnv, group: Group) -> None:
 
 async def run_sequence(root: str, orderly: bool, sequence: list[tuple]) -> None:
     group = Group(orderly=orderly)
-    async with broker_env(root) as env, trio.open_nursery() as nursery:
-        response = await create_topic(env, TOPIC, QUEUES)
-        assert response.code == ResponseCode.SUCCESS, response
-        await wait_until(lambda: TOPIC in env.namesrv.routes.topicQueueTable, what=f"a route of {TOPIC}")
+    async with replication_group(Path(root)) as servers, trio.open_nursery() as nursery:
+        running = await servers.start("broker")
+        env = Cluster(servers, running, {"listenPort": int(running.addr.rsplit(":", 1)[1])})
+        await servers.create_topic(running.addr, TOPIC, QUEUES)
+        await wait_until(lambda: TOPIC in servers.namesrv.routes.topicQueueTable, what=f"a route of {TOPIC}")
         async with Producer("GroupModelP", env.namesrv_addr) as producer:
             for i, op in enumerate([*sequence, ("end",)]):
                 try:
@@ -258,6 +292,9 @@ async def run_sequence(root: str, orderly: bool, sequence: list[tuple]) -> None:
                         group.work = op[1]
                     elif op[0] == "refuse":
                         group.refuse += op[1]
+                    elif op[0] == "broker_restart":
+                        if not orderly:  # see the module docstring
+                            await env.restart(crash=op[1])
                     elif op[0] == "settle":
                         await settle(group, "settle")
                     elif op[0] == "end":
