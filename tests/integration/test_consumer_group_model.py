@@ -23,6 +23,7 @@ and offset intervals shortened. ``CONSUMER_MODEL_EXAMPLES`` sets the number of s
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,7 +94,9 @@ class Group:
     #: reconsume later, i.e. send the messages back)
     refuse: int = 0
 
-    def listener(self, name: str):  # type: ignore[no-untyped-def]
+    def listener(self, name: str) -> Callable[[list[MessageExt]], Awaitable[ConsumeStatus]]:
+        """Member ``name``'s listener: records what it is given and checks the promises above."""
+
         async def on_messages(msgs: list[MessageExt]) -> ConsumeStatus:
             queues = {m.queue_id for m in msgs}
             if self.orderly:
