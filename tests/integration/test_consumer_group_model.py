@@ -8,21 +8,27 @@ real broker while a producer sends, and what a RocketMQ user relies on holds thr
   and a queue is consumed without a gap -- offset ``n`` only after ``n - 1`` (a queue handed over
   may repeat what its last owner had not committed yet: at least once, in order);
 - when the last member leaves (gracefully) the group's committed offsets are the queues' ends, the
-  broker lists no consumer of the group and holds none of its queue locks (a lock left behind
-  stalls the next orderly consumer of the queue for the lock's 60 s).
+  broker lists no consumer of the group and holds none of its queue locks but a killed member's (a
+  lock left behind stalls the next orderly consumer of the queue for the lock's 60 s).
 
-Concurrent sequences also restart the broker on its port, gracefully or as a crash (its committed
-offsets may go back to its last flush: consumed again). Orderly ones do not: a restarted broker has
-no queue locks and learns its consumers again heartbeat by heartbeat, and a member that sees itself
-alone meanwhile takes and locks every queue while the others still consume theirs under their own
-unexpired locks -- upstream's clients do the same (its orderly guarantee assumes the broker's lock
-table survives). Each sequence is concurrent or orderly throughout; members are separate client
-instances (their own client ids and connections) in this process, with rebalance, lock, heartbeat
-and offset intervals shortened. ``CONSUMER_MODEL_EXAMPLES`` sets the number of sequences (4)."""
+Members are separate client instances (their own client ids and connections): most in this process,
+some in a process of their own (``consumer_member_child``), which a sequence kills with SIGKILL --
+the broker tells the group when the connection closes and the others take the queues over from the
+committed offsets; an orderly member's locks outlive it until they expire (here after
+``LOCK_MAX_LIVE_MS``; upstream 60 s). Each sequence is concurrent or orderly throughout, with
+rebalance, lock, heartbeat and offset intervals shortened. Concurrent sequences also restart the
+broker on its port, gracefully or as a crash (its committed offsets may go back to its last flush:
+consumed again). Orderly ones do not: a restarted broker has no queue locks and learns its consumers
+again heartbeat by heartbeat, and a member that sees itself alone meanwhile takes and locks every
+queue while the others still consume theirs under their own unexpired locks -- upstream's clients do
+the same (its orderly guarantee assumes the broker's lock table survives).
+``CONSUMER_MODEL_EXAMPLES`` sets the number of sequences (4)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +53,9 @@ TOPIC = "GroupModelTopic"
 GROUP = "GroupModelG"
 QUEUES = 4
 MAX_MEMBERS = 4
+#: the broker's queue-lock lifetime (upstream's ``rocketmq.broker.rebalance.lockMaxLiveTime``, 60 s):
+#: a killed orderly member's queues are free again after it
+LOCK_MAX_LIVE_MS = 3000
 #: how long the group may take to consume what was sent (rebalances and lock hand-overs included)
 SETTLE = 30.0
 FAST = {
@@ -69,6 +78,8 @@ class Member:
     started: trio.Event = field(default_factory=trio.Event)
     gone: trio.Event = field(default_factory=trio.Event)
     consumer: PushConsumer | None = None
+    #: the member's own process (see :mod:`tests.integration.consumer_member_child`), if it has one
+    process: trio.Process | None = None
 
 
 @dataclass
@@ -94,6 +105,17 @@ class Group:
     #: reconsume later, i.e. send the messages back)
     refuse: int = 0
 
+    def record(self, name: str, q: int, o: int, body: bytes) -> None:
+        """Member ``name`` was given the message at ``q@o``."""
+        if self.acked.get(body, (q, o)) != (q, o):
+            self.violations.append(f"{body!r} delivered from {q}@{o}, sent to {self.acked[body]}")
+        if self.orderly and o > self.highest.get(q, -1) + 1:
+            self.violations.append(
+                f"{name} consumes queue {q}@{o} before {self.highest.get(q, -1) + 1} was consumed"
+            )
+        self.highest[q] = max(self.highest.get(q, -1), o)
+        self.consumed.add(body)
+
     def listener(self, name: str) -> Callable[[list[MessageExt]], Awaitable[ConsumeStatus]]:
         """Member ``name``'s listener: records what it is given and checks the promises above."""
 
@@ -107,17 +129,7 @@ class Group:
                     self.inside[q] = name
             try:
                 for m in msgs:
-                    q, o = m.queue_id, m.queue_offset
-                    if self.acked.get(m.body, (q, o)) != (q, o):
-                        self.violations.append(
-                            f"{m.body!r} delivered from {q}@{o}, sent to {self.acked[m.body]}"
-                        )
-                    if self.orderly and o > self.highest.get(q, -1) + 1:
-                        self.violations.append(
-                            f"{name} consumes queue {q}@{o} before {self.highest.get(q, -1) + 1} was consumed"
-                        )
-                    self.highest[q] = max(self.highest.get(q, -1), o)
-                    self.consumed.add(m.body)
+                    self.record(name, m.queue_id, m.queue_offset, m.body)
                 await trio.sleep(self.work)  # a consumer's work: others run meanwhile
                 if self.refuse > 0:
                     self.refuse -= 1
@@ -153,6 +165,7 @@ class Cluster:
     async def restart(self, crash: bool) -> None:
         await self.servers.stop(self.running, crash=crash)
         self.running = await self.servers.start("broker", **self.config)
+        self.broker.locks.max_live_ms = LOCK_MAX_LIVE_MS
 
 
 async def run_member(env: Cluster, group: Group, member: Member) -> None:
@@ -169,6 +182,46 @@ async def run_member(env: Cluster, group: Group, member: Member) -> None:
     member.gone.set()
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def spawn_member(env: Cluster, group: Group, member: Member, nursery: trio.Nursery) -> None:
+    """Start a member in a process of its own; what it consumes is read from its stdout."""
+    process = await trio.lowlevel.open_process(
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.consumer_member_child",
+            env.namesrv_addr,
+            member.name,
+            "1" if group.orderly else "0",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    member.process = process
+    nursery.start_soon(read_member, group, member, process)
+    with trio.fail_after(SETTLE):
+        await member.started.wait()
+
+
+async def read_member(group: Group, member: Member, process: trio.Process) -> None:
+    assert process.stdout is not None
+    pending = b""
+    async for chunk in process.stdout:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line == b"started":
+                member.started.set()
+                continue
+            q, o, body = line.split(b" ", 2)
+            group.record(member.name, int(q), int(o), body)
+    await process.wait()
+    member.gone.set()
+
+
 # --- the sequences ---------------------------------------------------------------------------------
 
 one_op = st.one_of(
@@ -180,6 +233,8 @@ one_op = st.one_of(
     st.tuples(st.just("work"), st.sampled_from([0.0, 0.001, 0.005, 0.05])),
     st.tuples(st.just("refuse"), st.integers(1, 5)),
     st.tuples(st.just("broker_restart"), st.booleans()),  # gracefully, or as a crash
+    st.just(("spawn",)),  # a member in a process of its own
+    st.tuples(st.just("kill"), st.integers(0, MAX_MEMBERS - 1)),  # SIGKILL of such a member
 )
 ops = st.lists(one_op, min_size=int(os.environ.get("CONSUMER_MODEL_MIN_OPS", "4")), max_size=16)
 
@@ -215,6 +270,8 @@ async def settle(group: Group, what: str) -> None:
 
 async def leave(member: Member) -> None:
     member.leave.set()
+    if member.process is not None and member.process.stdin is not None:
+        await member.process.stdin.aclose()  # the child leaves gracefully when its stdin closes
     with trio.fail_after(SETTLE):
         await member.gone.wait()
 
@@ -223,6 +280,9 @@ async def last_member_commits_everything(env: Cluster, group: Group, nursery: tr
     """The group down to one member, which takes every queue, consumes what its predecessors
     consumed but had not committed (a queue handed over mid-batch) and commits each queue's end;
     then it leaves too."""
+    for m in group.members:
+        if m.process is not None and not m.leave.is_set():
+            await leave(m)
     live = [m for m in group.members if not m.leave.is_set()]
     for m in live[1:]:
         await leave(m)
@@ -255,7 +315,15 @@ async def check_left(env: Cluster, group: Group) -> None:
     broker = env.broker
     info = broker.consumers.get(GROUP)
     assert info is None or not info.channels, f"the broker still lists consumers: {list(info.channels)}"
-    assert not broker.locks.holds_any(GROUP, broker.now_ms()), f"locks left: {broker.locks.table.get(GROUP)}"
+    # a killed member's locks stay until they expire (LOCK_MAX_LIVE_MS), as upstream's
+    killed = {f"@{m.name}" for m in group.members if m.process is not None and m.process.returncode == -9}
+    left = {
+        mq: lock.client_id
+        for mq, lock in broker.locks.table.get(GROUP, {}).items()
+        if broker.locks.is_locked(GROUP, mq, lock.client_id, broker.now_ms())
+        and not any(lock.client_id.endswith(k) for k in killed)
+    }
+    assert not left, f"locks left by members that left gracefully: {left}"
     async with PullConsumer(GROUP, env.namesrv_addr) as reader:
         for q in range(QUEUES):
             mq = MessageQueue(topic=TOPIC, brokerName=env.broker.broker_config.brokerName, queueId=q)
@@ -274,44 +342,68 @@ async def run_sequence(root: str, orderly: bool, sequence: list[tuple]) -> None:
         env = Cluster(servers, running, {"listenPort": int(running.addr.rsplit(":", 1)[1])})
         await servers.create_topic(running.addr, TOPIC, QUEUES)
         await wait_until(lambda: TOPIC in servers.namesrv.routes.topicQueueTable, what=f"a route of {TOPIC}")
-        async with Producer("GroupModelP", env.namesrv_addr) as producer:
-            for i, op in enumerate([*sequence, ("end",)]):
-                try:
-                    if op[0] == "join" and sum(not m.leave.is_set() for m in group.members) < MAX_MEMBERS:
-                        member = Member(f"m{len(group.members)}")
-                        group.members.append(member)
-                        nursery.start_soon(run_member, env, group, member)
+        env.broker.locks.max_live_ms = LOCK_MAX_LIVE_MS  # upstream: a system property
+        try:
+            await run_ops(env, group, sequence, nursery)
+        finally:
+            for m in group.members:
+                if m.process is not None and m.process.returncode is None:
+                    m.process.kill()
+
+
+async def run_ops(env: Cluster, group: Group, sequence: list[tuple], nursery: trio.Nursery) -> None:
+    orderly = group.orderly
+    async with Producer("GroupModelP", env.namesrv_addr) as producer:
+        for i, op in enumerate([*sequence, ("end",)]):
+            try:
+                if op[0] == "join" and sum(not m.leave.is_set() for m in group.members) < MAX_MEMBERS:
+                    member = Member(f"m{len(group.members)}")
+                    group.members.append(member)
+                    nursery.start_soon(run_member, env, group, member)
+                    with trio.fail_after(SETTLE):
+                        await member.started.wait()
+                elif op[0] == "leave":
+                    live = [m for m in group.members if not m.leave.is_set()]
+                    if live:
+                        await leave(live[op[1] % len(live)])
+                elif op[0] == "send":
+                    await send(producer, group, op[1])
+                elif op[0] == "pause":
+                    await trio.sleep(op[1])
+                elif op[0] == "work":
+                    group.work = op[1]
+                elif op[0] == "refuse":
+                    group.refuse += op[1]
+                elif op[0] == "spawn" and sum(not m.leave.is_set() for m in group.members) < MAX_MEMBERS:
+                    member = Member(f"p{len(group.members)}")
+                    group.members.append(member)
+                    await spawn_member(env, group, member, nursery)
+                elif op[0] == "kill":
+                    alive = [m for m in group.members if m.process is not None and not m.leave.is_set()]
+                    if alive:
+                        victim = alive[op[1] % len(alive)]
+                        victim.leave.set()
+                        assert victim.process is not None
+                        victim.process.kill()
                         with trio.fail_after(SETTLE):
-                            await member.started.wait()
-                    elif op[0] == "leave":
-                        live = [m for m in group.members if not m.leave.is_set()]
-                        if live:
-                            await leave(live[op[1] % len(live)])
-                    elif op[0] == "send":
-                        await send(producer, group, op[1])
-                    elif op[0] == "pause":
-                        await trio.sleep(op[1])
-                    elif op[0] == "work":
-                        group.work = op[1]
-                    elif op[0] == "refuse":
-                        group.refuse += op[1]
-                    elif op[0] == "broker_restart":
-                        if not orderly:  # see the module docstring
-                            await env.restart(crash=op[1])
-                    elif op[0] == "settle":
-                        await settle(group, "settle")
-                    elif op[0] == "end":
-                        await settle(group, "at the end")
-                        await last_member_commits_everything(env, group, nursery)
-                        assert not group.violations, group.violations
-                        await check_left(env, group)
+                            await victim.gone.wait()
+                elif op[0] == "broker_restart":
+                    if not orderly:  # see the module docstring
+                        await env.restart(crash=op[1])
+                elif op[0] == "settle":
+                    await settle(group, "settle")
+                elif op[0] == "end":
+                    await settle(group, "at the end")
+                    await last_member_commits_everything(env, group, nursery)
                     assert not group.violations, group.violations
-                except AssertionError as exc:
-                    exc.add_note(
-                        f"at op {i}: {op}; orderly={orderly}; members {[m.name for m in group.members]}; "
-                        f"{len(group.acked)} sent, {len(group.consumed)} consumed"
-                    )
-                    raise
+                    await check_left(env, group)
+                assert not group.violations, group.violations
+            except AssertionError as exc:
+                exc.add_note(
+                    f"at op {i}: {op}; orderly={orderly}; members {[m.name for m in group.members]}; "
+                    f"{len(group.acked)} sent, {len(group.consumed)} consumed"
+                )
+                raise
 
 
 EXAMPLES = int(os.environ.get("CONSUMER_MODEL_EXAMPLES", "4"))
