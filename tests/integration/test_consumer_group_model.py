@@ -105,6 +105,16 @@ class Group:
     #: reconsume later, i.e. send the messages back)
     refuse: int = 0
 
+    def add_member(self, kind: str) -> Member:
+        """A new member, named ``kind`` (m: in this process, p: in its own) and its number."""
+        member = Member(f"{kind}{len(self.members)}")
+        self.members.append(member)
+        return member
+
+    def ends(self) -> dict[int, int]:
+        """Queue -> its end offset: the acknowledged messages it holds."""
+        return {q: sum(1 for qq, _ in self.acked.values() if qq == q) for q in range(QUEUES)}
+
     def record(self, name: str, q: int, o: int, body: bytes) -> None:
         """Member ``name`` was given the message at ``q@o``."""
         if self.acked.get(body, (q, o)) != (q, o):
@@ -289,14 +299,13 @@ async def last_member_commits_everything(env: Cluster, group: Group, nursery: tr
     if live:
         last = live[0]
     else:
-        last = Member(f"m{len(group.members)}")
-        group.members.append(last)
+        last = group.add_member("m")
         nursery.start_soon(run_member, env, group, last)
         with trio.fail_after(SETTLE):
             await last.started.wait()
     consumer = last.consumer
     assert consumer is not None
-    ends = {q: sum(1 for qq, _ in group.acked.values() if qq == q) for q in range(QUEUES)}
+    ends = group.ends()
     name = env.broker.broker_config.brokerName
     await wait_until(
         lambda: all(
@@ -325,9 +334,8 @@ async def check_left(env: Cluster, group: Group) -> None:
     }
     assert not left, f"locks left by members that left gracefully: {left}"
     async with PullConsumer(GROUP, env.namesrv_addr) as reader:
-        for q in range(QUEUES):
+        for q, end in group.ends().items():
             mq = MessageQueue(topic=TOPIC, brokerName=env.broker.broker_config.brokerName, queueId=q)
-            end = sum(1 for qq, _ in group.acked.values() if qq == q)
             committed = await reader.query_consumer_offset(mq)
             if end == 0:
                 assert committed in (0, -1), f"queue {q}: committed {committed}, nothing sent"
@@ -357,8 +365,7 @@ async def run_ops(env: Cluster, group: Group, sequence: list[tuple], nursery: tr
         for i, op in enumerate([*sequence, ("end",)]):
             try:
                 if op[0] == "join" and sum(not m.leave.is_set() for m in group.members) < MAX_MEMBERS:
-                    member = Member(f"m{len(group.members)}")
-                    group.members.append(member)
+                    member = group.add_member("m")
                     nursery.start_soon(run_member, env, group, member)
                     with trio.fail_after(SETTLE):
                         await member.started.wait()
@@ -375,8 +382,7 @@ async def run_ops(env: Cluster, group: Group, sequence: list[tuple], nursery: tr
                 elif op[0] == "refuse":
                     group.refuse += op[1]
                 elif op[0] == "spawn" and sum(not m.leave.is_set() for m in group.members) < MAX_MEMBERS:
-                    member = Member(f"p{len(group.members)}")
-                    group.members.append(member)
+                    member = group.add_member("p")
                     await spawn_member(env, group, member, nursery)
                 elif op[0] == "kill":
                     alive = [m for m in group.members if m.process is not None and not m.leave.is_set()]
