@@ -109,6 +109,21 @@ def simple_request(code: int, **fields: object) -> RemotingCommand:
     return request(code, dict(fields))
 
 
+def create_topic_request(topic: str, queues: int) -> RemotingCommand:
+    """UPDATE_AND_CREATE_TOPIC of ``topic`` with ``queues`` read and write queues (mqadmin's defaults
+    otherwise)."""
+    return simple_request(
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        topic=topic,
+        defaultTopic="TBW102",
+        readQueueNums=queues,
+        writeQueueNums=queues,
+        perm=6,
+        topicFilterType="SINGLE_TAG",
+        order=False,
+    )
+
+
 def pull_header(response: RemotingCommand) -> PullMessageResponseHeader:
     return decode_header(response, PullMessageResponseHeader)
 

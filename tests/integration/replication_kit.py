@@ -29,12 +29,12 @@ from broker.controller import BrokerController
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
 from remoting.client import RemotingClient
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.server import RemotingServer
 from store.message_store import DefaultMessageStore
 from tests.integration.broker_env import broker_configs, wait_until
-from tests.integration.broker_requests import describe, send_request
+from tests.integration.broker_requests import create_topic_request, describe, send_request
 
 TIMEOUT = 5.0
 TOPIC = "ReplTopic"
@@ -132,21 +132,7 @@ class Group:
         return response
 
     async def create_topic(self, addr: str, topic: str = TOPIC, queues: int = 4) -> None:
-        from remoting.command import request
-
-        cmd = request(
-            RequestCode.UPDATE_AND_CREATE_TOPIC,
-            {
-                "topic": topic,
-                "defaultTopic": "TBW102",
-                "readQueueNums": queues,
-                "writeQueueNums": queues,
-                "perm": 6,
-                "topicFilterType": "SINGLE_TAG",
-                "order": False,
-            },
-        )
-        response = await self.call(addr, cmd)
+        response = await self.call(addr, create_topic_request(topic, queues))
         assert response.code == ResponseCode.SUCCESS, describe(response)
 
 

@@ -22,7 +22,13 @@ consumed again). Orderly ones do not: a restarted broker has no queue locks and 
 again heartbeat by heartbeat, and a member that sees itself alone meanwhile takes and locks every
 queue while the others still consume theirs under their own unexpired locks -- upstream's clients do
 the same (its orderly guarantee assumes the broker's lock table survives).
-``CONSUMER_MODEL_EXAMPLES`` sets the number of sequences (4)."""
+A second variant runs concurrent sequences on three controller-mode replicas (``allAckInSyncStateSet``),
+where a broker restart is a failover: the master crashes or stops, a replica of its SyncStateSet takes
+over (routed by the name server, consumers and producer polling routes every 0.3 s), and the old
+master returns as a slave; the same promises hold across it -- an acknowledged message is on every
+replica of the SyncStateSet, and the members commit their offsets to whichever replica is master.
+``CONSUMER_MODEL_EXAMPLES`` sets the number of sequences (4), ``CONSUMER_FAILOVER_MODEL_EXAMPLES``
+the failover variant's (2)."""
 
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import trio
 from hypothesis import given
@@ -43,11 +50,15 @@ from client.message import ConsumeStatus, Message, MessageExt, MessageQueue, MQC
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from client.push_consumer import PushConsumer
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import request
 from remoting.errors import RemotingError
 from remoting.protocol.broker import ConsumeFromWhere
+from remoting.protocol.namesrv import TopicRouteData
 from tests.integration.broker_env import model_settings, run_in_temp_dir, wait_until
 from tests.integration.replication_kit import Group as Servers
 from tests.integration.replication_kit import Running, replication_group
+from tests.integration.test_controller_mode import ControllerMode, Node, controller_mode
 
 TOPIC = "GroupModelTopic"
 GROUP = "GroupModelG"
@@ -168,6 +179,23 @@ class Group:
         return on_messages
 
 
+class Layout(Protocol):
+    """Where the group consumes: one broker (:class:`Cluster`) or a controller-mode group of
+    replicas (:class:`Replicated`)."""
+
+    @property
+    def namesrv_addr(self) -> str: ...
+
+    @property
+    def broker(self) -> BrokerController:
+        """The broker that serves the group: the master."""
+        ...
+
+    async def restart(self, crash: bool) -> None:
+        """The master goes down (crashes, or stops cleanly) and the group is served again."""
+        ...
+
+
 @dataclass
 class Cluster:
     """The name server and the broker, which a sequence may restart on its port or crash."""
@@ -190,7 +218,64 @@ class Cluster:
         self.broker.locks.max_live_ms = LOCK_MAX_LIVE_MS
 
 
-async def run_member(env: Cluster, group: Group, member: Member) -> None:
+REPLICAS = ("a", "b", "c")
+
+
+@dataclass
+class Replicated:
+    """Three replicas of the broker in controller mode (``allAckInSyncStateSet``): a "restart" is
+    a failover -- the master crashes or stops, the controller elects a replica of its SyncStateSet,
+    the name server routes to it, and the old master comes back (on a new port) as its slave."""
+
+    ctl: ControllerMode
+    nodes: dict[str, Node]
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.ctl.namesrv_addr
+
+    @property
+    def master(self) -> Node:
+        masters = [n for n in self.nodes.values() if n.is_master]
+        assert len(masters) == 1, f"masters: {[n.name for n in masters]}"
+        return masters[0]
+
+    @property
+    def broker(self) -> BrokerController:
+        return self.master.broker
+
+    def in_sync(self) -> bool:
+        """One master, and every replica in its SyncStateSet (so that any may take over next)."""
+        masters = [n for n in self.nodes.values() if n.is_master]
+        return len(masters) == 1 and len(masters[0].broker.replication.sync_state_set) == len(self.nodes)
+
+    async def routed_master(self) -> str | None:
+        """The master's address in the name server's route of the model's topic."""
+        response = await self.ctl.call(
+            self.namesrv_addr, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
+        )
+        if response.code != ResponseCode.SUCCESS:
+            return None
+        route = TopicRouteData.decode(response.body_bytes)
+        return next((bd.brokerAddrs.get(0) for bd in route.brokerDatas), None)
+
+    async def settled(self) -> None:
+        """Every replica in the master's SyncStateSet, and the name server routing to the master."""
+        await wait_until(self.in_sync, SETTLE, "every replica in the SyncStateSet of one master")
+        with trio.fail_after(SETTLE):
+            while await self.routed_master() != self.master.addr:
+                await trio.sleep(0.02)
+
+    async def restart(self, crash: bool) -> None:
+        old = self.master
+        await self.ctl.stop(old, crash=crash)
+        others = [n for n in self.nodes.values() if n is not old]
+        await wait_until(lambda: any(n.is_master for n in others), SETTLE, "a replica to take over")
+        self.nodes[old.name] = await self.ctl.start(old.name)
+        await self.settled()
+
+
+async def run_member(env: Layout, group: Group, member: Member) -> None:
     async with ClientInstance(
         env.namesrv_addr, instance_name=member.name, heartbeat_interval=0.3, poll_name_server_interval=0.3
     ) as instance:
@@ -207,7 +292,7 @@ async def run_member(env: Cluster, group: Group, member: Member) -> None:
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def spawn_member(env: Cluster, group: Group, member: Member, nursery: trio.Nursery) -> None:
+async def spawn_member(env: Layout, group: Group, member: Member, nursery: trio.Nursery) -> None:
     """Start a member in a process of its own; what it consumes is read from its stdout."""
     process = await trio.lowlevel.open_process(
         [
@@ -299,7 +384,7 @@ async def leave(member: Member) -> None:
         await member.gone.wait()
 
 
-async def last_member_commits_everything(env: Cluster, group: Group, nursery: trio.Nursery) -> None:
+async def last_member_commits_everything(env: Layout, group: Group, nursery: trio.Nursery) -> None:
     """The group down to one member, which takes every queue, consumes what its predecessors
     consumed but had not committed (a queue handed over mid-batch) and commits each queue's end;
     then it leaves too."""
@@ -332,7 +417,7 @@ async def last_member_commits_everything(env: Cluster, group: Group, nursery: tr
     await leave(last)
 
 
-async def check_left(env: Cluster, group: Group) -> None:
+async def check_left(env: Layout, group: Group) -> None:
     """Every member gone: the group committed every queue's end, and the broker forgot it."""
     broker = env.broker
     info = broker.consumers.get(GROUP)
@@ -372,9 +457,33 @@ async def run_sequence(root: str, orderly: bool, sequence: list[tuple]) -> None:
                     m.process.kill()
 
 
-async def run_ops(env: Cluster, group: Group, sequence: list[tuple], nursery: trio.Nursery) -> None:
+async def run_failover_sequence(root: str, sequence: list[tuple]) -> None:
+    """``sequence`` (concurrent members) on three controller-mode replicas, where a broker restart is
+    a failover (see :class:`Replicated`)."""
+    group = Group(orderly=False)
+    async with controller_mode(Path(root), deadline=3600) as ctl, trio.open_nursery() as nursery:
+        first = await ctl.start(REPLICAS[0])
+        await wait_until(lambda: first.is_master, SETTLE, f"{first.name} to lead")
+        await ctl.create_topic(first, TOPIC, QUEUES)
+        env = Replicated(ctl, {first.name: first})
+        for name in REPLICAS[1:]:
+            env.nodes[name] = await ctl.start(name)
+        await env.settled()
+        try:
+            await run_ops(env, group, sequence, nursery)
+        finally:
+            for m in group.members:
+                if m.process is not None and m.process.returncode is None:
+                    m.process.kill()
+
+
+async def run_ops(env: Layout, group: Group, sequence: list[tuple], nursery: trio.Nursery) -> None:
     orderly = group.orderly
-    async with Producer("GroupModelP", env.namesrv_addr) as producer:
+    # routes polled as often as the members poll theirs: after a failover, the new master's
+    async with (
+        ClientInstance(env.namesrv_addr, instance_name="producer", poll_name_server_interval=0.3) as instance,
+        Producer("GroupModelP", instance=instance) as producer,
+    ):
         for i, op in enumerate([*sequence, ("end",)]):
             try:
                 if op[0] == "join" and sum(not m.leave.is_set() for m in group.members) < MAX_MEMBERS:
@@ -426,6 +535,7 @@ async def run_ops(env: Cluster, group: Group, sequence: list[tuple], nursery: tr
 
 
 EXAMPLES = int(os.environ.get("CONSUMER_MODEL_EXAMPLES", "4"))
+FAILOVER_EXAMPLES = int(os.environ.get("CONSUMER_FAILOVER_MODEL_EXAMPLES", "2"))
 
 
 @model_settings(EXAMPLES)
@@ -434,3 +544,9 @@ def test_a_consumer_group_consumes_everything_while_members_come_and_go(
     orderly: bool, sequence: list[tuple]
 ) -> None:
     run_in_temp_dir("consumer-model-", run_sequence, orderly, sequence)
+
+
+@model_settings(FAILOVER_EXAMPLES)
+@given(sequence=ops)
+def test_a_consumer_group_consumes_everything_across_master_failovers(sequence: list[tuple]) -> None:
+    run_in_temp_dir("consumer-failover-model-", run_failover_sequence, sequence)

@@ -37,6 +37,7 @@ from tests.cluster.harness import free_ports
 from tests.integration.broker_env import broker_configs, broker_env, wait_until
 from tests.integration.broker_requests import (
     batch_body,
+    create_topic_request,
     describe,
     messages,
     pull_header,
@@ -205,13 +206,8 @@ class ControllerMode:
     async def send(self, node: Node, body: bytes, queue_id: int = 0) -> RemotingCommand:
         return await self.call(node.addr, send_request(TOPIC, body, queue_id=queue_id))
 
-    async def create_topic(self, node: Node) -> None:
-        cmd = request(
-            RequestCode.UPDATE_AND_CREATE_TOPIC,
-            {"topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": QUEUES, "writeQueueNums": QUEUES,
-             "perm": 6, "topicFilterType": "SINGLE_TAG", "order": False},
-        )  # fmt: skip
-        response = await self.call(node.addr, cmd)
+    async def create_topic(self, node: Node, topic: str = TOPIC, queues: int = QUEUES) -> None:
+        response = await self.call(node.addr, create_topic_request(topic, queues))
         assert response.code == ResponseCode.SUCCESS, describe(response)
 
     async def controller_leader(self) -> int | None:
