@@ -449,12 +449,7 @@ async def run_sequence(root: str, orderly: bool, sequence: list[tuple]) -> None:
         await servers.create_topic(running.addr, TOPIC, QUEUES)
         await wait_until(lambda: TOPIC in servers.namesrv.routes.topicQueueTable, what=f"a route of {TOPIC}")
         env.broker.locks.max_live_ms = LOCK_MAX_LIVE_MS  # upstream: a system property
-        try:
-            await run_ops(env, group, sequence, nursery)
-        finally:
-            for m in group.members:
-                if m.process is not None and m.process.returncode is None:
-                    m.process.kill()
+        await run_ops(env, group, sequence, nursery)
 
 
 async def run_failover_sequence(root: str, sequence: list[tuple]) -> None:
@@ -469,15 +464,19 @@ async def run_failover_sequence(root: str, sequence: list[tuple]) -> None:
         for name in REPLICAS[1:]:
             env.nodes[name] = await ctl.start(name)
         await env.settled()
-        try:
-            await run_ops(env, group, sequence, nursery)
-        finally:
-            for m in group.members:
-                if m.process is not None and m.process.returncode is None:
-                    m.process.kill()
+        await run_ops(env, group, sequence, nursery)
 
 
 async def run_ops(env: Layout, group: Group, sequence: list[tuple], nursery: trio.Nursery) -> None:
+    try:
+        await run_each_op(env, group, sequence, nursery)
+    finally:
+        for m in group.members:
+            if m.process is not None and m.process.returncode is None:
+                m.process.kill()
+
+
+async def run_each_op(env: Layout, group: Group, sequence: list[tuple], nursery: trio.Nursery) -> None:
     orderly = group.orderly
     # routes polled as often as the members poll theirs: after a failover, the new master's
     async with (

@@ -454,7 +454,9 @@ async def test_a_slave_follows_its_master_restarted_on_another_port_in_the_same_
         assert b.broker.master_addr == a.addr
         # a may have dropped b from the SyncStateSet before b reconnected (as upstream's
         # maybeShrinkSyncStateSet drops a member not connected); b caught up, it is back in it
-        await wait_until(lambda: a.broker.replication.sync_state_set == {1, 2}, 5, "b back in the SyncStateSet")
+        await wait_until(
+            lambda: a.broker.replication.sync_state_set == {1, 2}, 5, "b back in the SyncStateSet"
+        )
         await send_all(env, a, [b"two"])
         assert b.broker.store.max_phy_offset == a.broker.store.max_phy_offset
         assert sorted(await env.pull_bodies(a)) == [b"one", b"two"]
