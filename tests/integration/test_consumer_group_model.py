@@ -18,17 +18,19 @@ committed offsets; an orderly member's locks outlive it until they expire (here 
 ``LOCK_MAX_LIVE_MS``; upstream 60 s). Each sequence is concurrent or orderly throughout, with
 rebalance, lock, heartbeat and offset intervals shortened. Concurrent sequences also restart the
 broker on its port, gracefully or as a crash (its committed offsets may go back to its last flush:
-consumed again). Orderly ones do not: a restarted broker has no queue locks and learns its consumers
-again heartbeat by heartbeat, and a member that sees itself alone meanwhile takes and locks every
-queue while the others still consume theirs under their own unexpired locks -- upstream's clients do
-the same (its orderly guarantee assumes the broker's lock table survives).
-A second variant runs concurrent sequences on three controller-mode replicas (``allAckInSyncStateSet``),
-where a broker restart is a failover: the master crashes or stops, a replica of its SyncStateSet takes
-over (routed by the name server, consumers and producer polling routes every 0.3 s), and the old
-master returns as a slave; the same promises hold across it -- an acknowledged message is on every
-replica of the SyncStateSet, and the members commit their offsets to whichever replica is master.
-``CONSUMER_MODEL_EXAMPLES`` sets the number of sequences (4), ``CONSUMER_FAILOVER_MODEL_EXAMPLES``
-the failover variant's (2)."""
+consumed again), also while the producer sends (a send cut short may or may not be stored).
+Orderly ones do not: a restarted broker has no queue locks and learns its consumers again heartbeat
+by heartbeat, and a member that sees itself alone meanwhile takes and locks every queue while the
+others still consume theirs under their own unexpired locks -- upstream's clients do the same (its
+orderly guarantee assumes the broker's lock table survives).
+
+A second variant runs concurrent sequences on three controller-mode replicas
+(``allAckInSyncStateSet``), where a broker restart is a failover: the master crashes or stops, a
+replica of its SyncStateSet takes over (routed by the name server; members and producer poll routes
+every 0.3 s), and the old master returns as a slave. The same promises hold across it: an
+acknowledged message is on every replica of the SyncStateSet, and the members commit their offsets
+to whichever replica is master. ``CONSUMER_MODEL_EXAMPLES`` sets the number of sequences (4),
+``CONSUMER_FAILOVER_MODEL_EXAMPLES`` the failover variant's (2)."""
 
 from __future__ import annotations
 
@@ -340,6 +342,8 @@ one_op = st.one_of(
     st.tuples(st.just("work"), st.sampled_from([0.0, 0.001, 0.005, 0.05])),
     st.tuples(st.just("refuse"), st.integers(1, 5)),
     st.tuples(st.just("broker_restart"), st.booleans()),  # gracefully, or as a crash
+    # a restart (or failover) while the producer sends: the sends it cuts short are unsure
+    st.tuples(st.just("send_restart"), st.integers(1, 40), st.booleans(), st.sampled_from([0.0, 0.01, 0.03])),
     st.just(("spawn",)),  # a member in a process of its own
     st.tuples(st.just("kill"), st.integers(0, MAX_MEMBERS - 1)),  # SIGKILL of such a member
 )
@@ -517,6 +521,14 @@ async def run_each_op(env: Layout, group: Group, sequence: list[tuple], nursery:
                 elif op[0] == "broker_restart":
                     if not orderly:  # see the module docstring
                         await env.restart(crash=op[1])
+                elif op[0] == "send_restart":
+                    if orderly:
+                        await send(producer, group, op[1])
+                    else:
+                        async with trio.open_nursery() as sending:
+                            sending.start_soon(send, producer, group, op[1])
+                            await trio.sleep(op[3])
+                            await env.restart(crash=op[2])
                 elif op[0] == "settle":
                     await settle(group, "settle")
                 elif op[0] == "end":
