@@ -487,7 +487,12 @@ class Producer(StartStop):
             if now >= deadline:
                 break
             if attempts:
-                info = instance.publish.get(p.topic) or info
+                # the route refreshed meanwhile (a failed attempt asks for that) -- unless it lists
+                # no queue now (its only group between masters): the queues held, which fail again
+                # with the reason rather than leave nothing to choose from
+                fresh = instance.publish.get(p.topic)
+                if fresh is not None and fresh.ok:
+                    info = fresh
             mq = info.select_one(last_broker)
             last_broker = mq.brokerName
             attempts += 1

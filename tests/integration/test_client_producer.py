@@ -127,6 +127,39 @@ async def test_connection_refused_broker_is_skipped() -> None:
         assert len(cluster.brokers["broker-b"].messages(TOPIC)) == 6
 
 
+async def test_a_retry_after_the_route_lost_its_master_keeps_the_queues_it_had() -> None:
+    # a failover in progress: the first attempt fails, and the route the client refreshed meanwhile
+    # lists no master of the topic's only group, so no queue to write to; the retry went to the
+    # empty list and the send died of a ZeroDivisionError (found by the consumer-group model, in a
+    # consumer's send-back) -- now it tries the queues it had, and says their group has no master
+    async with fake_cluster() as cluster:
+        cluster.add_topic(TOPIC)
+        a = cluster.brokers["broker-a"]
+        a.fail_sends = [ResponseCode.SYSTEM_BUSY] * 3
+        a.gates[RequestCode.SEND_MESSAGE_V2] = gate = trio.Event()
+        instance = ClientInstance(cluster.namesrv_addr, poll_name_server_interval=3600)
+        async with instance, Producer("PG", instance=instance) as producer, trio.open_nursery() as nursery:
+            outcome: list[BaseException] = []
+
+            async def send() -> None:
+                try:
+                    await producer.send(Message(TOPIC, b"x"))
+                except Exception as e:
+                    outcome.append(e)
+
+            nursery.start_soon(send)
+            await wait_until(lambda: a.gated.get(RequestCode.SEND_MESSAGE_V2) == 1)
+            route = cluster.routes[TOPIC]
+            route.brokerDatas[0].brokerAddrs.pop(0)  # the master gone from the route
+            await instance.update_route(TOPIC)
+            assert not instance.publish[TOPIC].ok
+            gate.set()
+        assert len(outcome) == 1
+        assert isinstance(outcome[0], MQClientError), repr(outcome[0])
+        assert "broker-a does not exist or has no master" in str(outcome[0])
+        assert len(a.requests_with(RequestCode.SEND_MESSAGE_V2)) == 1  # the retries found no master
+
+
 async def test_unknown_topic_is_sent_through_the_tbw102_route() -> None:
     async with fake_cluster() as cluster:
         cluster.add_topic("TBW102", queues=8, perm=7)
