@@ -198,6 +198,10 @@ class Layout(Protocol):
         """The master goes down (crashes, or stops cleanly) and the group is served again."""
         ...
 
+    async def restart_slave(self, crash: bool) -> None:
+        """A slave, if there is one, goes down and comes back."""
+        ...
+
 
 @dataclass
 class Cluster:
@@ -219,6 +223,9 @@ class Cluster:
         await self.servers.stop(self.running, crash=crash)
         self.running = await self.servers.start("broker", **self.config)
         self.broker.locks.max_live_ms = LOCK_MAX_LIVE_MS
+
+    async def restart_slave(self, crash: bool) -> None:
+        pass  # no slave here
 
 
 REPLICAS = ("a", "b", "c")
@@ -275,6 +282,12 @@ class Replicated:
         others = [n for n in self.nodes.values() if n is not old]
         await wait_until(lambda: any(n.is_master for n in others), SETTLE, "a replica to take over")
         self.nodes[old.name] = await self.ctl.start(old.name)
+        await self.settled()
+
+    async def restart_slave(self, crash: bool) -> None:
+        slave = next(n for n in self.nodes.values() if not n.is_master)
+        await self.ctl.stop(slave, crash=crash)
+        self.nodes[slave.name] = await self.ctl.start(slave.name)
         await self.settled()
 
 
@@ -345,6 +358,11 @@ one_op = st.one_of(
     st.tuples(st.just("broker_restart"), st.booleans()),  # gracefully, or as a crash
     # a restart (or failover) while the producer sends: the sends it cuts short are unsure
     st.tuples(st.just("send_restart"), st.integers(1, 40), st.booleans(), st.sampled_from([0.0, 0.01, 0.03])),
+    # the same with a slave (the failover variant; a no-op on one broker): an all-ack send waits for
+    # it until the master drops it from the SyncStateSet, or is answered FLUSH_SLAVE_TIMEOUT
+    st.tuples(
+        st.just("slave_restart"), st.integers(0, 40), st.booleans(), st.sampled_from([0.0, 0.01, 0.03])
+    ),
     st.just(("spawn",)),  # a member in a process of its own
     st.tuples(st.just("kill"), st.integers(0, MAX_MEMBERS - 1)),  # SIGKILL of such a member
 )
@@ -364,6 +382,9 @@ async def send(producer: Producer, group: Group, n: int) -> None:
             result = await producer.send(Message(TOPIC, body), selector=by_key, arg=group.serial)
         except (MQClientError, RemotingError):
             group.unsure += 1  # stored or not (the broker just restarted): consumed or not
+            continue
+        if result.send_status in (SendStatus.FLUSH_SLAVE_TIMEOUT, SendStatus.SLAVE_NOT_AVAILABLE):
+            group.unsure += 1  # stored, not (yet) held by the SyncStateSet: consumed once it is
             continue
         assert result.send_status is SendStatus.SEND_OK, result
         group.acked[body] = (result.message_queue.queueId, result.queue_offset)
@@ -520,14 +541,15 @@ async def run_each_op(env: Layout, group: Group, sequence: list[tuple], nursery:
                 elif op[0] == "broker_restart":
                     if not orderly:  # see the module docstring
                         await env.restart(crash=op[1])
-                elif op[0] == "send_restart":
+                elif op[0] in ("send_restart", "slave_restart"):
                     if orderly:
                         await send(producer, group, op[1])
                     else:
+                        restart = env.restart if op[0] == "send_restart" else env.restart_slave
                         async with trio.open_nursery() as sending:
                             sending.start_soon(send, producer, group, op[1])
                             await trio.sleep(op[3])
-                            await env.restart(crash=op[2])
+                            await restart(op[2])
                 elif op[0] == "settle":
                     await settle(group, "settle")
                 elif op[0] == "end":
