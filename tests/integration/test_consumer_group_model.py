@@ -244,9 +244,12 @@ class Replicated:
     def namesrv_addr(self) -> str:
         return self.ctl.namesrv_addr
 
+    def masters(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.is_master]
+
     @property
     def master(self) -> Node:
-        masters = [n for n in self.nodes.values() if n.is_master]
+        masters = self.masters()
         assert len(masters) == 1, f"masters: {[n.name for n in masters]}"
         return masters[0]
 
@@ -256,7 +259,7 @@ class Replicated:
 
     def in_sync(self) -> bool:
         """One master, and every replica in its SyncStateSet (so that any may take over next)."""
-        masters = [n for n in self.nodes.values() if n.is_master]
+        masters = self.masters()
         return len(masters) == 1 and len(masters[0].broker.replication.sync_state_set) == len(self.nodes)
 
     async def routed_master(self) -> str | None:
