@@ -10,11 +10,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 import trio
 
 from client.instance import ClientInstance
 from client.message import ConsumeStatus, Message, MessageExt
-from client.offset_store import OffsetSerializeWrapper
+from client.offset_store import OffsetSerializeWrapper, RemoteOffsetStore
 from client.producer import Producer
 from client.push_consumer import PushConsumer
 from remoting.codes import RequestCode
@@ -83,6 +84,30 @@ async def send_all(cluster: FakeCluster, bodies: list[bytes], **msg_kwargs: Any)
     async with Producer("PG", cluster.namesrv_addr) as producer:
         for b in bodies:
             await producer.send(Message(TOPIC, b, **msg_kwargs))
+
+
+@pytest.mark.parametrize("oneway", [False, True], ids=["at-stop", "periodic"])
+async def test_offsets_committed_right_after_a_failover_reach_the_new_master(oneway: bool) -> None:
+    # broker-a fails over -- its old master's port refuses connections, the name server routes the
+    # new master -- and the consumer commits before its route poll noticed: the commits went to the
+    # old address and were lost, so the group consumed those messages again (found by the
+    # consumer-group model's failover variant, with a member stopping right after a failover).
+    # A commit that cannot connect now reads the route again and goes to the new master.
+    async with fake_cluster() as cluster:
+        cluster.add_topic(TOPIC)
+        async with ClientInstance(cluster.namesrv_addr, poll_name_server_interval=3600) as instance:
+            await instance.update_route(TOPIC)
+            store = RemoteOffsetStore(instance, GROUP)
+            mqs = [MessageQueue(topic=TOPIC, brokerName="broker-a", queueId=q) for q in range(4)]
+            for q, mq in enumerate(mqs):
+                store.update(mq, 10 + q)
+            old = cluster.brokers["broker-a"]
+            await cluster.server.remove_listener(old.listener)
+            new = await cluster.add_broker("broker-a")
+            cluster.add_topic(TOPIC)
+            await store.persist_all(mqs, oneway=oneway)
+            await wait_until(lambda: len(new.offsets) == 4)
+        assert new.offsets == {(GROUP, TOPIC, q): 10 + q for q in range(4)}
 
 
 async def test_round_trip_delivers_matching_tags_with_properties() -> None:
