@@ -117,7 +117,6 @@ class ConsumerBrokerCalls:
         self, mq: MessageQueue, msg: MessageExt, delay_level: int, max_reconsume_times: int
     ) -> None:
         """CONSUMER_SEND_MSG_BACK to the master of the queue's broker (raises on failure)."""
-        addr = await self.instance.master_addr(mq.brokerName, mq.topic)
         ext = {
             "offset": str(msg.commit_log_offset),
             "group": self.group,
@@ -129,22 +128,18 @@ class ConsumerBrokerCalls:
             "bname": mq.brokerName,
         }
         cmd = RemotingCommand(code=int(RequestCode.CONSUMER_SEND_MSG_BACK), ext_fields=ext)
-        response = await self.instance.invoke(addr, cmd, self.instance.call_timeout)
+        response = await self.instance.invoke_master(mq.brokerName, mq.topic, cmd)
         if response.code != ResponseCode.SUCCESS:
-            raise MQBrokerError(response.code, response.remark, addr)
+            raise MQBrokerError(response.code, response.remark, mq.brokerName)
 
     async def lock(self, broker_name: str, mqs: list[MessageQueue]) -> set[MessageQueue]:
         """LOCK_BATCH_MQ: the subset of ``mqs`` now locked by this client (empty on failure)."""
         try:
-            addr = await self.instance.master_addr(broker_name, mqs[0].topic)
             body = LockBatchRequestBody(
                 consumerGroup=self.group, clientId=self.instance.client_id, mqSet=mqs
             ).encode()
-            response = await self.instance.invoke(
-                addr,
-                RemotingCommand(code=int(RequestCode.LOCK_BATCH_MQ), body=body),
-                self.instance.call_timeout,
-            )
+            cmd = RemotingCommand(code=int(RequestCode.LOCK_BATCH_MQ), body=body)
+            response = await self.instance.invoke_master(broker_name, mqs[0].topic, cmd)
         except (RemotingError, MQClientError) as e:
             log.warning(
                 "group %s: lock of %d queue(s) on %s failed: %s", self.group, len(mqs), broker_name, e
@@ -164,15 +159,11 @@ class ConsumerBrokerCalls:
     async def unlock(self, broker_name: str, mqs: list[MessageQueue]) -> None:
         """UNLOCK_BATCH_MQ (failures are logged)."""
         try:
-            addr = await self.instance.master_addr(broker_name, mqs[0].topic)
             body = UnlockBatchRequestBody(
                 consumerGroup=self.group, clientId=self.instance.client_id, mqSet=mqs
             ).encode()
-            response = await self.instance.invoke(
-                addr,
-                RemotingCommand(code=int(RequestCode.UNLOCK_BATCH_MQ), body=body),
-                self.instance.call_timeout,
-            )
+            cmd = RemotingCommand(code=int(RequestCode.UNLOCK_BATCH_MQ), body=body)
+            response = await self.instance.invoke_master(broker_name, mqs[0].topic, cmd)
         except (RemotingError, MQClientError) as e:
             log.warning("group %s: unlock on %s failed: %s", self.group, broker_name, e)
             return

@@ -27,9 +27,10 @@ import logging
 import math
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Protocol, Self, TypeVar
 
 import trio
 
@@ -47,7 +48,7 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.connection import ProcessorTable, RequestContext
-from remoting.errors import RemotingError
+from remoting.errors import RemotingConnectError, RemotingError
 from remoting.fastjson import FastjsonError
 from remoting.protocol.broker import ConsumerData, HeartbeatData, ProducerData, ResetOffsetBody
 from remoting.protocol.common import MessageQueue
@@ -56,6 +57,7 @@ from remoting.protocol.namesrv import TopicRouteData
 __all__ = ["ClientInstance", "ConsumerHook", "parse_namesrv_addrs"]
 
 log = logging.getLogger("client")
+T = TypeVar("T")
 
 #: least seconds between two route refreshes asked for by unreachable brokers
 UNREACHABLE_REFRESH_INTERVAL = 1.0
@@ -398,6 +400,33 @@ class ClientInstance:
                 f"the broker {broker_name} does not exist or has no master", ResponseCode.SYSTEM_ERROR
             )
         return addr
+
+    async def invoke_master(self, broker_name: str, topic: str, cmd: RemotingCommand) -> RemotingCommand:
+        """Request/response to the master of ``broker_name`` (``topic``'s route read once if it is
+        unknown). A master that cannot be connected to may have failed over (controller mode)
+        before the route poll saw it: ``topic``'s route is read again at once and a new master gets
+        ``cmd``. Upstream's clients send to the old address until their next poll: a consumer
+        stopping right after a failover lost its last offset commits (the group then consumed
+        those messages again), and an orderly one left its queues locked."""
+        return await self._to_master(
+            broker_name, topic, lambda addr: self.invoke(addr, cmd, self.call_timeout)
+        )
+
+    async def invoke_master_oneway(self, broker_name: str, topic: str, cmd: RemotingCommand) -> None:
+        """:meth:`invoke_master` without waiting for a response."""
+        await self._to_master(broker_name, topic, lambda addr: self.invoke_oneway(addr, cmd))
+
+    async def _to_master(self, broker_name: str, topic: str, call: Callable[[str], Awaitable[T]]) -> T:
+        addr = await self.master_addr(broker_name, topic)
+        try:
+            return await call(addr)
+        except RemotingConnectError:
+            await self.update_route(topic)
+            moved = self.brokers.master_addr(broker_name)
+            if moved is None or moved == addr:
+                raise
+            log.info("the master of %s moved from %s to %s: sending there", broker_name, addr, moved)
+            return await call(moved)
 
     async def subscribe_addr(
         self, broker_name: str, broker_id: int, topic: str, *, only_this_broker: bool = False

@@ -21,7 +21,7 @@ from client.instance import ClientInstance
 from client.message import MQBrokerError, MQClientError
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.errors import RemotingConnectError, RemotingError
+from remoting.errors import RemotingError
 from remoting.protocol.common import Body, MessageQueue
 
 __all__ = ["LocalOffsetStore", "OffsetSerializeWrapper", "OffsetStore", "RemoteOffsetStore"]
@@ -107,21 +107,8 @@ class RemoteOffsetStore(_MemoryTable):
         return offset
 
     async def update_remote(self, mq: MessageQueue, offset: int, *, oneway: bool) -> None:
-        """UPDATE_CONSUMER_OFFSET to the queue's master (raises on failure). A master that cannot
-        be connected to may have failed over: the route is read again at once, and a new master
-        gets the commit -- a consumer stopping before its route poll saw the failover lost its last
-        commits (upstream's does), and the group consumed those messages again."""
-        addr = await self.instance.master_addr(mq.brokerName, mq.topic)
-        try:
-            await self._commit(addr, mq, offset, oneway=oneway)
-        except RemotingConnectError:
-            await self.instance.update_route(mq.topic)
-            new = self.instance.brokers.master_addr(mq.brokerName)
-            if new is None or new == addr:
-                raise
-            await self._commit(new, mq, offset, oneway=oneway)
-
-    async def _commit(self, addr: str, mq: MessageQueue, offset: int, *, oneway: bool) -> None:
+        """UPDATE_CONSUMER_OFFSET to the queue's master (raises on failure; a master that failed
+        over gets it at its new address, see :meth:`ClientInstance.invoke_master`)."""
         cmd = RemotingCommand(
             code=int(RequestCode.UPDATE_CONSUMER_OFFSET),
             ext_fields={
@@ -133,11 +120,11 @@ class RemoteOffsetStore(_MemoryTable):
             },
         )
         if oneway:
-            await self.instance.invoke_oneway(addr, cmd)
+            await self.instance.invoke_master_oneway(mq.brokerName, mq.topic, cmd)
             return
-        response = await self.instance.invoke(addr, cmd, self.instance.call_timeout)
+        response = await self.instance.invoke_master(mq.brokerName, mq.topic, cmd)
         if response.code != ResponseCode.SUCCESS:
-            raise MQBrokerError(response.code, response.remark, addr)
+            raise MQBrokerError(response.code, response.remark, mq.brokerName)
 
     async def persist(self, mq: MessageQueue) -> None:
         offset = self.table.get(mq)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import trio
 
+from client.consumer import ConsumerBrokerCalls
 from client.instance import ClientInstance
 from client.message import ConsumeStatus, Message, MessageExt
 from client.offset_store import OffsetSerializeWrapper, RemoteOffsetStore
@@ -86,28 +87,38 @@ async def send_all(cluster: FakeCluster, bodies: list[bytes], **msg_kwargs: Any)
             await producer.send(Message(TOPIC, b, **msg_kwargs))
 
 
-@pytest.mark.parametrize("oneway", [False, True], ids=["at-stop", "periodic"])
-async def test_offsets_committed_right_after_a_failover_reach_the_new_master(oneway: bool) -> None:
+@pytest.mark.parametrize("request_kind", ["commit at stop", "periodic commit", "unlock"])
+async def test_a_request_to_the_master_right_after_a_failover_reaches_the_new_master(
+    request_kind: str,
+) -> None:
     # broker-a fails over -- its old master's port refuses connections, the name server routes the
-    # new master -- and the consumer commits before its route poll noticed: the commits went to the
-    # old address and were lost, so the group consumed those messages again (found by the
-    # consumer-group model's failover variant, with a member stopping right after a failover).
-    # A commit that cannot connect now reads the route again and goes to the new master.
+    # new master -- and the consumer calls the master before its route poll noticed: its offset
+    # commits went to the old address and were lost, so the group consumed those messages again
+    # (found by the consumer-group model's failover variant, a member stopping right after a
+    # failover), and an orderly one's unlocks never reached the new master. A request that cannot
+    # connect now reads the route again and goes to the new master.
     async with fake_cluster() as cluster:
         cluster.add_topic(TOPIC)
         async with ClientInstance(cluster.namesrv_addr, poll_name_server_interval=3600) as instance:
             await instance.update_route(TOPIC)
             store = RemoteOffsetStore(instance, GROUP)
+            calls = ConsumerBrokerCalls(instance, GROUP)
             mqs = [MessageQueue(topic=TOPIC, brokerName="broker-a", queueId=q) for q in range(4)]
             for q, mq in enumerate(mqs):
                 store.update(mq, 10 + q)
+            assert await calls.lock("broker-a", mqs) == set(mqs)
             old = cluster.brokers["broker-a"]
             await cluster.server.remove_listener(old.listener)
             new = await cluster.add_broker("broker-a")
             cluster.add_topic(TOPIC)
-            await store.persist_all(mqs, oneway=oneway)
-            await wait_until(lambda: len(new.offsets) == 4)
-        assert new.offsets == {(GROUP, TOPIC, q): 10 + q for q in range(4)}
+            new.locks = dict(old.locks)  # as if the new master had them (upstream's do not)
+            if request_kind == "unlock":
+                await calls.unlock("broker-a", mqs)
+                assert not new.locks
+            else:
+                await store.persist_all(mqs, oneway=request_kind == "periodic commit")
+                await wait_until(lambda: len(new.offsets) == 4)
+                assert new.offsets == {(GROUP, TOPIC, q): 10 + q for q in range(4)}
 
 
 async def test_round_trip_delivers_matching_tags_with_properties() -> None:
