@@ -128,9 +128,9 @@ class ConsumerBrokerCalls:
             "bname": mq.brokerName,
         }
         cmd = RemotingCommand(code=int(RequestCode.CONSUMER_SEND_MSG_BACK), ext_fields=ext)
-        response = await self.instance.invoke_master(mq.brokerName, mq.topic, cmd)
+        addr, response = await self.instance.invoke_master(mq.brokerName, mq.topic, cmd)
         if response.code != ResponseCode.SUCCESS:
-            raise MQBrokerError(response.code, response.remark, mq.brokerName)
+            raise MQBrokerError(response.code, response.remark, addr)
 
     async def lock(self, broker_name: str, mqs: list[MessageQueue]) -> set[MessageQueue]:
         """LOCK_BATCH_MQ: the subset of ``mqs`` now locked by this client (empty on failure)."""
@@ -139,7 +139,7 @@ class ConsumerBrokerCalls:
                 consumerGroup=self.group, clientId=self.instance.client_id, mqSet=mqs
             ).encode()
             cmd = RemotingCommand(code=int(RequestCode.LOCK_BATCH_MQ), body=body)
-            response = await self.instance.invoke_master(broker_name, mqs[0].topic, cmd)
+            _, response = await self.instance.invoke_master(broker_name, mqs[0].topic, cmd)
         except (RemotingError, MQClientError) as e:
             log.warning(
                 "group %s: lock of %d queue(s) on %s failed: %s", self.group, len(mqs), broker_name, e
@@ -163,7 +163,7 @@ class ConsumerBrokerCalls:
                 consumerGroup=self.group, clientId=self.instance.client_id, mqSet=mqs
             ).encode()
             cmd = RemotingCommand(code=int(RequestCode.UNLOCK_BATCH_MQ), body=body)
-            response = await self.instance.invoke_master(broker_name, mqs[0].topic, cmd)
+            _, response = await self.instance.invoke_master(broker_name, mqs[0].topic, cmd)
         except (RemotingError, MQClientError) as e:
             log.warning("group %s: unlock on %s failed: %s", self.group, broker_name, e)
             return

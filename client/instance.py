@@ -401,16 +401,21 @@ class ClientInstance:
             )
         return addr
 
-    async def invoke_master(self, broker_name: str, topic: str, cmd: RemotingCommand) -> RemotingCommand:
+    async def invoke_master(
+        self, broker_name: str, topic: str, cmd: RemotingCommand
+    ) -> tuple[str, RemotingCommand]:
         """Request/response to the master of ``broker_name`` (``topic``'s route read once if it is
-        unknown). A master that cannot be connected to may have failed over (controller mode)
-        before the route poll saw it: ``topic``'s route is read again at once and a new master gets
-        ``cmd``. Upstream's clients send to the old address until their next poll: a consumer
-        stopping right after a failover lost its last offset commits (the group then consumed
-        those messages again), and an orderly one left its queues locked."""
-        return await self._to_master(
-            broker_name, topic, lambda addr: self.invoke(addr, cmd, self.call_timeout)
-        )
+        unknown): the address that answered, and the response. A master that cannot be connected
+        to may have failed over (controller mode) before the route poll saw it: ``topic``'s route
+        is read again at once and a new master gets ``cmd``. Upstream's clients send to the old
+        address until their next poll: a consumer stopping right after a failover lost its last
+        offset commits (the group then consumed those messages again), and an orderly one left
+        its queues locked."""
+
+        async def call(addr: str) -> tuple[str, RemotingCommand]:
+            return addr, await self.invoke(addr, cmd, self.call_timeout)
+
+        return await self._to_master(broker_name, topic, call)
 
     async def invoke_master_oneway(self, broker_name: str, topic: str, cmd: RemotingCommand) -> None:
         """:meth:`invoke_master` without waiting for a response."""

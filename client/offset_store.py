@@ -82,7 +82,6 @@ class RemoteOffsetStore(_MemoryTable):
 
     async def read_store(self, mq: MessageQueue) -> int:
         """QUERY_CONSUMER_OFFSET; -1 when the broker has none (22). Other failures raise."""
-        addr = await self.instance.master_addr(mq.brokerName, mq.topic)
         cmd = RemotingCommand(
             code=int(RequestCode.QUERY_CONSUMER_OFFSET),
             ext_fields={
@@ -92,7 +91,7 @@ class RemoteOffsetStore(_MemoryTable):
                 "bname": mq.brokerName,
             },
         )
-        response = await self.instance.invoke(addr, cmd, self.instance.call_timeout)
+        addr, response = await self.instance.invoke_master(mq.brokerName, mq.topic, cmd)
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return -1
         if response.code != ResponseCode.SUCCESS:
@@ -122,9 +121,9 @@ class RemoteOffsetStore(_MemoryTable):
         if oneway:
             await self.instance.invoke_master_oneway(mq.brokerName, mq.topic, cmd)
             return
-        response = await self.instance.invoke_master(mq.brokerName, mq.topic, cmd)
+        addr, response = await self.instance.invoke_master(mq.brokerName, mq.topic, cmd)
         if response.code != ResponseCode.SUCCESS:
-            raise MQBrokerError(response.code, response.remark, mq.brokerName)
+            raise MQBrokerError(response.code, response.remark, addr)
 
     async def persist(self, mq: MessageQueue) -> None:
         offset = self.table.get(mq)

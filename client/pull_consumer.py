@@ -154,12 +154,10 @@ class PullAPI:
     # ------------------------------------------------------------------ offset queries (master)
 
     async def _offset_call(self, code: int, mq: MessageQueue, ext: dict[str, str], field: str) -> int:
-        addr = await self.instance.master_addr(mq.brokerName, mq.topic)
         fields = {"topic": mq.topic, "queueId": str(mq.queueId), "bname": mq.brokerName}
         fields.update(ext)
-        response = await self.instance.invoke(
-            addr, RemotingCommand(code=int(code), ext_fields=fields), self.instance.call_timeout
-        )
+        cmd = RemotingCommand(code=int(code), ext_fields=fields)
+        addr, response = await self.instance.invoke_master(mq.brokerName, mq.topic, cmd)
         if response.code != ResponseCode.SUCCESS:
             raise MQBrokerError(response.code, response.remark, addr)
         try:
