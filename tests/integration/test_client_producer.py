@@ -135,7 +135,7 @@ async def test_a_retry_after_the_route_lost_its_master_keeps_the_queues_it_had()
     async with fake_cluster() as cluster:
         cluster.add_topic(TOPIC)
         a = cluster.brokers["broker-a"]
-        a.fail_sends = [ResponseCode.SYSTEM_BUSY] * 3
+        a.fail_sends = [ResponseCode.SYSTEM_BUSY]
         a.gates[RequestCode.SEND_MESSAGE_V2] = gate = trio.Event()
         instance = ClientInstance(cluster.namesrv_addr, poll_name_server_interval=3600)
         async with instance, Producer("PG", instance=instance) as producer, trio.open_nursery() as nursery:

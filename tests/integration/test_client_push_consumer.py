@@ -111,7 +111,7 @@ async def test_a_request_to_the_master_right_after_a_failover_reaches_the_new_ma
             await cluster.server.remove_listener(old.listener)
             new = await cluster.add_broker("broker-a")
             cluster.add_topic(TOPIC)
-            new.locks = dict(old.locks)  # as if the new master had them (upstream's do not)
+            new.locks = dict(old.locks)  # as if the consumer had locked them there too
             if request_kind == "unlock":
                 await calls.unlock("broker-a", mqs)
                 assert not new.locks
