@@ -12,10 +12,8 @@ import sys
 
 import trio
 
-from client.instance import ClientInstance
 from client.message import ConsumeStatus, MessageExt
-from client.push_consumer import PushConsumer
-from tests.integration.test_consumer_group_model import FAST, GROUP, TOPIC
+from tests.integration.test_consumer_group_model import member_consumer
 
 
 async def main(namesrv: str, name: str, orderly: bool) -> None:
@@ -26,15 +24,9 @@ async def main(namesrv: str, name: str, orderly: bool) -> None:
         await trio.sleep(0.001)
         return ConsumeStatus.CONSUME_SUCCESS
 
-    async with ClientInstance(
-        namesrv, instance_name=name, heartbeat_interval=0.3, poll_name_server_interval=0.3
-    ) as instance:
-        consumer = PushConsumer(GROUP, instance=instance, orderly=orderly, **FAST)  # type: ignore[arg-type]
-        consumer.subscribe(TOPIC, "*")
-        consumer.register_listener(on_messages)
-        async with consumer:
-            print("started", flush=True)
-            await trio.to_thread.run_sync(sys.stdin.read)  # until the parent closes it
+    async with member_consumer(namesrv, name, orderly, on_messages):
+        print("started", flush=True)
+        await trio.to_thread.run_sync(sys.stdin.read)  # until the parent closes it
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -294,17 +295,32 @@ class Replicated:
         await self.settled()
 
 
-async def run_member(env: Layout, group: Group, member: Member) -> None:
+@asynccontextmanager
+async def member_consumer(
+    namesrv_addr: str,
+    name: str,
+    orderly: bool,
+    listener: Callable[[list[MessageExt]], Awaitable[ConsumeStatus]],
+) -> AsyncIterator[PushConsumer]:
+    """A running member of the group: its own client instance named ``name``, the model's settings
+    (also :mod:`tests.integration.consumer_member_child`'s)."""
     async with ClientInstance(
-        env.namesrv_addr, instance_name=member.name, heartbeat_interval=0.3, poll_name_server_interval=0.3
+        namesrv_addr, instance_name=name, heartbeat_interval=0.3, poll_name_server_interval=0.3
     ) as instance:
-        consumer = PushConsumer(GROUP, instance=instance, orderly=group.orderly, **FAST)  # type: ignore[arg-type]
+        consumer = PushConsumer(GROUP, instance=instance, orderly=orderly, **FAST)  # type: ignore[arg-type]
         consumer.subscribe(TOPIC, "*")
-        consumer.register_listener(group.listener(member.name))
+        consumer.register_listener(listener)
         async with consumer:
-            member.consumer = consumer
-            member.started.set()
-            await member.leave.wait()
+            yield consumer
+
+
+async def run_member(env: Layout, group: Group, member: Member) -> None:
+    async with member_consumer(
+        env.namesrv_addr, member.name, group.orderly, group.listener(member.name)
+    ) as consumer:
+        member.consumer = consumer
+        member.started.set()
+        await member.leave.wait()
     member.gone.set()
 
 
