@@ -118,6 +118,7 @@ async def test_a_controller_store_older_than_the_epoch_files_re_elects_above_the
         await env.stop_controller()
         shutil.copytree(env.root / "controller", env.root / "controller-old")
         await env.start_controller()
+        await env.heard(a, b)
         await env.stop(a, crash=True)
         await wait_until(lambda: b.is_master, 10, "b master")
         assert b.epoch == 2

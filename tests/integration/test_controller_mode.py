@@ -147,6 +147,20 @@ class ControllerMode:
 
         await self.nursery.start(run)
 
+    async def heard(self, *nodes: Node, peer: int = 0) -> None:
+        """Wait until controller peer ``peer`` counts each of ``nodes`` alive (its heartbeat arrived).
+        A peer that just started knows no broker: one crashing before the others have reported
+        finds no live replica to elect, and that failed election takes a master epoch too."""
+        manager = self.peer_objects[peer].service.manager
+        await wait_until(
+            lambda: all(
+                n.controller_id is not None and manager.is_alive(CLUSTER, NAME, n.controller_id)
+                for n in nodes
+            ),
+            10,
+            f"controller peer {peer} hears {[n.name for n in nodes]}",
+        )
+
     async def stop_controller(self, peer: int = 0) -> None:
         scope, done = self.controllers.pop(peer)
         scope.cancel()
