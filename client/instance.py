@@ -13,8 +13,10 @@ client its own instance: the default instance name becomes ``pid#nanotime``)::
 While running, the instance refreshes the route of every topic in use every
 ``poll_name_server_interval`` seconds (30), and at once (at most once a second) when a broker
 cannot be connected to (see :meth:`ClientInstance.broker_unreachable`); it heartbeats every known
-broker every ``heartbeat_interval`` seconds (30) and at once when a route reveals a new broker, and
-routes NOTIFY_CONSUMER_IDS_CHANGED from a broker to the consumer of that group.
+broker every ``heartbeat_interval`` seconds (30), at once when a route reveals a new broker, and at
+once to a broker whenever it connects to it (a restarted broker knows no client; see
+:meth:`ClientInstance.broker_connected`), and routes NOTIFY_CONSUMER_IDS_CHANGED from a broker to
+the consumer of that group.
 
 ``start()``/``shutdown()`` must be called from the same task and nest with other cancel
 scopes (the instance opens its nursery in ``start``); ``async with`` does that for you.
@@ -179,6 +181,9 @@ class ClientInstance:
                     RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset
                 )
             self._nursery = await stack.enter_async_context(trio.open_nursery())
+            remoting = self._remoting()
+            remoting.connect_listeners.append(self.broker_connected)
+            stack.callback(remoting.connect_listeners.remove, self.broker_connected)
         except BaseException:
             await stack.aclose()
             raise
@@ -525,6 +530,35 @@ class ClientInstance:
         async with trio.open_nursery() as n:
             for addr in addrs:
                 n.start_soon(self._quiet_call, addr, request(RequestCode.HEART_BEAT, body=body), "heartbeat")
+
+    def broker_connected(self, addr: str) -> None:
+        """A connection to ``addr`` was made (upstream's ``onChannelActive``). When ``addr`` is a
+        broker this instance heartbeats to, it gets the heartbeat at once, not at the next period:
+        a broker that restarted knows no client -- it would list no consumer of the group to the
+        other members' rebalances (each then takes queues the others hold) and answer this
+        consumer's pulls SUBSCRIPTION_NOT_EXIST, and could not check back this producer's
+        transactions -- until the heartbeat, 30 s later by default."""
+        nursery = self._nursery
+        if nursery is None or (not self.producers and not self.consumers):
+            return
+        for addrs_by_id in self.brokers.table.values():
+            for bid, known in addrs_by_id.items():
+                if known == addr and (bid == MASTER_ID or self.consumers):
+                    nursery.start_soon(self._heartbeat_connected, addr)
+                    return
+
+    async def _heartbeat_connected(self, addr: str) -> None:
+        async with self._heartbeat_lock:
+            remoting = self.remoting
+            if remoting is None or remoting.connection(addr) is None:
+                return  # closed again meanwhile: the next connection heartbeats
+            response = await self._quiet_call(
+                addr, request(RequestCode.HEART_BEAT, body=self.heartbeat_data().encode()), "heartbeat"
+            )
+        if response is not None and response.code == ResponseCode.SUCCESS:
+            # as upstream: the group's view on that broker changed, rebalance now
+            for consumer in list(self.consumers.values()):
+                consumer.request_rebalance()
 
     async def _heartbeat_loop(self) -> None:
         while True:

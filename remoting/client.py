@@ -94,6 +94,9 @@ class RemotingClient:
         #: closing (the peer closed it or went away): a broker re-registers with a name server
         #: whose connection broke (it may have restarted without the routes)
         self.close_listeners: list[Callable[[str], None]] = []
+        #: called with the address each time a connection to it is made (upstream's
+        #: ``onChannelActive``): a client re-sends its heartbeat to a broker it reconnected to
+        self.connect_listeners: list[Callable[[str], None]] = []
         self._log = logging.getLogger(name)
         self._connections: dict[str, Connection] = {}
         self._connect_locks: dict[str, trio.Lock] = {}
@@ -179,6 +182,11 @@ class RemotingClient:
         self._connections[addr] = conn
         self._nursery.start_soon(self._serve_unowned, conn)
         self._log.debug("connected to %s", addr)
+        for listener in list(self.connect_listeners):
+            try:
+                listener(addr)
+            except Exception:  # a listener's bug must not fail the call that connected
+                self._log.exception("connect listener failed for %s", addr)
         return conn
 
     def _connect_failed(self, addr: str) -> None:
