@@ -535,9 +535,10 @@ class ClientInstance:
         """A connection to ``addr`` was made (upstream's ``onChannelActive``). When ``addr`` is a
         broker this instance heartbeats to, it gets the heartbeat at once, not at the next period:
         a broker that restarted knows no client -- it would list no consumer of the group to the
-        other members' rebalances (each then takes queues the others hold) and answer this
-        consumer's pulls SUBSCRIPTION_NOT_EXIST, and could not check back this producer's
-        transactions -- until the heartbeat, 30 s later by default."""
+        other members' rebalances (each then takes queues the others hold) and could not check
+        back this producer's transactions -- until the heartbeat, 30 s later by default. (This
+        client's pulls carry their subscription; clients whose pulls do not are answered
+        SUBSCRIPTION_NOT_EXIST meanwhile.)"""
         nursery = self._nursery
         if nursery is None or (not self.producers and not self.consumers):
             return
