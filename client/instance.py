@@ -513,15 +513,19 @@ class ClientInstance:
             consumerDataSet=[c.consumer_data() for _, c in sorted(self.consumers.items())],
         )
 
+    def heartbeat_targets(self) -> set[str]:
+        """The brokers this instance heartbeats to: every known one (masters only when there are
+        no consumers)."""
+        return {
+            addr
+            for addrs_by_id in self.brokers.table.values()
+            for bid, addr in addrs_by_id.items()
+            if bid == MASTER_ID or self.consumers
+        }
+
     async def send_heartbeat_to_all(self) -> None:
         """HEART_BEAT to every known broker (masters only when there are no consumers)."""
-        addrs: list[str] = []
-        for addrs_by_id in self.brokers.table.values():
-            for bid, addr in addrs_by_id.items():
-                if bid != MASTER_ID and not self.consumers:
-                    continue
-                addrs.append(addr)
-        await self._heartbeat_addrs(sorted(set(addrs)))
+        await self._heartbeat_addrs(sorted(self.heartbeat_targets()))
 
     async def _heartbeat_addrs(self, addrs: list[str]) -> None:
         if not addrs or (not self.producers and not self.consumers):
@@ -529,7 +533,10 @@ class ClientInstance:
         body = self.heartbeat_data().encode()
         async with trio.open_nursery() as n:
             for addr in addrs:
-                n.start_soon(self._quiet_call, addr, request(RequestCode.HEART_BEAT, body=body), "heartbeat")
+                n.start_soon(self._heartbeat, addr, body)
+
+    async def _heartbeat(self, addr: str, body: bytes) -> RemotingCommand | None:
+        return await self._quiet_call(addr, request(RequestCode.HEART_BEAT, body=body), "heartbeat")
 
     def broker_connected(self, addr: str) -> None:
         """A connection to ``addr`` was made (upstream's ``onChannelActive``). When ``addr`` is a
@@ -540,22 +547,15 @@ class ClientInstance:
         client's pulls carry their subscription; clients whose pulls do not are answered
         SUBSCRIPTION_NOT_EXIST meanwhile.)"""
         nursery = self._nursery
-        if nursery is None or (not self.producers and not self.consumers):
-            return
-        for addrs_by_id in self.brokers.table.values():
-            for bid, known in addrs_by_id.items():
-                if known == addr and (bid == MASTER_ID or self.consumers):
-                    nursery.start_soon(self._heartbeat_connected, addr)
-                    return
+        if nursery is not None and (self.producers or self.consumers) and addr in self.heartbeat_targets():
+            nursery.start_soon(self._heartbeat_connected, addr)
 
     async def _heartbeat_connected(self, addr: str) -> None:
         async with self._heartbeat_lock:
             remoting = self.remoting
             if remoting is None or remoting.connection(addr) is None:
                 return  # closed again meanwhile: the next connection heartbeats
-            response = await self._quiet_call(
-                addr, request(RequestCode.HEART_BEAT, body=self.heartbeat_data().encode()), "heartbeat"
-            )
+            response = await self._heartbeat(addr, self.heartbeat_data().encode())
         if response is not None and response.code == ResponseCode.SUCCESS:
             # as upstream: the group's view on that broker changed, rebalance now
             for consumer in list(self.consumers.values()):
