@@ -101,6 +101,8 @@ class ConsumerHook(Protocol):
 
     def request_rebalance(self) -> None: ...
 
+    def master_connection_lost(self, broker_name: str) -> None: ...
+
 
 class ClientInstance:
     """Shared client machinery (see the module docstring)."""
@@ -184,6 +186,8 @@ class ClientInstance:
             remoting = self._remoting()
             remoting.connect_listeners.append(self.broker_connected)
             stack.callback(remoting.connect_listeners.remove, self.broker_connected)
+            remoting.close_listeners.append(self.broker_disconnected)
+            stack.callback(remoting.close_listeners.remove, self.broker_disconnected)
         except BaseException:
             await stack.aclose()
             raise
@@ -549,6 +553,16 @@ class ClientInstance:
         nursery = self._nursery
         if nursery is not None and (self.producers or self.consumers) and addr in self.heartbeat_targets():
             nursery.start_soon(self._heartbeat_connected, addr)
+
+    def broker_disconnected(self, addr: str) -> None:
+        """The connection to ``addr`` ended other than by this client. When ``addr`` is a group's
+        master, its queue locks may be gone with it (a restarted broker or a new master holds
+        none): the consumers stop consuming its queues under their own locks until they lock them
+        again (see ``PushConsumer.master_connection_lost``)."""
+        for broker_name, addrs_by_id in list(self.brokers.table.items()):
+            if addrs_by_id.get(MASTER_ID) == addr:
+                for consumer in list(self.consumers.values()):
+                    consumer.master_connection_lost(broker_name)
 
     async def _heartbeat_connected(self, addr: str) -> None:
         async with self._heartbeat_lock:

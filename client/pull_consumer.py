@@ -235,6 +235,9 @@ class PullConsumer(StartStop):
     def request_rebalance(self) -> None:
         return None
 
+    def master_connection_lost(self, broker_name: str) -> None:
+        return None  # no queue locks
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:

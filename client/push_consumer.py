@@ -38,8 +38,9 @@ Behaviour (Java semantics):
   original topic back (property RETRY_TOPIC).
 * Orderly listeners see one queue's messages in order, one batch at a time. In clustering mode
   a queue is locked on the broker (LOCK_BATCH_MQ) before it is pulled, all locks are renewed
-  every ``lock_interval`` (20 s), and released (UNLOCK_BATCH_MQ) when the queue is taken away
-  or at shutdown. SUSPEND_CURRENT_QUEUE_A_MOMENT redelivers the same batch after
+  every ``lock_interval`` (20 s) -- every ``pull_delay_on_exception`` while a queue is not
+  locked, and at once when the connection to a master ends (its locks may be gone) -- and
+  released (UNLOCK_BATCH_MQ) when the queue is taken away or at shutdown. SUSPEND_CURRENT_QUEUE_A_MOMENT redelivers the same batch after
   ``suspend_current_queue_time``; after ``max_reconsume_times`` (unlimited by default for
   orderly, 16 for concurrent) the message goes to the DLQ via the retry topic.
 * Shutdown: stop pulling, give running listeners ``await_termination_when_shutdown`` seconds,
@@ -180,6 +181,8 @@ class PushConsumer(StartStop):
         self._queues: dict[MessageQueue, QueueState] = {}
         self._rebalance_event = trio.Event()
         self._rebalance_lock = trio.Lock()
+        #: set to renew the locks now (see :meth:`master_connection_lost`)
+        self._relock_event = trio.Event()
         self._stop = trio.Event()
         self._done = trio.Event()
         self.stopping = False
@@ -233,6 +236,30 @@ class PushConsumer(StartStop):
     def request_rebalance(self) -> None:
         """Rebalance now (called on NOTIFY_CONSUMER_IDS_CHANGED)."""
         self._rebalance_event.set()
+
+    def master_connection_lost(self, broker_name: str) -> None:
+        """The connection to ``broker_name``'s master ended (called by the instance). An orderly
+        consumer's locks on its queues may have ended with it: a restarted broker, or the replica
+        that took over, holds no lock, and another member may lock and consume those queues as soon
+        as the broker hears it -- while this one, whose own locks have not expired (30 s), would
+        go on consuming them too. So they count as unlocked: pulling and consuming them wait until
+        they are locked again (the lock loop asks at once, then every ``pull_delay_on_exception``;
+        upstream keeps consuming until its locks expire)."""
+        if not (self.orderly and self.clustering):
+            return
+        theirs = [qs for qs in self._queues.values() if qs.mq.brokerName == broker_name]
+        dropped = [qs.mq.queueId for qs in theirs if qs.pq.locked]
+        for qs in theirs:
+            qs.pq.locked = False
+        self._relock_event.set()
+        if dropped:
+            log.info(
+                "group %s: connection to the master of %s lost: consuming its queues %s again once "
+                "they are locked again",
+                self.group,
+                broker_name,
+                sorted(dropped),
+            )
 
     def running_info(self) -> ConsumerRunningInfo:
         """The answer to GET_CONSUMER_RUNNING_INFO (mqadmin ``consumerStatus``): configuration,
@@ -645,9 +672,16 @@ class PushConsumer(StartStop):
                         qs.pq.locked = False
 
     async def _lock_loop(self) -> None:
+        delay = self.lock_interval
         while True:
-            await trio.sleep(self.lock_interval)
+            with trio.move_on_after(delay):
+                await self._relock_event.wait()
+            self._relock_event = trio.Event()
             await self.lock_all()
+            # a queue left unlocked (its lock held by another client, or the broker unreachable)
+            # neither pulls nor consumes: ask again soon, not a whole interval later
+            unlocked = any(not qs.pq.locked for qs in self._queues.values())
+            delay = self.pull_delay_on_exception if unlocked else self.lock_interval
 
     # ------------------------------------------------------------------ offsets
 

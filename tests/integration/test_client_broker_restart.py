@@ -4,18 +4,23 @@ A restarted broker knows no client until one heartbeats. The client heartbeats e
 default; upstream's Java client also heartbeats to a broker at once whenever it connects to it
 (``onChannelActive``) and then rebalances, and so does ours (``ClientInstance.broker_connected``).
 Here the periodic heartbeat is an hour away, so only that can make the broker hear the clients.
+
+A restarted broker also holds no queue lock. An orderly member's own locks (30 s to live) would
+let it go on consuming queues that another member, heard first, locked on the restarted broker;
+its locks now end with its connection to the master (``PushConsumer.master_connection_lost``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import trio
 
 from client.instance import ClientInstance
-from client.message import ConsumeStatus, Message, MessageExt, SendStatus
+from client.message import ConsumeStatus, Message, MessageExt, MessageQueue, SendStatus
 from client.producer import Producer
 from client.push_consumer import PushConsumer
 from remoting.codes import RequestCode, ResponseCode
@@ -24,6 +29,7 @@ from remoting.protocol.broker import (
     ConsumeFromWhere,
     GetConsumerListByGroupResponseBody,
     ProducerConnection,
+    SubscriptionGroupConfig,
 )
 from tests.integration.broker_env import wait_until
 from tests.integration.replication_kit import Group, Running, replication_group
@@ -110,3 +116,147 @@ async def test_a_restarted_broker_hears_its_clients_when_they_reconnect(tmp_path
             assert (await producer.send(Message(TOPIC, b"after"))).send_status is SendStatus.SEND_OK
             await wait_listed(producer_ids, servers, running.addr, producing.client_id, "the producer")
             await wait_until(lambda: b"after" in got, timeout=10, what="the message sent after the restart")
+
+
+def queue_of(queues: list[MessageQueue], _msg: Message, arg: object) -> MessageQueue:
+    return sorted(queues, key=lambda mq: mq.queueId)[int(arg) % len(queues)]  # type: ignore[call-overload]
+
+
+def queues_of(consumer: PushConsumer) -> list[int]:
+    """The ids of the queues of TOPIC that ``consumer`` pulls."""
+    return sorted(mq.queueId for mq in consumer.assignment() if mq.topic == TOPIC)
+
+
+@dataclass
+class Consumption:
+    """When each member consumed which queue: (member, queue id, start, end) of each listener call."""
+
+    calls: list[tuple[str, int, float, float]] = field(default_factory=list)
+    bodies: dict[str, set[bytes]] = field(default_factory=dict)
+
+    def listener(self, member: str) -> Callable[[list[MessageExt]], Awaitable[ConsumeStatus]]:
+        self.bodies[member] = set()
+
+        async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+            start = trio.current_time()
+            await trio.sleep(0.005)
+            self.calls.append((member, msgs[0].queue_id, start, trio.current_time()))
+            self.bodies[member].update(m.body for m in msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        return listener
+
+    def shared(self) -> list[str]:
+        """Each time two members consumed one queue at once."""
+        out = []
+        for a in self.calls:
+            for b in self.calls:
+                if a[0] < b[0] and a[1] == b[1] and a[2] < b[3] and b[2] < a[3]:
+                    out.append(
+                        f"queue {a[1]}: {a[0]} at {a[2]:.3f}-{a[3]:.3f}, {b[0]} at {b[2]:.3f}-{b[3]:.3f}"
+                    )
+        return out
+
+
+async def test_an_orderly_member_does_not_consume_a_queue_the_restarted_broker_locked_for_another(
+    tmp_path: Path,
+) -> None:
+    """Two orderly members split four queues; the broker restarts (its lock table empty). Member a
+    is back first: the broker lists only it, so it takes and locks all four queues. Member b comes
+    back a second later still holding client-side locks on two of them (30 s to live), and with
+    them it pulled and consumed those queues alongside a -- upstream's client does the same. The
+    group's NOTIFY_CONSUMER_IDS_CHANGED is off and neither member rebalances by itself, so nothing
+    else hands the queues back. b's locks now end with its connection to the master: it consumes
+    those queues only once it has locked them again, here after a stops."""
+    consumption = Consumption()
+    async with replication_group(tmp_path) as servers:
+        running = await servers.start("broker")
+        await servers.create_topic(running.addr, TOPIC, 4)
+        await wait_until(lambda: TOPIC in servers.namesrv.routes.topicQueueTable, what=f"a route of {TOPIC}")
+        instances = {
+            name: ClientInstance(
+                servers.namesrv_addr, heartbeat_interval=NEVER, poll_name_server_interval=0.3
+            )
+            for name in ("a", "b", "producer")
+        }
+        consumers = {
+            name: PushConsumer(
+                GROUP,
+                instance=instances[name],
+                orderly=True,
+                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                rebalance_interval=NEVER if name == "a" else 0.3,
+                pull_delay_on_exception=0.1 if name == "a" else 1.0,
+                broker_suspend_max_time=0.5,
+            )
+            for name in ("a", "b")
+        }
+        for name, consumer in consumers.items():
+            consumer.subscribe(TOPIC, "*")
+            consumer.register_listener(consumption.listener(name))
+        serial = 0
+
+        async def send(n: int) -> None:
+            nonlocal serial
+            for _ in range(n):
+                serial += 1
+                result = await producer.send(Message(TOPIC, b"m%d" % serial), selector=queue_of, arg=serial)
+                assert result.send_status is SendStatus.SEND_OK
+
+        def consumed() -> set[bytes]:
+            return set().union(*consumption.bodies.values())
+
+        a, b = consumers["a"], consumers["b"]
+        async with (
+            instances["producer"],
+            instances["a"],
+            instances["b"],
+            Producer(PRODUCER_GROUP, instance=instances["producer"]) as producer,
+        ):
+            await a.start()
+            try:
+                await wait_until(lambda: queues_of(a) == [0, 1, 2, 3], timeout=10, what="a's four queues")
+                async with b:
+                    # b joins: the broker tells a, which hands two queues over; b takes them
+                    await wait_until(lambda: len(queues_of(b)) == 2, timeout=10, what="b's two queues")
+                    b.rebalance_interval = NEVER  # from its next round on
+                    await send(8)
+                    await wait_until(lambda: len(consumed()) == 8, timeout=10, what="the first messages")
+                    assert {c[0] for c in consumption.calls} == {"a", "b"}
+                    config = SubscriptionGroupConfig(groupName=GROUP, notifyConsumerIdsChangedEnable=False)
+                    response = await servers.call(
+                        running.addr,
+                        request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=config.encode()),
+                    )
+                    assert response.code == ResponseCode.SUCCESS, response.remark
+
+                    running = await restart(servers, running, crash=False)
+                    restarted_at = serial
+                    await wait_until(
+                        lambda: queues_of(a) == [0, 1, 2, 3], timeout=10, what="a taking every queue"
+                    )
+                    with trio.fail_after(10):  # until b is back in the group: a second or so
+                        while instances["b"].client_id not in await consumer_ids(servers, running.addr):
+                            await send(4)
+                            await trio.sleep(0.05)
+                    # both members running for two of b's pull retries (1 s) more
+                    with trio.move_on_after(2):
+                        while True:
+                            await send(4)
+                            await trio.sleep(0.05)
+                    await wait_until(lambda: len(consumed()) == serial, timeout=10, what="everything sent")
+                    assert consumption.shared() == [], "two members consumed one queue at once"
+                    after = {b"m%d" % i for i in range(restarted_at + 1, serial + 1)}
+                    assert not after & consumption.bodies["b"], "b consumed queues a had locked"
+                    # a leaves, unlocking its queues: b locks its two again and goes on with them
+                    await a.shutdown()
+                    sent = serial
+                    await send(8)
+                    theirs = {b"m%d" % i for i in range(sent + 1, serial + 1) if i % 4 in queues_of(b)}
+                    await wait_until(
+                        lambda: theirs <= consumption.bodies["b"],
+                        timeout=10,
+                        what="b consuming its queues again",
+                    )
+            finally:
+                await a.shutdown()
