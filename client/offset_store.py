@@ -131,7 +131,7 @@ class RemoteOffsetStore(_MemoryTable):
             return
         try:
             await self.update_remote(mq, offset, oneway=False)
-        except (RemotingError, MQBrokerError) as e:
+        except (RemotingError, MQClientError) as e:  # also: the group has no master right now
             log.warning("persisting offset %d of %s for %s failed: %s", offset, mq, self.group, e)
 
     async def persist_all(self, mqs: Iterable[MessageQueue], *, oneway: bool = True) -> None:
