@@ -40,7 +40,8 @@ Behaviour (Java semantics):
   a queue is locked on the broker (LOCK_BATCH_MQ) before it is pulled, all locks are renewed
   every ``lock_interval`` (20 s) -- every ``pull_delay_on_exception`` while a queue is not
   locked, and at once when the connection to a master ends (its locks may be gone) -- and
-  released (UNLOCK_BATCH_MQ) when the queue is taken away or at shutdown. SUSPEND_CURRENT_QUEUE_A_MOMENT redelivers the same batch after
+  released (UNLOCK_BATCH_MQ) when the queue is taken away or at shutdown.
+  SUSPEND_CURRENT_QUEUE_A_MOMENT redelivers the same batch after
   ``suspend_current_queue_time``; after ``max_reconsume_times`` (unlimited by default for
   orderly, 16 for concurrent) the message goes to the DLQ via the retry topic.
 * Shutdown: stop pulling, give running listeners ``await_termination_when_shutdown`` seconds,
