@@ -27,8 +27,9 @@ already running when the broker lost its locks: the next owner of the queue may 
 the orderly check lets a call that began before a restart ended overlap another member's; every
 other overlap is a violation.
 
-A second variant runs concurrent sequences on three controller-mode replicas
-(``allAckInSyncStateSet``), where a broker restart is a failover: the master crashes or stops, a
+A second variant runs the sequences on three controller-mode replicas
+(``allAckInSyncStateSet``), where a broker restart is a failover (the new master holds no queue
+lock either): the master crashes or stops, a
 replica of its SyncStateSet takes over (routed by the name server; the members poll routes every
 0.3 s, the producer every 30 s, as by default, and asks again when it cannot reach the old master),
 and the old master returns as a slave. The same promises hold across it: an
@@ -291,18 +292,23 @@ class Replicated:
             while await self.routed_master() != self.master.addr:
                 await trio.sleep(0.02)
 
+    async def start(self, name: str) -> Node:
+        node = await self.ctl.start(name)
+        node.broker.locks.max_live_ms = LOCK_MAX_LIVE_MS  # whichever replica is master next
+        return node
+
     async def restart(self, crash: bool) -> None:
         old = self.master
         await self.ctl.stop(old, crash=crash)
         others = [n for n in self.nodes.values() if n is not old]
         await wait_until(lambda: any(n.is_master for n in others), SETTLE, "a replica to take over")
-        self.nodes[old.name] = await self.ctl.start(old.name)
+        self.nodes[old.name] = await self.start(old.name)
         await self.settled()
 
     async def restart_slave(self, crash: bool) -> None:
         slave = next(n for n in self.nodes.values() if not n.is_master)
         await self.ctl.stop(slave, crash=crash)
-        self.nodes[slave.name] = await self.ctl.start(slave.name)
+        self.nodes[slave.name] = await self.start(slave.name)
         await self.settled()
 
 
@@ -515,17 +521,17 @@ async def run_sequence(root: str, orderly: bool, sequence: list[tuple]) -> None:
         await run_ops(env, group, sequence, nursery)
 
 
-async def run_failover_sequence(root: str, sequence: list[tuple]) -> None:
-    """``sequence`` (concurrent members) on three controller-mode replicas, where a broker restart is
-    a failover (see :class:`Replicated`)."""
-    group = Group(orderly=False)
+async def run_failover_sequence(root: str, orderly: bool, sequence: list[tuple]) -> None:
+    """``sequence`` on three controller-mode replicas, where a broker restart is a failover (see
+    :class:`Replicated`)."""
+    group = Group(orderly=orderly)
     async with controller_mode(Path(root), deadline=3600) as ctl, trio.open_nursery() as nursery:
-        first = await ctl.start(REPLICAS[0])
+        env = Replicated(ctl, {})
+        first = env.nodes[REPLICAS[0]] = await env.start(REPLICAS[0])
         await wait_until(lambda: first.is_master, SETTLE, f"{first.name} to lead")
         await ctl.create_topic(first, TOPIC, QUEUES)
-        env = Replicated(ctl, {first.name: first})
         for name in REPLICAS[1:]:
-            env.nodes[name] = await ctl.start(name)
+            env.nodes[name] = await env.start(name)
         await env.settled()
         await run_ops(env, group, sequence, nursery)
 
@@ -614,6 +620,8 @@ def test_a_consumer_group_consumes_everything_while_members_come_and_go(
 
 
 @model_settings(FAILOVER_EXAMPLES)
-@given(sequence=ops)
-def test_a_consumer_group_consumes_everything_across_master_failovers(sequence: list[tuple]) -> None:
-    run_in_temp_dir("consumer-failover-model-", run_failover_sequence, sequence)
+@given(orderly=st.booleans(), sequence=ops)
+def test_a_consumer_group_consumes_everything_across_master_failovers(
+    orderly: bool, sequence: list[tuple]
+) -> None:
+    run_in_temp_dir("consumer-failover-model-", run_failover_sequence, orderly, sequence)
