@@ -27,12 +27,11 @@ already running when the broker lost its locks: the next owner of the queue may 
 the orderly check lets a call that began before a restart ended overlap another member's; every
 other overlap is a violation.
 
-A second variant runs the sequences on three controller-mode replicas
-(``allAckInSyncStateSet``), where a broker restart is a failover (the new master holds no queue
-lock either): the master crashes or stops, a
-replica of its SyncStateSet takes over (routed by the name server; the members poll routes every
-0.3 s, the producer every 30 s, as by default, and asks again when it cannot reach the old master),
-and the old master returns as a slave. The same promises hold across it: an
+A second variant runs the sequences on three controller-mode replicas (``allAckInSyncStateSet``),
+where a broker restart is a failover: the master crashes or stops, a replica of its SyncStateSet
+takes over (routed by the name server; the members poll routes every 0.3 s, the producer every
+30 s, as by default, and asks again when it cannot reach the old master; the new master holds no
+queue lock either), and the old master returns as a slave. The same promises hold across it: an
 acknowledged message is on every replica of the SyncStateSet, and the members commit their offsets
 to whichever replica is master. ``CONSUMER_MODEL_EXAMPLES`` sets the number of sequences (4),
 ``CONSUMER_FAILOVER_MODEL_EXAMPLES`` the failover variant's (2)."""
