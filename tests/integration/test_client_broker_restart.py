@@ -162,7 +162,7 @@ async def test_an_orderly_member_does_not_consume_a_queue_the_restarted_broker_l
 ) -> None:
     """Two orderly members split four queues; the broker restarts (its lock table empty). Member a
     is back first: the broker lists only it, so it takes and locks all four queues. Member b comes
-    back a second later still holding client-side locks on two of them (30 s to live), and with
+    back two seconds later still holding client-side locks on two of them (30 s to live), and with
     them it pulled and consumed those queues alongside a -- upstream's client does the same. The
     group's NOTIFY_CONSUMER_IDS_CHANGED is off and neither member rebalances by itself, so nothing
     else hands the queues back. b's locks now end with its connection to the master: it consumes
@@ -185,7 +185,7 @@ async def test_an_orderly_member_does_not_consume_a_queue_the_restarted_broker_l
                 orderly=True,
                 consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
                 rebalance_interval=NEVER if name == "a" else 0.3,
-                pull_delay_on_exception=0.1 if name == "a" else 1.0,
+                pull_delay_on_exception=0.1 if name == "a" else 2.0,
                 # nothing else of b's reaches the broker before a is back (its pulls commit)
                 persist_offset_interval=NEVER if name == "b" else 5.0,
                 broker_suspend_max_time=0.5,
@@ -233,6 +233,7 @@ async def test_an_orderly_member_does_not_consume_a_queue_the_restarted_broker_l
 
                     running = await restart(servers, running, crash=False)
                     restarted_at = serial
+                    await instances["a"].send_heartbeat_to_all()  # a is heard first, b 2 s later
                     await wait_until(
                         lambda: queues_of(a) == [0, 1, 2, 3], timeout=10, what="a taking every queue"
                     )
@@ -240,8 +241,8 @@ async def test_an_orderly_member_does_not_consume_a_queue_the_restarted_broker_l
                         while instances["b"].client_id not in await consumer_ids(servers, running.addr):
                             await send(4)
                             await trio.sleep(0.05)
-                    # both members running for two of b's pull retries (1 s) more
-                    with trio.move_on_after(2):
+                    # both members running for b's next pull retry (2 s after its last) and more
+                    with trio.move_on_after(2.5):
                         while True:
                             await send(4)
                             await trio.sleep(0.05)
