@@ -249,6 +249,8 @@ class PushConsumer(StartStop):
         if not (self.orderly and self.clustering):
             return
         theirs = [qs for qs in self._queues.values() if qs.mq.brokerName == broker_name]
+        if not theirs:
+            return
         dropped = [qs.mq.queueId for qs in theirs if qs.pq.locked]
         for qs in theirs:
             qs.pq.locked = False

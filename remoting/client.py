@@ -182,11 +182,7 @@ class RemotingClient:
         self._connections[addr] = conn
         self._nursery.start_soon(self._serve_unowned, conn)
         self._log.debug("connected to %s", addr)
-        for listener in list(self.connect_listeners):
-            try:
-                listener(addr)
-            except Exception:  # a listener's bug must not fail the call that connected
-                self._log.exception("connect listener failed for %s", addr)
+        self._tell(self.connect_listeners, addr, "connect")
         return conn
 
     def _connect_failed(self, addr: str) -> None:
@@ -206,13 +202,15 @@ class RemotingClient:
     def _forget(self, addr: str, conn: Connection) -> None:
         if self._connections.get(addr) is conn:
             del self._connections[addr]
-        if self._closing:
-            return
-        for listener in list(self.close_listeners):
+        if not self._closing:
+            self._tell(self.close_listeners, addr, "close")
+
+    def _tell(self, listeners: list[Callable[[str], None]], addr: str, what: str) -> None:
+        for listener in list(listeners):
             try:
                 listener(addr)
-            except Exception:  # a listener's bug must not break the connection's teardown
-                self._log.exception("close listener failed for %s", addr)
+            except Exception:  # a listener's bug must not fail the call or the teardown at hand
+                self._log.exception("%s listener failed for %s", what, addr)
 
     async def close_connection(self, addr: str) -> None:
         """Close the connection to ``addr`` (the next call reconnects)."""

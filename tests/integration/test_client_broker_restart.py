@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from client.instance import ClientInstance
-from client.message import ConsumeStatus, Message, MessageExt, MessageQueue, SendStatus
+from client.message import ConsumeStatus, Message, MessageExt, SendStatus
 from client.producer import Producer
 from client.push_consumer import PushConsumer
 from remoting.codes import RequestCode, ResponseCode
@@ -33,6 +33,7 @@ from remoting.protocol.broker import (
 )
 from tests.integration.broker_env import wait_until
 from tests.integration.replication_kit import Group, Running, replication_group
+from tests.integration.test_consumer_group_model import by_key
 
 TOPIC = "RestartTopic"
 GROUP = "RestartGroup"
@@ -117,10 +118,6 @@ async def test_a_restarted_broker_hears_its_clients_when_they_reconnect(tmp_path
             await wait_until(lambda: b"after" in got, timeout=10, what="the message sent after the restart")
 
 
-def queue_of(queues: list[MessageQueue], _msg: Message, arg: object) -> MessageQueue:
-    return sorted(queues, key=lambda mq: mq.queueId)[int(arg) % len(queues)]  # type: ignore[call-overload]
-
-
 def queues_of(consumer: PushConsumer) -> list[int]:
     """The ids of the queues of TOPIC that ``consumer`` pulls."""
     return sorted(mq.queueId for mq in consumer.assignment() if mq.topic == TOPIC)
@@ -201,7 +198,7 @@ async def test_an_orderly_member_does_not_consume_a_queue_the_restarted_broker_l
             nonlocal serial
             for _ in range(n):
                 serial += 1
-                result = await producer.send(Message(TOPIC, b"m%d" % serial), selector=queue_of, arg=serial)
+                result = await producer.send(Message(TOPIC, b"m%d" % serial), selector=by_key, arg=serial)
                 assert result.send_status is SendStatus.SEND_OK
 
         def consumed() -> set[bytes]:
