@@ -8,7 +8,10 @@
 
 from __future__ import annotations
 
+import json
+import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -107,3 +110,77 @@ def test_cpp_acknowledged_messages_survive_sigkill_with_sync_flush(
     more = batch(topic, "more", 8)
     produce(client, cluster, more)
     assert pull_all(client, cluster, topic) == Counter(m["body"] for m in acked + more)
+
+
+def _progress(path: Path) -> dict[str, int]:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {"sent": 0, "acked": 0}
+
+
+@pytest.mark.slow
+def test_running_cpp_clients_carry_on_across_a_container_crash(
+    make_container: MakeContainer, client: Clients, tmp_path: Path
+) -> None:
+    """A C++ producer streams and a C++ push consumer listens while the container is SIGKILLed and
+    started again on its data: the clients reconnect by themselves (the producer at once, on the
+    restarted name server's route) and every acknowledged message is delivered (SYNC_FLUSH)."""
+    topic, group = "CompatLiveRestartTopic", "CG_LIVE_RESTART"
+    cluster = make_container("broker-a", "broker-b", flushDiskType="SYNC_FLUSH")
+    seed = batch(topic, "seed", 8)  # creates the topic on both brokers
+    produce(client, cluster, seed)
+    progress, expect_file = tmp_path / "progress.json", tmp_path / "expect.json"
+    consumer = client.start(
+        {
+            "action": "push_until",
+            "namesrv": cluster.namesrv,
+            "group": group,
+            "topic": topic,
+            "expect_file": str(expect_file),
+            "wait": 90,
+            "settle": 1,
+            "deadline": 100,
+        }
+    )
+    producer = client.start(
+        {
+            "action": "produce_stream",
+            "namesrv": cluster.namesrv,
+            "group": "PG_LIVE_RESTART",
+            "topic": topic,
+            "duration": 15,
+            "interval_ms": 20,
+            "progress_file": str(progress),
+            "deadline": 60,
+        }
+    )
+    deadline = time.monotonic() + 20
+    while _progress(progress)["acked"] < 100:
+        assert time.monotonic() < deadline, "100 acknowledged sends before the restart"
+        time.sleep(0.05)
+    killed_at = time.time()
+    assert cluster.kill() == -9
+    time.sleep(1)
+    cluster.start()
+    started_at = time.time()
+    sent = producer.report(60)
+    assert "exception" not in sent, sent
+    results = sent["results"]
+    acked = [r for r in results if r.get("ok") and r["status"] == 0]
+    expect_file.write_text(json.dumps([r["body"] for r in acked]))
+    got = consumer.report(100)
+    assert "exception" not in got, got
+    after = sorted(r["t"] - started_at for r in acked if r["t"] > started_at)
+    failed = [r for r in results if not (r.get("ok") and r["status"] == 0)]
+    received = Counter(r["body"] for r in got["received"])
+    missing = [r["body"] for r in acked if r["body"] not in received]
+    summary = (
+        f"{len(results)} sends, {len(acked)} acknowledged ({len(after)} after the restart, first "
+        f"{after[0] if after else None} s after), {len(failed)} not (e.g. {failed[:2]}); down for "
+        f"{started_at - killed_at:.1f} s; {len(missing)} missing; {sum(n - 1 for n in received.values())} twice"
+    )
+    print(summary)
+    assert len(after) >= 50, summary  # sends go on after the restart
+    assert not got.get("timed_out"), summary
+    assert not missing, f"{summary}: {missing[:5]}"
