@@ -300,8 +300,42 @@ def decode(data: bytes | bytearray | memoryview | str, type: type[T]) -> T:
         # string holding an object key), and let its ValidationError speak if it also fails.
         pass
     except msgspec.DecodeError:
-        pass
+        quoted = _quote_int_keys(data)
+        if quoted is not None:
+            try:
+                return msgspec.json.decode(quoted, type=type, strict=False)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                pass
     return msgspec.convert(loads_lenient(data), type, strict=False)
+
+
+#: a double-quoted JSON string (escapes included); the split keeps it as its own part
+_DQ_STRING = re.compile(rb'("[^"\\]*(?:\\.[^"\\]*)*")')
+#: an unquoted integer map key as fastjson writes ``Map<Integer, ...>`` keys (compact); the split
+#: keeps the number as its own part
+_INT_KEY = re.compile(rb"(?<=[{,])(-?(?:0|[1-9][0-9]*))(?=:)")
+
+
+def _quote_int_keys(data: bytes | bytearray | memoryview | str) -> bytes | None:
+    """``data`` with its unquoted integer map keys quoted, None when it has none.
+
+    The one fastjson-only form of what the Java side writes most (offset tables, broker ids):
+    quoted, the document is standard JSON that msgspec decodes at C speed, where the lenient
+    parser took ~0.45 s for the 2 MB offset table of 20,000 groups a slave fetches every 10 s.
+    Text inside double-quoted strings is left alone; if the result is still not standard JSON
+    (single quotes, bare words, object keys, spaces around a key), the caller parses the
+    original leniently. Every step is one C call over the whole text: the parts outside strings
+    are joined with NULs (never valid there), split around the keys and joined again with a
+    quote between each part and the next -- around each key."""
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    if b"\x00" in raw:
+        return None
+    parts = _DQ_STRING.split(raw)
+    outside = _INT_KEY.split(b"\x00".join(parts[::2]))
+    if len(outside) == 1:
+        return None
+    parts[::2] = b'"'.join(outside).split(b"\x00")
+    return b"".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,13 +353,21 @@ def _sorted_fields(cls: type) -> tuple[str, ...]:
     return names
 
 
+#: where a msgspec.Raw goes in the writer's text: a NUL, which the writer never writes itself
+#: (strings escape it as \\u0000)
+_RAW_MARK = "\x00"
+_RAW_MARK_B = b"\x00"
+
+
 class _Writer:
     """Writes one value; ``standard`` selects BrowserCompatible output."""
 
-    __slots__ = ("encstr", "out", "standard")
+    __slots__ = ("encstr", "out", "raws", "standard")
 
     def __init__(self, standard: bool) -> None:
         self.out: list[str] = []
+        #: the msgspec.Raw values met, in order (each left as :data:`_RAW_MARK` in ``out``)
+        self.raws: list[bytes] = []
         self.standard = standard
         self.encstr: Callable[[str], str] = encode_basestring_ascii if standard else encode_basestring
 
@@ -359,7 +401,9 @@ class _Writer:
         elif isinstance(v, bytes | bytearray | memoryview):
             out.append('"' + base64.b64encode(bytes(v)).decode("ascii") + '"')
         elif isinstance(v, msgspec.Raw):
-            out.append(bytes(v).decode("utf-8"))
+            # spliced in as bytes by dumps (a whole kept table: megabytes not decoded and encoded)
+            self.raws.append(bytes(v))
+            out.append(_RAW_MARK)
         else:
             raise TypeError(f"cannot encode {t.__name__} as fastjson")
 
@@ -448,7 +492,11 @@ def dumps(obj: Any, *, standard: bool = False) -> bytes:
     """
     w = _Writer(standard)
     w.value(obj)
-    return "".join(w.out).encode("utf-8")
+    text = "".join(w.out).encode("utf-8")
+    if not w.raws:
+        return text
+    pieces = text.split(_RAW_MARK_B)
+    return b"".join(x for pair in zip(pieces, [*w.raws, b""], strict=True) for x in pair)
 
 
 def java_double(value: float) -> str:

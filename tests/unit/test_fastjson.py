@@ -286,6 +286,49 @@ def test_int_keyed_maps_decode_from_either_style(table: dict[int, str]) -> None:
         assert fastjson.decode(fastjson.dumps(table, standard=style), dict[int, str]) == table
 
 
+#: strings that look like integer map keys once taken out of their quotes
+_KEY_LIKE_TEXT = st.text(alphabet='{},:"\\01-9 ab\x00\u00e9', max_size=12)
+_INT_KEYED = st.recursive(
+    st.integers(-(2**63), 2**63 - 1) | _KEY_LIKE_TEXT | st.none(),
+    lambda children: (
+        st.dictionaries(st.integers(-(2**40), 2**40), children, max_size=4)
+        | st.dictionaries(_KEY_LIKE_TEXT, children, max_size=4)
+        | st.lists(children, max_size=3)
+    ),
+    max_leaves=16,
+)
+
+
+@given(_INT_KEYED)
+def test_unquoted_int_keys_take_the_quoting_path_and_decode_as_the_lenient_parser_does(value: object) -> None:
+    """fastjson text with integer keys is quoted (outside strings only) and decoded by msgspec;
+    what comes out is what the lenient parser makes of the original, strings that look like
+    keys (``{1:`` inside a value or a key) untouched."""
+    text = fastjson.dumps(value)
+    quoted = fastjson._quote_int_keys(text)
+    if quoted is not None:
+        assert json.loads(quoted) is not None  # standard JSON now
+    assert fastjson.decode(text, object) == _with_str_keys(fastjson.loads_lenient(text))
+
+
+def _with_str_keys(v: object) -> object:
+    """The lenient parse with int keys as text: what an untyped decode of quoted keys gives."""
+    if isinstance(v, dict):
+        return {str(k): _with_str_keys(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_with_str_keys(x) for x in v]
+    return v
+
+
+def test_quoting_leaves_strings_and_non_compact_keys_alone() -> None:
+    text = b'{"a,1:":{1:2,-3:4},"b\\",5:":"x{7:",8:[{9:0}]}'
+    assert fastjson._quote_int_keys(text) == b'{"a,1:":{"1":2,"-3":4},"b\\",5:":"x{7:","8":[{"9":0}]}'
+    assert fastjson._quote_int_keys(b'{"a":"b"}') is None  # nothing to quote
+    # spaces around a key: not fastjson's compact form; the lenient parser takes it
+    assert fastjson._quote_int_keys(b"{ 1 :2}") is None
+    assert fastjson.decode(b"{ 1 :2}", dict[int, int]) == {1: 2}
+
+
 def test_fast_path_and_lenient_path_give_the_same_route() -> None:
     route = TopicRouteData.decode(ROUTE_42)
     standard = route.encode(standard=True)
@@ -307,3 +350,9 @@ def test_doubles_are_written_as_javas_double_to_string() -> None:
         == b'{"a":1.0E7,"b":2.5E-4,"c":12.5,"d":3.0}'
     )
     assert fastjson.loads(fastjson.dumps({"a": 1.23456789e7})) == {"a": 1.23456789e7}
+
+
+def test_raw_values_are_spliced_in_verbatim_beside_escaped_nuls() -> None:
+    value = {"a": msgspec.Raw(b"{1:2}"), "b": [msgspec.Raw(b'"x\xc3\xa9"'), "q\x00"], "c": msgspec.Raw(b"[]")}
+    assert fastjson.dumps(value) == b'{"a":{1:2},"b":["x\xc3\xa9","q\\u0000"],"c":[]}'
+    assert fastjson.dumps(KVTable(table={"k": "v\x00"})) == b'{"table":{"k":"v\\u0000"}}'
