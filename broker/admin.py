@@ -355,11 +355,11 @@ class AdminProcessor:
         return _ok(request)
 
     async def get_all_topic_config(self, ctx: RequestContext, request: RemotingCommand) -> RemotingCommand:
-        wrapper = self.broker.topic_wrapper()
+        wrapper = self.broker.topic_wrapper(to_encode=True)
         wrapper.deletedTopicOffsets = dict(self.broker.deleted_topics.offsets) or None
         response = _ok(request, wrapper.encode())
         response.ext_fields = encode_header(
-            GetAllTopicConfigResponseHeader(totalTopicNum=len(wrapper.topicConfigTable))
+            GetAllTopicConfigResponseHeader(totalTopicNum=len(self.broker.topics.table))
         )
         return response
 
@@ -415,9 +415,9 @@ class AdminProcessor:
     async def get_all_subscription_group(
         self, ctx: RequestContext, request: RemotingCommand
     ) -> RemotingCommand:
-        wrapper = self.broker.groups.wrapper()
-        response = _ok(request, wrapper.encode())
-        response.ext_fields = {"totalGroupNum": str(len(wrapper.subscriptionGroupTable))}
+        groups = self.broker.groups
+        response = _ok(request, groups.encode())
+        response.ext_fields = {"totalGroupNum": str(len(groups.table))}
         return response
 
     async def delete_subscription_group(

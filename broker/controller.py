@@ -248,16 +248,25 @@ class BrokerController:
 
     # --- lifecycle ---
 
-    def topic_wrapper(self, only: set[str] | None = None) -> TopicConfigAndMappingSerializeWrapper:
+    def topic_wrapper(
+        self, only: set[str] | None = None, *, to_encode: bool = False
+    ) -> TopicConfigAndMappingSerializeWrapper:
         """The topic table as registered (``only`` these topics, when given): with a broker-level
         read/write ban applied (upstream ``registerBrokerAll`` masks each topic's perm by
-        ``brokerPermission``)."""
+        ``brokerPermission``). ``to_encode``: the wrapper is only encoded, so the whole table,
+        unmasked, may be the topic manager's kept text (``TopicConfigManager.table_text``)."""
+        perm = self.broker_config.brokerPermission
+        masked = not (PermName.is_writeable(perm) and PermName.is_readable(perm))
+        if to_encode and only is None and not masked:
+            return TopicConfigAndMappingSerializeWrapper(
+                topicConfigTable=self.topics.table_text(),  # type: ignore[arg-type]
+                dataVersion=self.topics.data_version,
+            )
         w = self.topics.wrapper()
         table = w.topicConfigTable
         if only is not None:
             table = {name: table[name] for name in only if name in table}
-        perm = self.broker_config.brokerPermission
-        if not (PermName.is_writeable(perm) and PermName.is_readable(perm)):
+        if masked:
             table = {name: msgspec.structs.replace(tc, perm=tc.perm & perm) for name, tc in table.items()}
         return TopicConfigAndMappingSerializeWrapper(topicConfigTable=table, dataVersion=w.dataVersion)
 
@@ -272,7 +281,7 @@ class BrokerController:
         results = await self.outer.register_all(
             namesrvs,
             self.identity,
-            self.topic_wrapper(only),
+            self.topic_wrapper(only, to_encode=True),
             heartbeat_timeout_ms=bc.brokerNotActiveTimeoutMillis if bc.enableSlaveActingMaster else None,
             enable_acting_master=bc.enableSlaveActingMaster,
         )

@@ -6,7 +6,9 @@ import logging
 import os
 from collections.abc import Callable
 
-from broker.persist import atomic_write, load_json
+import msgspec
+
+from broker.persist import EntryTexts, atomic_write, load_json
 from remoting.protocol.broker import SubscriptionGroupConfig, SubscriptionGroupWrapper
 from remoting.protocol.common import DataVersion
 
@@ -41,6 +43,9 @@ class SubscriptionGroupManager:
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.forbidden: dict[str, dict[str, int]] = {}
         self.data_version = DataVersion()
+        self._texts: EntryTexts[SubscriptionGroupConfig] = EntryTexts(
+            lambda c: msgspec.structs.replace(c, attributes=dict(c.attributes))
+        )
         for g in SYSTEM_GROUPS:
             self.table[g] = SubscriptionGroupConfig(
                 groupName=g, consumeBroadcastEnable=g != "SELF_TEST_C_GROUP" or True
@@ -60,7 +65,14 @@ class SubscriptionGroupManager:
         )
 
     def encode(self) -> bytes:
-        return self.wrapper().encode()
+        """``subscriptionGroup.json``, also the GET_ALL_SUBSCRIPTIONGROUP_CONFIG body: the bytes of
+        ``self.wrapper().encode()``, each group written again only when it changed (see
+        :class:`EntryTexts`)."""
+        return SubscriptionGroupWrapper(
+            subscriptionGroupTable=self._texts.table(self.table),  # type: ignore[arg-type]
+            forbiddenTable=self.forbidden,
+            dataVersion=self.data_version,
+        ).encode()
 
     def persist(self) -> None:
         atomic_write(self.path, self.encode())

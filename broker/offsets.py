@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from broker.persist import atomic_write, load_json
+from broker.persist import EntryTexts, atomic_write, load_json
 from remoting.protocol.broker import ConsumerOffsetWrapper
 from remoting.protocol.common import DataVersion
 
@@ -33,6 +33,7 @@ class ConsumerOffsetManager:
         self.data_version = DataVersion()
         self._commits_since_bump = 0
         self.dirty = False
+        self._texts: EntryTexts[dict[int, int]] = EntryTexts(dict)
 
     def load(self) -> None:
         wrapper = load_json(self.path, ConsumerOffsetWrapper, ConsumerOffsetWrapper)
@@ -45,7 +46,12 @@ class ConsumerOffsetManager:
         )
 
     def encode(self) -> bytes:
-        return self.wrapper().encode()
+        """``consumerOffset.json``, also the GET_ALL_CONSUMER_OFFSET body: the bytes of
+        ``self.wrapper().encode()``, each ``topic@group`` written again only when its offsets
+        changed (see :class:`EntryTexts`: most of a dev cluster's groups commit nothing any more,
+        the table is written every 5 s while one does and asked for by each slave every 10 s)."""
+        table = self._texts.table(self.table)
+        return ConsumerOffsetWrapper(offsetTable=table, dataVersion=self.data_version).encode()  # type: ignore[arg-type]
 
     def persist(self) -> None:
         atomic_write(self.path, self.encode())

@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from typing import Generic, TypeVar
 
 import msgspec
 import trio
@@ -20,6 +20,7 @@ from remoting import fastjson
 from remoting.repeats import RepeatedLog
 
 T = TypeVar("T")
+V = TypeVar("V")
 log = logging.getLogger("broker.config")
 
 
@@ -70,6 +71,34 @@ def load_json(path: str, type_: type[T], default: Callable[[], T]) -> T:
 async def write_async(path: str, data: bytes) -> None:
     """:func:`atomic_write` in a worker thread (fsync must not block the event loop)."""
     await trio.to_thread.run_sync(atomic_write, path, data)
+
+
+class EntryTexts(Generic[V]):
+    """The fastjson text of a name-keyed metadata table (topics, subscription groups, consumer
+    offsets), kept entry by entry from one encoding to the next: an entry is written again only
+    when it differs from the ``snapshot`` taken of it when it was last written, so code that
+    changes an entry in place is seen too. The tables are encoded whole often -- the file after
+    every change (a dev cluster's test suite creates a topic and a group per test), a slave's
+    sync every 10 s, the registration every 30 s -- and writing 20,000 entries afresh took
+    70-100 ms of the event loop each time."""
+
+    def __init__(self, snapshot: Callable[[V], V]) -> None:
+        self._snapshot = snapshot
+        self._texts: dict[str, tuple[V, bytes]] = {}
+
+    def table(self, table: Mapping[str, V]) -> msgspec.Raw:
+        """``table`` as ``fastjson.dumps(table)`` writes it (a :class:`msgspec.Raw`, which the
+        writer puts in a wrapper's encoding as it is)."""
+        texts = self._texts
+        parts = []
+        for name, value in table.items():
+            hit = texts.get(name)
+            if hit is None or hit[0] != value:
+                hit = texts[name] = (self._snapshot(value), fastjson.dumps({name: value})[1:-1])
+            parts.append(hit[1])
+        if len(texts) > 2 * len(table) + 64:  # entries deleted since
+            self._texts = {name: texts[name] for name in table}
+        return msgspec.Raw(b"{" + b",".join(parts) + b"}")
 
 
 class MetadataWriter:

@@ -17,7 +17,13 @@ from broker.groups import SubscriptionGroupManager
 from broker.locks import RebalanceLockManager
 from broker.offsets import ConsumerOffsetManager
 from broker.topics import TopicConfigManager, describe_topic_change, validate_group, validate_topic
-from remoting.protocol.broker import ConsumerData, HeartbeatData
+from remoting.protocol.broker import (
+    ConsumerData,
+    ConsumerOffsetWrapper,
+    HeartbeatData,
+    SubscriptionGroupConfig,
+    SubscriptionGroupWrapper,
+)
 from remoting.protocol.common import MessageQueue, PermName, TopicConfig, TopicConfigSerializeWrapper
 
 
@@ -131,6 +137,85 @@ def test_consumer_offsets_round_trip_fastjson_file_and_version_step(tmp_path: ob
     again.load()
     assert again.query("g", "T", 1) == 11
     assert again.groups_of_topic("T") == {"g"}
+
+
+_OFFSET_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["commit", "commit", "commit", "remove_topic", "remove_group", "replace", "sync", "load"]
+        ),
+        st.sampled_from(["g1", "g2", "g3"]),
+        st.sampled_from(["T1", "T2"]),
+        st.integers(0, 3),
+        st.integers(-1, 2**40),
+    ),
+    max_size=40,
+)
+
+
+@given(_OFFSET_OPS)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_consumer_offsets_encode_from_kept_entries_equals_the_whole_table(
+    tmp_path: object, ops: list
+) -> None:
+    """``encode`` re-encodes only the entries that changed since its last call: after any
+    sequence of commits, removals, replacements, a slave sync's writes straight into the table
+    and reloads, it gives the bytes of the whole table encoded afresh."""
+    offsets = ConsumerOffsetManager(config_dir=str(tmp_path), now_ms=lambda: 7, version_step=3)
+    for op, group, topic, queue_id, offset in ops:
+        if op == "commit":
+            offsets.commit(group, topic, queue_id, offset)
+        elif op == "remove_topic":
+            offsets.remove_topic(topic)
+        elif op == "remove_group":
+            offsets.remove_group(group)
+        elif op == "replace":
+            offsets.replace_all(ConsumerOffsetWrapper(offsetTable={f"{topic}@{group}": {queue_id: offset}}))
+        elif op == "sync":  # what SlaveSynchronize.sync_consumer_offset does
+            offsets.table[f"{topic}@{group}"] = {queue_id: offset, queue_id + 1: offset}
+        else:
+            offsets.persist()
+            offsets.load()
+        assert offsets.encode() == offsets.wrapper().encode()
+    assert ConsumerOffsetWrapper.decode(offsets.encode()).offsetTable == offsets.table
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["update", "update", "find", "delete", "mutate", "replace", "load"]),
+            st.sampled_from(["g1", "g2", "g3", "TOOLS_CONSUMER"]),
+            st.integers(0, 20),
+        ),
+        max_size=30,
+    )
+)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_subscription_groups_encode_from_kept_entries_equals_the_whole_table(
+    tmp_path: object, ops: list
+) -> None:
+    """As for the offsets: the kept per-group texts never go stale (in-place changes included)."""
+    groups = SubscriptionGroupManager(config_dir=str(tmp_path), auto_create=True, now_ms=lambda: 7)
+    for op, name, n in ops:
+        if op == "update":
+            groups.update(SubscriptionGroupConfig(groupName=name, retryMaxTimes=n, attributes={"a": str(n)}))
+        elif op == "find":
+            groups.find(name + "x")
+        elif op == "delete":
+            groups.delete(name)
+        elif op == "mutate" and name in groups.table:
+            groups.table[name].attributes[str(n)] = "v"
+            groups.table[name].retryQueueNums = n
+        elif op == "replace":
+            groups.replace_all(
+                SubscriptionGroupWrapper(
+                    subscriptionGroupTable={name: SubscriptionGroupConfig(groupName=name)}
+                )
+            )
+        elif op == "load":
+            groups.persist()
+            groups.load()
+        assert groups.encode() == groups.wrapper().encode()
 
 
 def test_config_file_falls_back_to_backup_when_main_is_corrupt(tmp_path: object) -> None:
