@@ -33,12 +33,16 @@ class ConsumerOffsetManager:
         self.data_version = DataVersion()
         self._commits_since_bump = 0
         self.dirty = False
+        #: changes made to the table (or its version) since start: a slave's sync that gets the
+        #: very table it merged last, with nothing changed here since, has nothing to do
+        self.changes = 0
         self._texts: EntryTexts[dict[int, int]] = EntryTexts(dict)
 
     def load(self) -> None:
         wrapper = load_json(self.path, ConsumerOffsetWrapper, ConsumerOffsetWrapper)
         self.table = wrapper.offsetTable
         self.data_version = wrapper.dataVersion
+        self.changes += 1
 
     def wrapper(self) -> ConsumerOffsetWrapper:
         return ConsumerOffsetWrapper(
@@ -60,6 +64,7 @@ class ConsumerOffsetManager:
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.table.setdefault(offset_key(topic, group), {})[queue_id] = offset
         self.dirty = True
+        self.changes += 1
         self._commits_since_bump += 1
         if self._commits_since_bump >= self.version_step:
             self._commits_since_bump = 0
@@ -112,6 +117,7 @@ class ConsumerOffsetManager:
         for k in [k for k in self.resets if k.startswith(prefix)]:
             del self.resets[k]
         self.dirty = True
+        self.changes += 1
 
     def remove_group(self, group: str) -> None:
         suffix = TOPIC_GROUP_SEPARATOR + group
@@ -120,9 +126,21 @@ class ConsumerOffsetManager:
         for k in [k for k in self.resets if k.endswith(suffix)]:
             del self.resets[k]
         self.dirty = True
+        self.changes += 1
 
     def replace_all(self, wrapper: ConsumerOffsetWrapper) -> None:
         """Adopt another replica's table with its DataVersion (slave sync, pre-online)."""
         self.table = {k: dict(v) for k, v in wrapper.offsetTable.items()}
         self.data_version = wrapper.dataVersion
         self.dirty = True
+        self.changes += 1
+
+    def merge(self, wrapper: ConsumerOffsetWrapper) -> None:
+        """Take over the master's offsets (a slave's sync: upstream ``putAll``, the slave's other
+        entries kept) and its DataVersion."""
+        table = self.table
+        for key, queues in wrapper.offsetTable.items():
+            table[key] = dict(queues)
+        self.data_version = wrapper.dataVersion
+        self.dirty = True
+        self.changes += 1

@@ -299,6 +299,23 @@ async def test_slave_sync_copies_the_masters_metadata_with_data_versions(tmp_pat
         assert s.offsets.data_version == m.offsets.data_version
         delay = Path(s.store_config.config_dir) / "delayOffset.json"
         assert delay.exists()
+        # the next sync finds the groups' version unchanged (and decodes nothing); a change on the
+        # master comes over at the one after
+        await sync.sync_all()
+        assert s.groups.data_version == m.groups.data_version
+        group.retryMaxTimes = 9
+        response = await g.call(
+            master.addr, request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=group.encode())
+        )
+        assert response.code == ResponseCode.SUCCESS, describe(response)
+        await sync.sync_all()
+        assert s.groups.table["SyncGroup"].retryMaxTimes == 9
+        assert s.groups.data_version == m.groups.data_version
+        # the master's offsets, unchanged, win again over one changed here meanwhile (upstream's
+        # putAll each time: the unchanged table is skipped only while the slave's is unchanged too)
+        s.offsets.commit("SyncGroup", "SyncTopic", 0, 5)
+        await sync.sync_all()
+        assert s.offsets.queues_of("SyncGroup", "SyncTopic") == {0: 11, 2: 29}
 
         # A topic deleted on the master goes away on the slave at the next sync.
         response = await g.call(

@@ -16,6 +16,7 @@ from broker.filter import TagFilter, build_subscription
 from broker.groups import SubscriptionGroupManager
 from broker.locks import RebalanceLockManager
 from broker.offsets import ConsumerOffsetManager
+from broker.slave_sync import leading_data_version
 from broker.topics import TopicConfigManager, describe_topic_change, validate_group, validate_topic
 from remoting.protocol.broker import (
     ConsumerData,
@@ -24,7 +25,13 @@ from remoting.protocol.broker import (
     SubscriptionGroupConfig,
     SubscriptionGroupWrapper,
 )
-from remoting.protocol.common import MessageQueue, PermName, TopicConfig, TopicConfigSerializeWrapper
+from remoting.protocol.common import (
+    DataVersion,
+    MessageQueue,
+    PermName,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+)
 
 
 def _topics(tmp_path: object, auto: bool = True) -> TopicConfigManager:
@@ -333,3 +340,22 @@ def test_topics_json_from_kept_encodings_is_the_whole_wrapper_encoded(tmp_path: 
             topics.replace_all(dict(list(topics.table.items())[::2]), topics.data_version)
         expected = TopicConfigSerializeWrapper(topicConfigTable=topics.table, dataVersion=topics.data_version)
         assert topics.encode() == expected.encode()
+
+
+def test_a_metadata_bodys_leading_data_version_is_read_without_decoding_the_rest() -> None:
+    # as upstream's fastjson writes GET_ALL_SUBSCRIPTIONGROUP_CONFIG (fields by name)
+    java = (
+        b'{"dataVersion":{"counter":3,"stateVersion":0,"timestamp":1700000000000},"forbiddenTable":{},'
+        b'"subscriptionGroupTable":{"G":{"brokerId":0,"consumeEnable":true,"groupName":"G"}}}'
+    )
+    assert leading_data_version(java) == DataVersion(counter=3, stateVersion=0, timestamp=1700000000000)
+    ours = SubscriptionGroupManager(config_dir="/nonexistent", auto_create=True, now_ms=lambda: 7)
+    ours.find("G")
+    assert leading_data_version(ours.encode()) == ours.data_version
+    for other in (
+        b'{"forbiddenTable":{},"dataVersion":{"counter":3}}',
+        b'{"dataVersion":{"counter":"x"}}',
+        b"",
+        b"{",
+    ):
+        assert leading_data_version(other) is None
