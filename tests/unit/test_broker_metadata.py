@@ -16,7 +16,7 @@ from broker.filter import TagFilter, build_subscription
 from broker.groups import SubscriptionGroupManager
 from broker.locks import RebalanceLockManager
 from broker.offsets import ConsumerOffsetManager
-from broker.slave_sync import leading_data_version
+from broker.slave_sync import leading_data_version, leading_topic_fields
 from broker.topics import TopicConfigManager, describe_topic_change, validate_group, validate_topic
 from remoting.protocol.broker import (
     ConsumerData,
@@ -359,3 +359,16 @@ def test_a_metadata_bodys_leading_data_version_is_read_without_decoding_the_rest
         b"{",
     ):
         assert leading_data_version(other) is None
+
+
+def test_a_topic_bodys_leading_version_and_lately_deleted_topics_are_read_without_the_table() -> None:
+    head = b'{"dataVersion":{"counter":2,"stateVersion":0,"timestamp":5}'
+    version = DataVersion(counter=2, stateVersion=0, timestamp=5)
+    table = b',"mappingDataVersion":{"counter":0},"topicConfigTable":{"T":{"topicName":"T"}}}'
+    assert leading_topic_fields(head + b',"deletedTopicOffsets":{"T1":100,"T2":5}' + table) == (
+        version,
+        {"T1": 100, "T2": 5},
+    )
+    assert leading_topic_fields(head + table) == (version, {})  # upstream's bodies: no such field
+    for bad in (b'{"T}1":100}', b'{"T1":"x"}', b"{"):
+        assert leading_topic_fields(head + b',"deletedTopicOffsets":' + bad + table) is None
