@@ -6,9 +6,7 @@ import logging
 import os
 from collections.abc import Callable
 
-import msgspec
-
-from broker.persist import EntryTexts, atomic_write, load_json
+from broker.persist import EntryTexts, atomic_write, load_json, with_own_attributes
 from remoting.protocol.broker import SubscriptionGroupConfig, SubscriptionGroupWrapper
 from remoting.protocol.common import DataVersion
 
@@ -43,9 +41,7 @@ class SubscriptionGroupManager:
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.forbidden: dict[str, dict[str, int]] = {}
         self.data_version = DataVersion()
-        self._texts: EntryTexts[SubscriptionGroupConfig] = EntryTexts(
-            lambda c: msgspec.structs.replace(c, attributes=dict(c.attributes))
-        )
+        self._texts: EntryTexts[SubscriptionGroupConfig] = EntryTexts(with_own_attributes)
         for g in SYSTEM_GROUPS:
             self.table[g] = SubscriptionGroupConfig(
                 groupName=g, consumeBroadcastEnable=g != "SELF_TEST_C_GROUP" or True
@@ -69,7 +65,7 @@ class SubscriptionGroupManager:
         ``self.wrapper().encode()``, each group written again only when it changed (see
         :class:`EntryTexts`)."""
         return SubscriptionGroupWrapper(
-            subscriptionGroupTable=self._texts.table(self.table),  # type: ignore[arg-type]
+            subscriptionGroupTable=self._texts.text_of(self.table),  # type: ignore[arg-type]
             forbiddenTable=self.forbidden,
             dataVersion=self.data_version,
         ).encode()

@@ -54,7 +54,7 @@ class ConsumerOffsetManager:
         ``self.wrapper().encode()``, each ``topic@group`` written again only when its offsets
         changed (see :class:`EntryTexts`: most of a dev cluster's groups commit nothing any more,
         the table is written every 5 s while one does and asked for by each slave every 10 s)."""
-        table = self._texts.table(self.table)
+        table = self._texts.text_of(self.table)
         return ConsumerOffsetWrapper(offsetTable=table, dataVersion=self.data_version).encode()  # type: ignore[arg-type]
 
     def persist(self) -> None:

@@ -21,6 +21,7 @@ from remoting.repeats import RepeatedLog
 
 T = TypeVar("T")
 V = TypeVar("V")
+C = TypeVar("C", bound=msgspec.Struct)
 log = logging.getLogger("broker.config")
 
 
@@ -86,7 +87,7 @@ class EntryTexts(Generic[V]):
         self._snapshot = snapshot
         self._texts: dict[str, tuple[V, bytes]] = {}
 
-    def table(self, table: Mapping[str, V]) -> msgspec.Raw:
+    def text_of(self, table: Mapping[str, V]) -> msgspec.Raw:
         """``table`` as ``fastjson.dumps(table)`` writes it (a :class:`msgspec.Raw`, which the
         writer puts in a wrapper's encoding as it is)."""
         texts = self._texts
@@ -99,6 +100,12 @@ class EntryTexts(Generic[V]):
         if len(texts) > 2 * len(table) + 64:  # entries deleted since
             self._texts = {name: texts[name] for name in table}
         return msgspec.Raw(b"{" + b",".join(parts) + b"}")
+
+
+def with_own_attributes(config: C) -> C:
+    """A copy of a topic or subscription-group config with its own ``attributes`` map: the
+    snapshot :class:`EntryTexts` compares the config with (a change in place shows)."""
+    return msgspec.structs.replace(config, attributes=dict(config.attributes))  # type: ignore[attr-defined]
 
 
 class MetadataWriter:

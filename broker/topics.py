@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from broker.persist import EntryTexts, atomic_write, load_json
+from broker.persist import EntryTexts, atomic_write, load_json, with_own_attributes
 from remoting.protocol.common import DataVersion, PermName, TopicConfig, TopicConfigSerializeWrapper
 from remoting.protocol.topics import (  # noqa: F401 -- re-exported: the broker's modules import them from here
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -175,9 +175,7 @@ class TopicConfigManager:
         #: configs made by :meth:`adopt_stored` (one that is still in the table may be widened)
         self._adopted: dict[str, TopicConfig] = {}
         #: the table's text, topic by topic: see :meth:`encode`
-        self._texts: EntryTexts[TopicConfig] = EntryTexts(
-            lambda c: msgspec.structs.replace(c, attributes=dict(c.attributes))
-        )
+        self._texts: EntryTexts[TopicConfig] = EntryTexts(with_own_attributes)
         #: the system topics this broker makes (upstream adds them to ``TopicValidator``'s set):
         #: besides the fixed ones its cluster's and its own name, ``<cluster>_REPLY_TOPIC``, the
         #: revive and member-sync topics and the trace topic
@@ -254,7 +252,7 @@ class TopicConfigManager:
     def table_text(self) -> msgspec.Raw:
         """The topic table as ``fastjson.dumps(self.table)`` writes it, from the kept texts: for
         the encodings of wrappers that hold the whole table (GET_ALL_TOPIC_CONFIG, registration)."""
-        return self._texts.table(self.table)
+        return self._texts.text_of(self.table)
 
     def persist(self) -> None:
         atomic_write(self.path, self.encode())
