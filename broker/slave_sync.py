@@ -257,7 +257,7 @@ class SlaveSynchronize:
 
     async def sync_consumer_offset(self, master: str) -> None:
         response = await self._call(master, RequestCode.GET_ALL_CONSUMER_OFFSET, "GET_ALL_CONSUMER_OFFSET")
-        body = bytes(response.body_bytes)
+        body = response.body_bytes
         offsets = self.broker.offsets
         if self._offsets_merged == (body, offsets.changes):
             # the table merged last time, and nothing changed here since: merging it again would
