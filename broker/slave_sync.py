@@ -11,8 +11,8 @@ master changed. A full sync asks the master, over the remoting client, for:
   consume queues and consumer offsets are deleted here too (kept, they would come back with a
   failover);
 * GET_ALL_CONSUMER_OFFSET (43): the master's offsets are merged over the slave's (upstream
-  ``putAll``) and its DataVersion adopted -- unless the body is the one merged last and the
-  slave's table has not changed since;
+  ``putAll``) and its DataVersion adopted -- while the slave's table has not changed since the
+  last merge, only the entries that differ from the last merged table's are decoded and merged;
 * GET_ALL_DELAY_OFFSET (45): the body is written to ``config/delayOffset.json`` when it differs (the
   schedule service, once it exists as ``broker.delay_offsets``, reloads it);
 * GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): like topics (the version is read before the body is
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -94,8 +95,9 @@ class SlaveSynchronize:
         #: one sync at a time: two interleaved ones could apply an older topic table after a
         #: newer one, and take the topics created in between for deleted on the master
         self._lock = trio.Lock()
-        #: the GET_ALL_CONSUMER_OFFSET body merged last, and the offset table's change count after
-        self._offsets_merged: tuple[bytes, int] | None = None
+        #: the entries of the offset table merged last (see :func:`offset_table_entries`), and the
+        #: slave's change count after the merge
+        self._offsets_merged: tuple[dict[bytes, bytes], int] | None = None
 
     def master_changed(self) -> None:
         """Sync at the next opportunity (a new master, or the broker just became a slave)."""
@@ -259,16 +261,30 @@ class SlaveSynchronize:
         response = await self._call(master, RequestCode.GET_ALL_CONSUMER_OFFSET, "GET_ALL_CONSUMER_OFFSET")
         body = response.body_bytes
         offsets = self.broker.offsets
-        if self._offsets_merged == (body, offsets.changes):
-            # the table merged last time, and nothing changed here since: merging it again would
-            # change nothing (an idle group's commits leave the master's table as it was)
-            return
+        split = offset_table_entries(body)
+        last = self._offsets_merged
+        if split is not None and last is not None and last[1] == offsets.changes:
+            # nothing changed here since the last merge: the entries the master left as they were
+            # would set nothing again; only the others are decoded and merged
+            version, entries = split
+            changed = entries.items() - last[0].items()
+            if not changed and leading_data_version(body) == offsets.data_version:
+                return  # the very table merged last (an idle group's commits leave it so)
+            body = b"".join(
+                (
+                    b'{"dataVersion":',
+                    version,
+                    b',"offsetTable":{',
+                    b",".join(k + b":" + v for k, v in changed),
+                    b"}}",
+                )
+            )
         try:
             wrapper = ConsumerOffsetWrapper.decode(body)
         except (FastjsonError, ValueError) as exc:
             raise SlaveSyncError(f"GET_ALL_CONSUMER_OFFSET: bad body: {exc}") from exc
         offsets.merge(wrapper)
-        self._offsets_merged = (body, offsets.changes)
+        self._offsets_merged = (split[1], offsets.changes) if split is not None else None
 
     async def sync_delay_offset(self, master: str) -> None:
         response = await self._call(master, RequestCode.GET_ALL_DELAY_OFFSET, "GET_ALL_DELAY_OFFSET")
@@ -346,6 +362,29 @@ def leading_topic_fields(body: bytes) -> tuple[DataVersion, dict[str, int]] | No
         return (version, msgspec.json.decode(text, type=dict[str, int])) if text is not None else None
     except msgspec.DecodeError:  # ValidationError included
         return None
+
+
+#: a GET_ALL_CONSUMER_OFFSET body's start, up to its entries (fields by name, as fastjson writes)
+_OFFSETS_HEAD = re.compile(rb'\{"dataVersion":(\{[^{}]*\}),"offsetTable":\{')
+#: one entry: a ``topic@group`` string and its flat map of queue ids to offsets (the two texts
+#: captured by the second form)
+_OFFSET_ENTRY = rb'"[^"\\]*(?:\\.[^"\\]*)*":\{[^{}"]*\}'
+_OFFSET_ENTRIES = re.compile(rb"(?:%s(?:,%s)*)?" % (_OFFSET_ENTRY, _OFFSET_ENTRY))
+_OFFSET_ENTRY_PARTS = re.compile(rb'("[^"\\]*(?:\\.[^"\\]*)*"):(\{[^{}"]*\})')
+
+
+def offset_table_entries(body: bytes) -> tuple[bytes, dict[bytes, bytes]] | None:
+    """A GET_ALL_CONSUMER_OFFSET body cut in its DataVersion's text and each entry's (key text ->
+    value text), without decoding them; None when the body is not laid out like that. A master
+    holding 20,000 groups' offsets sends 1.6 MB every 10 s, most of it as it was at the previous
+    sync (the groups nobody consumes); decoding all of it took a slave ~70 ms of its event loop."""
+    head = _OFFSETS_HEAD.match(body)
+    if head is None or not body.endswith(b"}}"):
+        return None
+    region = body[head.end() : -2]
+    if _OFFSET_ENTRIES.fullmatch(region) is None:
+        return None
+    return head.group(1), dict(_OFFSET_ENTRY_PARTS.findall(region))
 
 
 def _read_or_none(path: str) -> bytes | None:

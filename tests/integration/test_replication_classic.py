@@ -323,6 +323,16 @@ async def test_slave_sync_copies_the_masters_metadata_with_data_versions(tmp_pat
         s.offsets.commit("SyncGroup", "SyncTopic", 0, 5)
         await sync.sync_all()
         assert s.offsets.queues_of("SyncGroup", "SyncTopic") == {0: 11, 2: 29}
+        # a commit on the master: the slave merges the one entry that changed, and its version
+        for group, q, offset in (("SyncGroup", 1, 13), ("OtherGroup", 0, 3)):
+            commit = {"consumerGroup": group, "topic": "SyncTopic", "queueId": q, "commitOffset": offset}
+            response = await g.call(master.addr, request(RequestCode.UPDATE_CONSUMER_OFFSET, commit))
+            assert response.code == ResponseCode.SUCCESS, describe(response)
+        await sync.sync_all()
+        assert s.offsets.queues_of("SyncGroup", "SyncTopic") == {0: 11, 1: 13, 2: 29}
+        assert s.offsets.queues_of("OtherGroup", "SyncTopic") == {0: 3}
+        assert s.offsets.table == m.offsets.table
+        assert s.offsets.data_version == m.offsets.data_version
 
         # A topic deleted on the master goes away on the slave at the next sync.
         response = await g.call(

@@ -16,7 +16,7 @@ from broker.filter import TagFilter, build_subscription
 from broker.groups import SubscriptionGroupManager
 from broker.locks import RebalanceLockManager
 from broker.offsets import ConsumerOffsetManager
-from broker.slave_sync import leading_data_version, leading_topic_fields
+from broker.slave_sync import leading_data_version, leading_topic_fields, offset_table_entries
 from broker.topics import TopicConfigManager, describe_topic_change, validate_group, validate_topic
 from remoting.protocol.broker import (
     ConsumerData,
@@ -372,3 +372,22 @@ def test_a_topic_bodys_leading_version_and_lately_deleted_topics_are_read_withou
     assert leading_topic_fields(head + table) == (version, {})  # upstream's bodies: no such field
     for bad in (b'{"T}1":100}', b'{"T1":"x"}', b"{"):
         assert leading_topic_fields(head + b',"deletedTopicOffsets":' + bad + table) is None
+
+
+def test_an_offset_tables_entries_are_cut_out_as_text_and_only_a_well_formed_table_is() -> None:
+    version = b'{"counter":2,"stateVersion":0,"timestamp":5}'
+    body = b'{"dataVersion":' + version + b',"offsetTable":{"T@G":{0:10,1:11},"T@\\"q\\"":{},"U@G":{3:-1}}}'
+    assert offset_table_entries(body) == (
+        version,
+        {b'"T@G"': b"{0:10,1:11}", b'"T@\\"q\\""': b"{}", b'"U@G"': b"{3:-1}"},
+    )
+    assert offset_table_entries(b'{"dataVersion":' + version + b',"offsetTable":{}}') == (version, {})
+    ours = ConsumerOffsetManager(config_dir="/nonexistent", now_ms=lambda: 7)
+    ours.commit("G", "T", 0, 5)
+    assert offset_table_entries(ours.encode()) == (ours.data_version.encode(), {b'"T@G"': b"{0:5}"})
+    for bad in (
+        b'{"dataVersion":' + version + b',"offsetTable":{"T@G":{0:10},,"U@G":{}}}',  # two commas
+        b'{"dataVersion":' + version + b',"offsetTable":{"T@G":{"0":10}}}',  # quoted keys: decoded whole
+        b'{"offsetTable":{"T@G":{0:10}},"dataVersion":' + version + b"}",  # another order
+    ):
+        assert offset_table_entries(bad) is None
