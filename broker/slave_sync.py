@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from typing import TYPE_CHECKING
 
-import msgspec
 import trio
 
 from remoting.codes import RequestCode, ResponseCode
@@ -41,7 +39,8 @@ from remoting.command import RemotingCommand, request
 from remoting.errors import RemotingError
 from remoting.fastjson import FastjsonError
 from remoting.protocol.broker import ConsumerOffsetWrapper, DelayOffsetWrapper, SubscriptionGroupWrapper
-from remoting.protocol.common import DataVersion, TopicConfigAndMappingSerializeWrapper
+from remoting.protocol.common import TopicConfigAndMappingSerializeWrapper
+from remoting.protocol.peek import leading_data_version, leading_topic_fields, offset_table_entries
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -95,7 +94,7 @@ class SlaveSynchronize:
         #: one sync at a time: two interleaved ones could apply an older topic table after a
         #: newer one, and take the topics created in between for deleted on the master
         self._lock = trio.Lock()
-        #: the entries of the offset table merged last (see :func:`offset_table_entries`), and the
+        #: the entries of the offset table merged last (see :func:`remoting.protocol.peek.offset_table_entries`), and the
         #: slave's change count after the merge
         self._offsets_merged: tuple[dict[bytes, bytes], int] | None = None
 
@@ -319,72 +318,6 @@ class SlaveSynchronize:
             return
         groups.replace_all(wrapper)
         self.broker.groups_changed()
-
-
-_VERSION_FIRST = b'{"dataVersion":'
-_DELETED_NEXT = b',"deletedTopicOffsets":'
-
-
-def _flat_object(body: bytes, start: int) -> bytes | None:
-    """The text of the JSON object at ``start`` when nothing is nested in it (it ends at the first
-    ``}``; a ``}`` inside a string would cut it short, and the cut text not decode)."""
-    if body[start : start + 1] != b"{":
-        return None
-    end = body.find(b"}", start)
-    return body[start : end + 1] if end > 0 else None
-
-
-def leading_data_version(body: bytes) -> DataVersion | None:
-    """The DataVersion a metadata table's body starts with, None when it does not start with one.
-    fastjson writes a wrapper's fields by name, so ``dataVersion`` comes first (upstream's and
-    ours), and a DataVersion holds numbers only. A slave asks for each whole table every 10 s and
-    takes it only when the version differs; decoding 20,000 groups (6.7 MB) or topics (3.3 MB)
-    to find that out held its event loop for tens of ms."""
-    text = _flat_object(body, len(_VERSION_FIRST)) if body.startswith(_VERSION_FIRST) else None
-    try:
-        return DataVersion.decode(text) if text is not None else None
-    except (FastjsonError, ValueError):
-        return None
-
-
-def leading_topic_fields(body: bytes) -> tuple[DataVersion, dict[str, int]] | None:
-    """A GET_ALL_TOPIC_CONFIG body's DataVersion and the ``deletedTopicOffsets`` after it (by name
-    order the next field; absent from upstream's bodies and from ours when nothing was deleted
-    lately: empty), None when the body does not start so."""
-    version = leading_data_version(body)
-    if version is None:
-        return None
-    at = body.find(b"}", len(_VERSION_FIRST)) + 1
-    if not body.startswith(_DELETED_NEXT, at):
-        return version, {}
-    text = _flat_object(body, at + len(_DELETED_NEXT))
-    try:
-        return (version, msgspec.json.decode(text, type=dict[str, int])) if text is not None else None
-    except msgspec.DecodeError:  # ValidationError included
-        return None
-
-
-#: a GET_ALL_CONSUMER_OFFSET body's start, up to its entries (fields by name, as fastjson writes)
-_OFFSETS_HEAD = re.compile(rb'\{"dataVersion":(\{[^{}]*\}),"offsetTable":\{')
-#: one entry: a ``topic@group`` string and its flat map of queue ids to offsets (the two texts
-#: captured by the second form)
-_OFFSET_ENTRY = rb'"[^"\\]*(?:\\.[^"\\]*)*":\{[^{}"]*\}'
-_OFFSET_ENTRIES = re.compile(rb"(?:%s(?:,%s)*)?" % (_OFFSET_ENTRY, _OFFSET_ENTRY))
-_OFFSET_ENTRY_PARTS = re.compile(rb'("[^"\\]*(?:\\.[^"\\]*)*"):(\{[^{}"]*\})')
-
-
-def offset_table_entries(body: bytes) -> tuple[bytes, dict[bytes, bytes]] | None:
-    """A GET_ALL_CONSUMER_OFFSET body cut in its DataVersion's text and each entry's (key text ->
-    value text), without decoding them; None when the body is not laid out like that. A master
-    holding 20,000 groups' offsets sends 1.6 MB every 10 s, most of it as it was at the previous
-    sync (the groups nobody consumes); decoding all of it took a slave ~70 ms of its event loop."""
-    head = _OFFSETS_HEAD.match(body)
-    if head is None or not body.endswith(b"}}"):
-        return None
-    region = body[head.end() : -2]
-    if _OFFSET_ENTRIES.fullmatch(region) is None:
-        return None
-    return head.group(1), dict(_OFFSET_ENTRY_PARTS.findall(region))
 
 
 def _read_or_none(path: str) -> bytes | None:

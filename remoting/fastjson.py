@@ -35,7 +35,16 @@ from typing import Any, TypeVar
 
 import msgspec
 
-__all__ = ["FastjsonError", "FrozenDict", "decode", "dumps", "dumps_pretty", "java_double", "loads"]
+__all__ = [
+    "JSON_STRING",
+    "FastjsonError",
+    "FrozenDict",
+    "decode",
+    "dumps",
+    "dumps_pretty",
+    "java_double",
+    "loads",
+]
 
 T = TypeVar("T")
 
@@ -309,8 +318,10 @@ def decode(data: bytes | bytearray | memoryview | str, type: type[T]) -> T:
     return msgspec.convert(loads_lenient(data), type, strict=False)
 
 
-#: a double-quoted JSON string (escapes included); the split keeps it as its own part
-_DQ_STRING = re.compile(rb'("[^"\\]*(?:\\.[^"\\]*)*")')
+#: a double-quoted JSON string, escapes included (a pattern, for other patterns to build on)
+JSON_STRING = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
+#: the same, captured: a split keeps each string as its own part
+_DQ_STRING = re.compile(b"(" + JSON_STRING + b")")
 #: an unquoted integer map key as fastjson writes ``Map<Integer, ...>`` keys (compact); the split
 #: keeps the number as its own part
 _INT_KEY = re.compile(rb"(?<=[{,])(-?(?:0|[1-9][0-9]*))(?=:)")

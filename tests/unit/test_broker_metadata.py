@@ -16,7 +16,6 @@ from broker.filter import TagFilter, build_subscription
 from broker.groups import SubscriptionGroupManager
 from broker.locks import RebalanceLockManager
 from broker.offsets import ConsumerOffsetManager
-from broker.slave_sync import leading_data_version, leading_topic_fields, offset_table_entries
 from broker.topics import TopicConfigManager, describe_topic_change, validate_group, validate_topic
 from remoting.protocol.broker import (
     ConsumerData,
@@ -32,6 +31,7 @@ from remoting.protocol.common import (
     TopicConfig,
     TopicConfigSerializeWrapper,
 )
+from remoting.protocol.peek import leading_data_version, leading_topic_fields, offset_table_entries
 
 
 def _topics(tmp_path: object, auto: bool = True) -> TopicConfigManager:
