@@ -87,6 +87,17 @@ class DefaultElectPolicy:
             return min(candidates, key=lambda b: _rank(getter(cluster_name, broker_name, b), b))
         return min(candidates)
 
+    def describe(self, cluster_name: str, broker_name: str, brokers: Iterable[int]) -> str:
+        """What the policy sees of ``brokers`` (for the election's log line): each id, whether it is
+        alive, and the epoch and max offset of its last heartbeat."""
+        parts: list[str] = []
+        for b in sorted(brokers):
+            alive = self.valid_predicate is None or self.valid_predicate(cluster_name, broker_name, b)
+            info = self.live_info_getter(cluster_name, broker_name, b) if self.live_info_getter else None
+            heard = f"epoch {info.epoch} max offset {info.maxOffset}" if info is not None else "no heartbeat"
+            parts.append(f"{b} {'alive' if alive else 'not alive'}, {heard}")
+        return "; ".join(parts)
+
 
 def _rank(info: BrokerLiveInfo | None, broker_id: int) -> tuple[int, int, int, int, int]:
     """Sort key: has info first, epoch desc, maxOffset desc, electionPriority asc, id asc."""

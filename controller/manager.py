@@ -158,8 +158,8 @@ class ControllerManager:
         self.clock_ms: Callable[[], float] = clock_ms or (lambda: trio.current_time() * 1000.0)
         self.notify = notify
         #: per broker set: when a replica of it first reported (heartbeat or registration) to this
-        #: peer in its current leadership; cleared when the leadership changes (see
-        #: :meth:`election_wait_ms`)
+        #: peer in its current leadership, or since the set last had no replica in the heartbeat
+        #: table; cleared when the leadership changes (see :meth:`election_wait_ms`)
         self._heard_since: dict[str, float] = {}
         #: controller-triggered elections that keep failing the same way: one warning per change
         self._trigger_failures = RepeatedLog(log)
@@ -219,19 +219,35 @@ class ControllerManager:
     ) -> ControllerResult:
         info = state.sync_state_info(header.brokerName)
         old = info.masterBrokerId if info is not None else None
-        log.info(
-            "broker %s of %s asks for an election; the recorded master %s has not reported to this "
-            "leader yet: it has %.0f ms more",
-            header.brokerId,
-            header.brokerName,
-            old,
-            wait,
-        )
+        if old is None:
+            log.info(
+                "broker %s of %s asks for an election; the set has no master and its replicas began "
+                "reporting again just now: %.0f ms more for the others",
+                header.brokerId,
+                header.brokerName,
+                wait,
+            )
+            why = (
+                f"{ELECT_WAIT_REMARK}: broker set {header.brokerName} has no master and its replicas "
+                f"began reporting to this controller just now; {wait:.0f} ms more for the others to "
+                "report before electing: retry"
+            )
+        else:
+            log.info(
+                "broker %s of %s asks for an election; the recorded master %s has not reported to "
+                "this leader yet: it has %.0f ms more",
+                header.brokerId,
+                header.brokerName,
+                old,
+                wait,
+            )
+            why = (
+                f"{ELECT_WAIT_REMARK}: waiting for the recorded master (broker id {old}) of broker set "
+                f"{header.brokerName}: it has not reported to this controller since it took the lead; "
+                f"{wait:.0f} ms more before electing another: retry"
+            )
         return ControllerResult(header=ElectMasterResponseHeader()).fail(
-            ResponseCode.CONTROLLER_ELECT_MASTER_FAILED,
-            f"{ELECT_WAIT_REMARK} (broker id {old}) of broker set {header.brokerName}: it has not "
-            f"reported to this controller since it took the lead; {wait:.0f} ms more before electing "
-            "another: retry",
+            ResponseCode.CONTROLLER_ELECT_MASTER_FAILED, why
         )
 
     def election_wait_ms(
@@ -246,22 +262,29 @@ class ControllerManager:
         would move the master (and its epoch) on every such restart, and with asynchronous
         replication could cut acknowledged messages from the old master's log. So the broker is
         told to retry; once the window has passed, the election is decided as upstream (and the
-        leader's inactive-master scan elects by itself if no broker asks again). Admin-designated
-        and controller-triggered elections never wait. ``state``: the replica state the request is
-        computed against (the request queue's; default the committed state).
+        leader's inactive-master scan elects by itself if no broker asks again). The same window
+        applies when the set has no recorded master at all after its first one (an earlier
+        election found no live replica): the window then starts when a replica reports after the
+        set had none in the heartbeat table, and lets every returning replica's fresh heartbeat
+        into the ranking. Admin-designated and controller-triggered elections never wait.
+        ``state``: the replica state the request is computed against (the request queue's;
+        default the committed state).
         """
         if header.designateElect or header.brokerId is None or header.brokerId < 0:
             return 0.0
         state = self.replicas if state is None else state
         info = state.sync_state_info(header.brokerName)
         replicas = state.replica_info(header.brokerName)
-        if info is None or replicas is None:
+        if info is None or replicas is None or info.is_first_time_for_elect():
             return 0.0
         old = info.masterBrokerId
-        if (
-            old is None
-            or old == header.brokerId
-            or self.is_alive(replicas.clusterName, header.brokerName, old)
+        # No recorded master (an election found no live replica: the whole set, or this leader's
+        # network, was gone for longer than the heartbeat timeout): the replicas coming back are
+        # given the same window to report, so that the election ranks them all by fresh
+        # heartbeats -- a heartbeat stuck in a connection during a partition arrives first, with
+        # the offset of the partition's start, and the first replica to ask is not the one to win.
+        if old is not None and (
+            old == header.brokerId or self.is_alive(replicas.clusterName, header.brokerName, old)
         ):
             return 0.0
         since = self._heard_since.get(header.brokerName)
@@ -548,11 +571,21 @@ class ControllerManager:
     def scan_not_active_brokers(self) -> list[BrokerLiveInfo]:
         """Expire heartbeats (every peer, every ``scanNotActiveBrokerInterval``); returns the removed
         entries, each of which the caller passes to :meth:`on_broker_inactive`."""
-        return self.heartbeats.scan_inactive(self.clock_ms())
+        return self._forget_lost_sets(self.heartbeats.scan_inactive(self.clock_ms()))
 
     def on_connection_closed(self, conn_id: object) -> list[BrokerLiveInfo]:
         """A broker connection closed: drop its entries; returns them (for :meth:`on_broker_inactive`)."""
-        return self.heartbeats.on_connection_closed(conn_id)
+        return self._forget_lost_sets(self.heartbeats.on_connection_closed(conn_id))
+
+    def _forget_lost_sets(self, removed: list[BrokerLiveInfo]) -> list[BrokerLiveInfo]:
+        """A set none of whose replicas is left in the heartbeat table starts its reporting window
+        again when one comes back (:meth:`election_wait_ms`)."""
+        if removed and self._heard_since:
+            left = {(e.clusterName, e.brokerName) for e in self.heartbeats.entries()}
+            for gone in removed:
+                if (gone.clusterName, gone.brokerName) not in left:
+                    self._heard_since.pop(gone.brokerName, None)
+        return removed
 
     def is_master_of(self, broker_name: str, broker_id: int) -> bool:
         """Whether ``broker_id`` is the recorded master of ``broker_name`` (pure, local state)."""

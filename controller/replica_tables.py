@@ -78,9 +78,15 @@ class SyncStateInfo(msgspec.Struct, kw_only=True):
     syncStateSetEpoch: int = 0
     syncStateSet: set[int] = msgspec.field(default_factory=set)
     masterBrokerId: int | None = None
+    #: rmq-container addition: the last master this set had, kept when an election finds nobody
+    #: (``masterBrokerId`` None); the election policy prefers it, alive and in the SyncStateSet,
+    #: as upstream prefers a live recorded master
+    lastMasterBrokerId: int | None = None
 
     def update_master_info(self, master_broker_id: int | None) -> None:
         self.masterBrokerId = master_broker_id
+        if master_broker_id is not None:
+            self.lastMasterBrokerId = master_broker_id
         self.masterEpoch += 1
 
     def update_sync_state_set_info(self, new_set: Iterable[int]) -> None:

@@ -290,12 +290,14 @@ class ReplicasInfoManager:
                     replicas.clusterName, replicas.brokerName, None, replicas.all_brokers(), None, prefer
                 )
             else:
+                # with no recorded master (an election found nobody), the last one is preferred
+                # as upstream prefers a live recorded master: it wrote the longest log
                 new_master = policy.elect(
                     replicas.clusterName,
                     replicas.brokerName,
                     set(info.syncStateSet),
                     all_replicas,
-                    old_master,
+                    old_master if old_master is not None else info.lastMasterBrokerId,
                     prefer,
                 )
         if new_master is not None and new_master == old_master and not stale:
@@ -341,7 +343,13 @@ class ReplicasInfoManager:
                     newMasterEpoch=epoch if epoch != info.masterEpoch + 1 else None,
                 )
             )
-            log.info("Elect new master %s for broker %s (master epoch %d)", new_master, name, epoch)
+            log.info(
+                "Elect new master %s for broker %s (master epoch %d; replicas: %s)",
+                new_master,
+                name,
+                epoch,
+                policy.describe(replicas.clusterName, name, replicas.all_brokers()),
+            )
             return result
         why = self._no_master_reason(info, replicas, policy, prefer if not stale else None)
         self.elect_failures.log(
@@ -717,6 +725,8 @@ class ReplicasInfoManager:
         for broker_id in ids:
             replicas.brokerIdInfo.pop(broker_id, None)
             info.syncStateSet.discard(broker_id)
+        if info.lastMasterBrokerId in ids:
+            info.lastMasterBrokerId = None
         if not replicas.brokerIdInfo:
             del self._replica_info[name]
         if not info.syncStateSet:

@@ -255,9 +255,10 @@ def decode_broker_names(data: bytes | memoryview | None) -> list[str]:
 
 
 #: How an rmq-container controller's CONTROLLER_ELECT_MASTER_FAILED remark begins when it defers a
-#: broker's election to give the recorded master time to report (``ControllerManager.election_wait_ms``):
-#: the broker retries, and logs it as the expected wait it is.
-ELECT_WAIT_REMARK = "waiting for the recorded master"
+#: broker's election to give the recorded master, or the replicas of a set that had none left, time
+#: to report (``ControllerManager.election_wait_ms``): the broker retries, and logs it as the
+#: expected wait it is.
+ELECT_WAIT_REMARK = "election deferred"
 #: upstream's remark for an alter-SyncStateSet proposal equal to the current set
 #: (CONTROLLER_ALTER_SYNC_STATE_SET_FAILED): a master whose earlier proposal's answer was lost reads
 #: it as "the controller's set is this proposal already"

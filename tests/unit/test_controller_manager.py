@@ -478,7 +478,9 @@ async def test_a_new_leader_waits_for_the_recorded_master_before_a_broker_elects
     proposals = len(env.raft.proposals)
     r = await env.elect(2)
     assert r.code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED
-    assert r.remark.startswith("waiting for the recorded master (broker id 1) of broker set broker-a:")
+    assert r.remark.startswith(
+        "election deferred: waiting for the recorded master (broker id 1) of broker set broker-a:"
+    )
     assert r.remark.endswith("retry")
     assert len(env.raft.proposals) == proposals  # nothing decided
     await env.heartbeat(1)  # the master is back
@@ -512,6 +514,85 @@ async def test_a_leader_that_heard_the_set_long_ago_elects_at_once(make_env: Mak
     env.expire(2)  # the master dies while the leader has heard the set all along
     r = await env.elect(2)
     assert r.code == ResponseCode.SUCCESS
+    assert r.ext_fields["masterBrokerId"] == "2"
+
+
+async def _set_without_master(make_env: MakeEnv) -> Env:
+    """Master 1 and replica 2 in sync (epoch 1); then both silent past the heartbeat timeout (the
+    set's processes, or this controller's network, gone): the leader's election finds nobody and
+    records no master."""
+    env = make_env()
+    await env.group([1, 2], in_sync={1, 2})
+    await env.heartbeat(1, epoch=1, max_offset=5000)
+    await env.heartbeat(2, epoch=1, max_offset=5000)
+    env.expire()
+    assert not await env.manager.trigger_elect_master(B)
+    info = env.manager.replicas.sync_state_info(B)
+    assert info.masterBrokerId is None
+    assert info.syncStateSet == {1, 2}
+    return env
+
+
+async def test_a_set_without_master_waits_for_its_returning_replicas_to_report(make_env: MakeEnv) -> None:
+    """After a partition the first heartbeat of the old master to arrive can be one that was stuck
+    in its connection (the offset of the partition's start), while the slave's is fresh: the
+    slave asking at once would win on that. The election waits the window, the master's fresh
+    heartbeats arrive, and the master (the longest log) is elected."""
+    env = await _set_without_master(make_env)
+    await env.heartbeat(1, epoch=1, max_offset=5000)  # sent before the partition, delivered after it
+    await env.heartbeat(2, epoch=1, max_offset=7000)
+    r = await env.elect(2)
+    assert r.code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED, r.remark
+    assert r.remark.startswith(
+        "election deferred: broker set broker-a has no master and its replicas began reporting"
+    )
+    assert r.remark.endswith("retry")
+    env.now += 200
+    await env.heartbeat(1, epoch=1, max_offset=9000)
+    env.now += env.config.scanInactiveMasterInterval
+    await env.heartbeat(2, epoch=1, max_offset=7000)
+    r = await env.elect(2)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert r.ext_fields["masterBrokerId"] == "1"
+
+
+async def test_a_set_without_master_prefers_its_last_master_when_it_is_back(make_env: MakeEnv) -> None:
+    """Upstream prefers a live recorded master; with none recorded (an election found nobody) the
+    last master is preferred the same way -- even when the only heartbeat heard from it is an old
+    one, with a lower offset than its slave's (it wrote the log the slave copies)."""
+    env = await _set_without_master(make_env)
+    await env.heartbeat(1, epoch=1, max_offset=5000)
+    await env.heartbeat(2, epoch=1, max_offset=7000)
+    env.now += env.config.scanInactiveMasterInterval
+    await env.heartbeat(2, epoch=1, max_offset=7000)
+    r = await env.elect(2)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert (r.ext_fields["masterBrokerId"], r.ext_fields["masterEpoch"]) == ("1", "5")
+    info = env.manager.replicas.sync_state_info(B)
+    assert (info.masterBrokerId, info.lastMasterBrokerId, info.syncStateSet) == (1, 1, {1})
+
+
+async def test_the_reporting_window_starts_when_a_replica_returns_not_before(make_env: MakeEnv) -> None:
+    """The leader heard the set long ago, but the window counts from the first report after the
+    set had no replica in the heartbeat table; once it has passed, the first to ask is elected."""
+    env = await _set_without_master(make_env)
+    env.now += 60_000  # however long the set was gone
+    await env.heartbeat(2, epoch=1, max_offset=7000)
+    assert (await env.elect(2)).code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED
+    env.now += env.config.scanInactiveMasterInterval
+    await env.heartbeat(2, epoch=1, max_offset=7000)
+    r = await env.elect(2)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert r.ext_fields["masterBrokerId"] == "2"
+
+
+async def test_a_first_election_never_waits(make_env: MakeEnv) -> None:
+    env = make_env()
+    for broker_id in (1, 2):
+        await env.register(broker_id)
+        await env.heartbeat(broker_id)
+    r = await env.elect(2)
+    assert r.code == ResponseCode.SUCCESS, r.remark
     assert r.ext_fields["masterBrokerId"] == "2"
 
 
