@@ -122,6 +122,9 @@ async def test_unconfirmed_messages_are_not_readable(tmp_path: Path) -> None:
 
         response = await g.send(m.addr, b"unconfirmed")
         assert response.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, describe(response)
+        assert response.remark == (
+            "the message is stored on the master, but its slaves did not confirm it within slaveTimeout"
+        )
         end = m.store.max_phy_offset
         assert end > confirmed
         assert m.broker.replication.confirm_offset == confirmed
