@@ -4,7 +4,9 @@
 * :class:`ProcSpec` / :class:`FailoverCluster` — a layout of processes, each hosting any of: a name
   server, one peer of the controller group, one replica of some broker groups (controller mode,
   ``allAckInSyncStateSet``, the dev cluster's timings from ``conf/dev-cluster.toml``). Ports are free
-  loopback ports; every process is a :class:`tests.cluster.harness.ContainerProc`.
+  loopback ports; every process is a :class:`tests.cluster.harness.ContainerProc`. With a
+  :class:`tests.cluster.netlab.NetLab` of the same process names, each process runs in its own
+  network namespace, on its own address, so that the lab can cut the network between them.
 * :func:`replicas` / :func:`wait_settled` — a group's replica info from the controller leader.
 * :class:`DirectSender` — the Python remoting client sending unique bodies straight to a group's
   replicas (SEND_MESSAGE_V2, ``WAIT=true``): first to the replica that accepted last, then to each
@@ -25,6 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -40,6 +43,9 @@ from remoting.protocol.controller import ReplicasInfo
 from remoting.protocol.message import iter_messages
 from remoting.protocol.namesrv import TopicRouteData
 from tests.cluster.harness import ContainerProc, free_ports, toml_text
+
+if TYPE_CHECKING:
+    from tests.cluster.netlab import NetLab
 
 __all__ = [
     "DEV_BROKER_KEYS",
@@ -112,6 +118,7 @@ class FailoverCluster:
         broker_keys: Mapping[str, object] | None = None,
         controller_keys: Mapping[str, object] | None = None,
         raft_group: str = "failover",
+        net: NetLab | None = None,
     ) -> None:
         if not any(s.namesrv for s in specs) or not any(s.controller for s in specs):
             raise ValueError("a layout needs at least one name server and one controller peer")
@@ -124,15 +131,18 @@ class FailoverCluster:
         self.broker_ports = {
             (s.name, g): free_ports(1, pairs=True, taken=taken)[0] for s in specs for g in s.groups
         }
-        self.namesrvs = ";".join(f"127.0.0.1:{p}" for p in self.ns_ports.values())
-        self.controllers = ";".join(f"127.0.0.1:{p}" for p in self.ctl_ports.values())
+        #: each process's address: 127.0.0.1, or with ``net`` its network namespace's (the process
+        #: runs in the namespace named like it)
+        self.ips = {s.name: net.address(s.name) if net is not None else "127.0.0.1" for s in specs}
+        self.namesrvs = ";".join(f"{self.ips[name]}:{p}" for name, p in self.ns_ports.items())
+        self.controllers = ";".join(f"{self.ips[name]}:{p}" for name, p in self.ctl_ports.items())
         #: controller peer id (n0, n1, ...) of each process that hosts one
         self.peer_ids = {name: f"n{i}" for i, name in enumerate(self.ctl_ports)}
-        peers = ";".join(f"{self.peer_ids[name]}-127.0.0.1:{p}" for name, p in self.ctl_ports.items())
+        peers = ";".join(f"{self.peer_ids[name]}-{self.ips[name]}:{p}" for name, p in self.ctl_ports.items())
         directory.mkdir(parents=True, exist_ok=True)
         self.procs: dict[str, ContainerProc] = {}
         for index, spec in enumerate(specs):
-            tables: dict[str, dict[str, object]] = {"nettyServer": {"bindAddress": "127.0.0.1"}}
+            tables: dict[str, dict[str, object]] = {"nettyServer": {"bindAddress": self.ips[spec.name]}}
             if spec.namesrv:
                 tables["namesrv"] = {
                     "listenPort": self.ns_ports[spec.name],
@@ -152,7 +162,8 @@ class FailoverCluster:
             brokers = [self._broker_keys(spec.name, g, index, broker_keys) for g in spec.groups]
             path = directory / f"{spec.name}.toml"
             path.write_text(toml_text(tables, brokers))
-            self.procs[spec.name] = ContainerProc(spec.name, path, directory)
+            prefix = net.argv_prefix(spec.name) if net is not None else ()
+            self.procs[spec.name] = ContainerProc(spec.name, path, directory, argv_prefix=prefix)
 
     def _broker_keys(
         self, proc: str, group: str, index: int, extra: Mapping[str, object] | None
@@ -162,8 +173,8 @@ class FailoverCluster:
             "brokerName": group,
             "brokerId": index,  # names the replica in logs; the controller assigns the real id
             "listenPort": self.broker_ports[(proc, group)],
-            "brokerIP1": "127.0.0.1",
-            "brokerIP2": "127.0.0.1",
+            "brokerIP1": self.ips[proc],
+            "brokerIP2": self.ips[proc],
             "namesrvAddr": self.namesrvs,
             "enableControllerMode": True,
             "controllerAddr": self.controllers,
@@ -180,18 +191,18 @@ class FailoverCluster:
     # --- addresses ---
 
     def broker_addr(self, proc: str, group: str) -> str:
-        return f"127.0.0.1:{self.broker_ports[(proc, group)]}"
+        return f"{self.ips[proc]}:{self.broker_ports[(proc, group)]}"
 
     def replica_addrs(self, group: str) -> list[str]:
         return [self.broker_addr(p, g) for (p, g) in self.broker_ports if g == group]
 
     def process_of(self, broker_addr: str) -> str:
-        port = int(broker_addr.rpartition(":")[2])
-        return next(p for (p, _g), bp in self.broker_ports.items() if bp == port)
+        ip, _, port = broker_addr.rpartition(":")
+        return next(p for (p, _g), bp in self.broker_ports.items() if bp == int(port) and self.ips[p] == ip)
 
     def controller_process(self, address: str) -> str:
-        port = int(address.rpartition(":")[2])
-        return next(p for p, cp in self.ctl_ports.items() if cp == port)
+        ip, _, port = address.rpartition(":")
+        return next(p for p, cp in self.ctl_ports.items() if cp == int(port) and self.ips[p] == ip)
 
     # --- lifecycle ---
 
@@ -453,7 +464,8 @@ async def read_all(
     group: str = "CG_FAILOVER_CHECK",
     timeout: float = 5.0,
 ) -> list[bytes]:
-    """Every message body in queues ``0..queues-1`` of ``topic`` on the broker at ``addr``."""
+    """Every message body in queues ``0..queues-1`` of ``topic`` on the broker at ``addr`` (a master
+    or a slave)."""
     out: list[bytes] = []
     for queue_id in range(queues):
         offset = 0
@@ -465,7 +477,10 @@ async def read_all(
                 raise AssertionError(f"pull {topic}/{queue_id}@{offset} from {addr}: {r.code} {r.remark}")
             if r.code == ResponseCode.SUCCESS:
                 out += [m.body for m in iter_messages(r.body_bytes)]
-            nxt = decode_header(r, PullMessageResponseHeader).nextBeginOffset
+            head = decode_header(r, PullMessageResponseHeader)
+            nxt = head.nextBeginOffset
+            if r.code == ResponseCode.PULL_RETRY_IMMEDIATELY and nxt == offset >= head.maxOffset:
+                break  # a slave at the end of the queue sends the reader to its master
             if nxt <= offset:
                 raise AssertionError(
                     f"pull {topic}/{queue_id}@{offset} from {addr} did not advance: {r.code} {r.remark} "

@@ -161,12 +161,15 @@ class ContainerProc:
         *,
         data_dir: Path | None = None,
         args: Sequence[str] = (),
+        argv_prefix: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.config = config
         self.directory = directory
         self.data_dir = data_dir if data_dir is not None else directory / f"{name}-data"
         self.args = list(args)
+        #: put before the command (e.g. :meth:`tests.cluster.netlab.NetLab.argv_prefix`)
+        self.argv_prefix = list(argv_prefix)
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.banner: list[str] = []
@@ -203,6 +206,7 @@ class ContainerProc:
         with self._path("out").open("wb") as out, self._path("err").open("wb") as err:
             self.process = subprocess.Popen(
                 [
+                    *self.argv_prefix,
                     sys.executable,
                     "-m",
                     "container.cli",

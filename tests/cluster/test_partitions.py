@@ -1,0 +1,423 @@
+"""Controller mode under network partitions: every ``rmq-container`` process runs in a network
+namespace of its own (:class:`tests.cluster.netlab.NetLab`, pyroute2), and the tests cut the network
+between processes while every process runs on -- unlike a SIGKILL or SIGSTOP, the cut-off side keeps
+its timers, its clients and its belief in its role. The test's clients sit in the test's own
+namespace and reach every process unless a test cuts them off too. Timings are the dev cluster's
+(``bench.failover_kit.DEV_BROKER_KEYS``), ``allAckInSyncStateSet=true``.
+
+* A master cut off from the controller and from its slave, while producers still reach it: the
+  controller elects the slave; the old master, unable to replicate and unable to shrink its
+  SyncStateSet (that needs the controller), acknowledges nothing the new master does not hold.
+  After the heal it steps down, drops what it stored unacknowledged and rejoins as a slave with the
+  new master's log.
+* A slave cut off from its master only: the master's sends stall until it drops the slave from the
+  SyncStateSet (``haMaxTimeSlaveNotCatchup``), then go on; after the heal the slave catches up and is
+  back in the set.
+* The controller leader cut off from the other controller peers but not from the brokers: it steps
+  down (no quorum heard from), the others elect a leader, the brokers find it, and a master killed
+  then is replaced through it.
+
+Each test ends with the same check: every send acknowledged by any replica, at any time, is on the
+group's master, and the replicas hold the same messages.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from bench.failover_kit import (
+    DirectSender,
+    FailoverCluster,
+    ProcSpec,
+    alive_in_sync,
+    create_topic,
+    read_all,
+    replicas,
+    route_master,
+    wait_settled,
+)
+from client.admin import AdminError
+from client.admin_controller import ControllerAdmin
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.errors import RemotingError
+from remoting.protocol.controller import ReplicasInfo
+from tests.cluster.harness import HarnessError, call, wait_until
+from tests.cluster.netlab import NetLab, unavailable
+
+_WHY_NOT = unavailable()
+pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=_WHY_NOT or "")
+
+GROUP = "broker-a"
+QUEUES = 4
+#: a failover (master gone → new master accepting sends) must complete within this
+FAILOVER_BOUND = 10.0
+#: after the heal: the old master a slave in the new master's SyncStateSet within this
+REJOIN_BOUND = 20.0
+
+
+def _cluster(tmp_path: Path, specs: list[ProcSpec]) -> Iterator[tuple[FailoverCluster, NetLab]]:
+    net = NetLab([s.name for s in specs])
+    try:
+        cluster = FailoverCluster(tmp_path, specs, cluster="Partitions", net=net)
+        try:
+            yield cluster, net
+        finally:
+            cluster.close()
+    finally:
+        net.close()
+
+
+@pytest.fixture
+def controller_lab(tmp_path: Path) -> Iterator[tuple[FailoverCluster, NetLab]]:
+    """``c0`` (name server), ``k1``-``k3`` (a controller peer each), ``a1`` and ``a2``."""
+    yield from _cluster(
+        tmp_path,
+        [
+            ProcSpec("c0", namesrv=True),
+            *(ProcSpec(f"k{i}", controller=True) for i in (1, 2, 3)),
+            ProcSpec("a1", groups=(GROUP,)),
+            ProcSpec("a2", groups=(GROUP,)),
+        ],
+    )
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[tuple[FailoverCluster, NetLab]]:
+    """``c0`` (name server + controller), ``a1`` and ``a2`` (a replica of broker-a each)."""
+    yield from _cluster(
+        tmp_path,
+        [
+            ProcSpec("c0", namesrv=True, controller=True),
+            ProcSpec("a1", groups=(GROUP,)),
+            ProcSpec("a2", groups=(GROUP,)),
+        ],
+    )
+
+
+async def _role(client: RemotingClient, addr: str) -> str | None:
+    """The broker's ``brokerRole`` (GET_BROKER_CONFIG); None when it does not answer."""
+    try:
+        r = await call(client, addr, RequestCode.GET_BROKER_CONFIG, timeout=1.0)
+    except RemotingError:
+        return None
+    if r.code != ResponseCode.SUCCESS:
+        return None
+    for line in r.body_bytes.decode().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "brokerRole":
+            return value.strip()
+    return None
+
+
+async def _new_master(admin: ControllerAdmin, before: ReplicasInfo, timeout: float) -> ReplicasInfo:
+    async def changed() -> ReplicasInfo | None:
+        r = await replicas(admin, GROUP)
+        return r if r.masterAddress not in (None, before.masterAddress) else None
+
+    after: ReplicasInfo = await wait_until(changed, timeout, f"{GROUP}: a new master")
+    assert (after.masterEpoch or 0) > (before.masterEpoch or 0), (before, after)
+    return after
+
+
+async def _converged(
+    cluster: FailoverCluster, client: RemotingClient, senders: list[DirectSender], master: str, topic: str
+) -> tuple[int, int]:
+    """Every body a sender had acknowledged is on ``master``, and every replica holds what ``master``
+    holds (waiting up to 15 s for the replicas to catch up); returns (acknowledged, stored on master)."""
+    acks = [a for sender in senders for a in sender.acked]
+    acked = [a.body for a in acks]
+    others = [a for a in cluster.replica_addrs(GROUP) if a != master]
+    problems: list[str] = []
+    stored: Counter[bytes] = Counter()
+    with trio.move_on_after(15):
+        while True:
+            stored = Counter(await read_all(client, master, topic, QUEUES))
+            problems = []
+            missing = [b for b in acked if not stored[b]]
+            if missing:
+                problems.append(
+                    f"{len(missing)} of {len(acked)} acknowledged messages missing on the master {master}, "
+                    f"e.g. {missing[:3]} (acknowledged by {Counter(a.addr for a in acks if a.body in set(missing))})"
+                )
+            for other in others:
+                held = Counter(await read_all(client, other, topic, QUEUES))
+                if held != stored:
+                    problems.append(
+                        f"replica {other} differs from the master: {len(set(held) - set(stored))} only there, "
+                        f"{len(set(stored) - set(held))} missing there"
+                    )
+            if not problems:
+                return len(acked), sum(stored.values())
+            await trio.sleep(0.3)
+    raise AssertionError("; ".join(problems) + f"\n{cluster.output()}")
+
+
+async def test_a_master_cut_off_from_controller_and_slave_acknowledges_nothing_the_new_master_lacks(
+    lab: tuple[FailoverCluster, NetLab],
+) -> None:
+    cluster, net = lab
+    topic = "PartitionMasterTopic"
+    with trio.fail_after(120):
+        await cluster.start()
+        async with RemotingClient(name="test.partition") as client:
+            admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
+            before = await wait_settled(admin, GROUP, 2, 30)
+            old = before.masterAddress
+            assert old is not None
+            new = next(a for a in cluster.replica_addrs(GROUP) if a != old)
+            old_proc, new_proc = cluster.process_of(old), cluster.process_of(new)
+            await create_topic(client, [old, new], topic, QUEUES)
+            # producers that follow the replicas' answers (a refusal or a timeout moves a send to
+            # the other replica), and one that keeps sending to the old master whatever happens
+            sender = DirectSender(client, [old, new], topic, QUEUES, timeout=3.0)
+            stubborn = DirectSender(client, [old], topic, QUEUES, prefix="s", timeout=8.0, pause=0.05)
+            stop, stop_stubborn = trio.Event(), trio.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sender.run, stop, 4)
+                nursery.start_soon(stubborn.run, stop_stubborn, 4)
+                await sender.wait_acked(100, 10, at=old)
+                net.cut_off(old_proc, ["c0", new_proc])
+                cut_at = trio.current_time()
+                after = await _new_master(admin, before, FAILOVER_BOUND)
+                elected_in = trio.current_time() - cut_at
+                assert after.masterAddress == new, after
+                await sender.wait_acked(50, FAILOVER_BOUND, at=new, after=cut_at)
+                # the cut-off master still believes it leads, and its producers still reach it:
+                # they go on for longer than it takes the master to give up on its slave
+                assert await _role(client, old) != "SLAVE", "the cut-off master learned of the new one"
+                await trio.sleep(max(0.0, cut_at + 8.0 - trio.current_time()))
+                tried = stubborn.attempts
+                net.heal()
+                healed_at = trio.current_time()
+
+                async def rejoined() -> bool:
+                    info = await replicas(admin, GROUP)
+                    return info.masterAddress == new and old in alive_in_sync(info)
+
+                try:
+                    await wait_until(rejoined, REJOIN_BOUND, "the old master back as a slave in the set")
+                except HarnessError as e:
+                    raise HarnessError(f"{e}\n{cluster.output()}") from None
+                rejoin_took = trio.current_time() - healed_at
+                stop_stubborn.set()
+                assert await _role(client, old) == "SLAVE"
+                await sender.wait_acked(20, FAILOVER_BOUND, at=new, after=trio.current_time())
+                stop.set()
+            namesrv = cluster.namesrvs.split(";")[0]
+            assert await route_master(client, namesrv, topic, GROUP) == new
+            late = [
+                a for a in sender.acked + stubborn.acked if a.addr == old and cut_at + 1.0 < a.at < healed_at
+            ]
+            assert not late, f"the cut-off master acknowledged {len(late)} sends more than 1 s after the cut"
+            acked, stored = await _converged(cluster, client, [sender, stubborn], new, topic)
+            print(
+                f"{acked} acknowledged, {stored} stored; new master {elected_in:.2f}s after the cut; "
+                f"while cut off the old master was sent "
+                f"{tried} times, acknowledged {sum(1 for a in stubborn.acked if cut_at < a.at < healed_at)} "
+                f"(answers: {dict(stubborn.failures)}, {stubborn.remarks}); rejoined {rejoin_took:.2f}s after the heal"
+            )
+
+
+async def test_a_slave_cut_off_from_its_master_leaves_the_sync_state_set_and_comes_back(
+    lab: tuple[FailoverCluster, NetLab],
+) -> None:
+    cluster, net = lab
+    topic = "PartitionSlaveTopic"
+    with trio.fail_after(120):
+        await cluster.start()
+        async with RemotingClient(name="test.partition") as client:
+            admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
+            before = await wait_settled(admin, GROUP, 2, 30)
+            master = before.masterAddress
+            assert master is not None
+            slave = next(a for a in cluster.replica_addrs(GROUP) if a != master)
+            await create_topic(client, [master, slave], topic, QUEUES)
+            # a timeout longer than the master's wait for its slave: the sends wait out the stall
+            sender = DirectSender(client, [master], topic, QUEUES, timeout=15.0)
+            stop = trio.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sender.run, stop, 4)
+                await sender.wait_acked(100, 10)
+                net.cut(cluster.process_of(master), cluster.process_of(slave))
+                cut_at = trio.current_time()
+
+                async def shrunk() -> ReplicasInfo | None:
+                    info = await replicas(admin, GROUP)
+                    return info if alive_in_sync(info) == {master} else None
+
+                # haMaxTimeSlaveNotCatchup (5 s) after the slave's last ack, then the next check
+                info = await wait_until(shrunk, 15, "the master alone in the SyncStateSet")
+                shrunk_in = trio.current_time() - cut_at
+                assert info.masterAddress == master, info
+                await sender.wait_acked(50, 10, after=trio.current_time())
+                stalled = max(
+                    (b.at - a.at for a, b in itertools.pairwise(sender.acked) if b.at > cut_at),
+                    default=0.0,
+                )
+                net.heal()
+                healed_at = trio.current_time()
+
+                async def back() -> bool:
+                    info = await replicas(admin, GROUP)
+                    return info.masterAddress == master and alive_in_sync(info) == {master, slave}
+
+                try:
+                    await wait_until(back, REJOIN_BOUND, "the slave back in the SyncStateSet")
+                except HarnessError as e:
+                    raise HarnessError(f"{e}\n{cluster.output()}") from None
+                back_in = trio.current_time() - healed_at
+                await sender.wait_acked(50, 10, after=trio.current_time())
+                stop.set()
+            acked, stored = await _converged(cluster, client, [sender], master, topic)
+            # a send waiting for the slave when the master gave up on it is answered
+            # FLUSH_SLAVE_TIMEOUT (stored, not confirmed by the slave), as upstream; nothing else fails
+            timed_out = f"{master}: code {ResponseCode.FLUSH_SLAVE_TIMEOUT}"
+            others = {k: v for k, v in sender.failures.items() if k != timed_out}
+            assert not others, f"sends to the master failed: {dict(sender.failures)} {sender.remarks}"
+            print(
+                f"{acked} acknowledged, {stored} stored; the master dropped its slave {shrunk_in:.2f}s after "
+                f"the cut (longest gap between acks {stalled:.2f}s, {sender.failures[timed_out]} answered "
+                f"FLUSH_SLAVE_TIMEOUT); the slave was back {back_in:.2f}s after the heal"
+            )
+
+
+async def _leader(admin: ControllerAdmin, cluster: FailoverCluster, among: list[str]) -> str | None:
+    """The process (of ``among``) whose controller peer says it leads, when every one of ``among``
+    that answers names the same leader; else None."""
+    said: dict[str, tuple[bool, str | None]] = {}
+    for proc in among:
+        address = f"{cluster.ips[proc]}:{cluster.ctl_ports[proc]}"
+        try:
+            m = await admin.get_metadata(address)
+        except (RemotingError, AdminError):
+            continue
+        said[proc] = (m.isLeader, m.controllerLeaderAddress)
+    leaders = [p for p, (is_leader, _) in said.items() if is_leader]
+    if len(leaders) != 1:
+        return None
+    leader = leaders[0]
+    address = f"{cluster.ips[leader]}:{cluster.ctl_ports[leader]}"
+    return leader if all(named == address for _, named in said.values()) else None
+
+
+async def test_a_controller_leader_cut_off_from_its_peers_hands_over_and_a_failover_goes_through(
+    controller_lab: tuple[FailoverCluster, NetLab],
+) -> None:
+    cluster, net = controller_lab
+    topic = "PartitionControllerTopic"
+    peers = ["k1", "k2", "k3"]
+    with trio.fail_after(150):
+        await cluster.start()
+        async with RemotingClient(name="test.partition") as client:
+            admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
+            before = await wait_settled(admin, GROUP, 2, 30)
+            master = before.masterAddress
+            assert master is not None
+            other = next(a for a in cluster.replica_addrs(GROUP) if a != master)
+            await create_topic(client, [master, other], topic, QUEUES)
+            old_leader = await wait_until(lambda: _leader(admin, cluster, peers), 10, "a controller leader")
+            sender = DirectSender(client, [master, other], topic, QUEUES, timeout=3.0)
+            stop = trio.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sender.run, stop, 4)
+                await sender.wait_acked(100, 10, at=master)
+                rest = [p for p in peers if p != old_leader]
+                net.cut_off(old_leader, rest)
+                cut_at = trio.current_time()
+                new_leader = await wait_until(
+                    lambda: _leader(admin, cluster, rest), 10, "a leader among the rest"
+                )
+                handed_in = trio.current_time() - cut_at
+
+                async def stepped_down() -> bool:
+                    m = await admin.get_metadata(f"{cluster.ips[old_leader]}:{cluster.ctl_ports[old_leader]}")
+                    return not m.isLeader
+
+                await wait_until(stepped_down, 10, "the cut-off leader stepping down")
+                # the brokers heartbeat to the new leader: the group stays settled there
+                await wait_settled(admin, GROUP, 2, 10)
+                cluster.procs[cluster.process_of(master)].kill_now()
+                killed_at = trio.current_time()
+                after = await _new_master(admin, before, FAILOVER_BOUND)
+                failover_in = trio.current_time() - killed_at
+                assert after.masterAddress == other, after
+                await sender.wait_acked(50, FAILOVER_BOUND, at=other, after=killed_at)
+                net.heal()
+                await cluster.procs[cluster.process_of(master)].start()
+
+                async def rejoined() -> bool:
+                    info = await replicas(admin, GROUP)
+                    return info.masterAddress == other and master in alive_in_sync(info)
+
+                try:
+                    await wait_until(rejoined, REJOIN_BOUND, "the restarted replica back in the set")
+                except HarnessError as e:
+                    raise HarnessError(f"{e}\n{cluster.output()}") from None
+                await wait_until(lambda: _leader(admin, cluster, peers), 10, "one leader for all three peers")
+                await sender.wait_acked(20, 10, at=other, after=trio.current_time())
+                stop.set()
+            acked, stored = await _converged(cluster, client, [sender], other, topic)
+            print(
+                f"{acked} acknowledged, {stored} stored; controller leader {old_leader} -> {new_leader} "
+                f"{handed_in:.2f}s after the cut; master failover {failover_in:.2f}s after the kill"
+            )
+
+
+async def test_sends_go_on_while_the_controller_and_name_server_are_isolated(
+    lab: tuple[FailoverCluster, NetLab],
+) -> None:
+    """The process of the name server and the (only) controller peer loses its network for 6 s
+    (longer than the controller's broker timeout): the master and slave keep their roles, the
+    master acknowledges every send meanwhile, and after the heal the controller names it again."""
+    cluster, net = lab
+    topic = "PartitionControlPlaneTopic"
+    with trio.fail_after(120):
+        await cluster.start()
+        async with RemotingClient(name="test.partition") as client:
+            admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
+            before = await wait_settled(admin, GROUP, 2, 30)
+            master = before.masterAddress
+            assert master is not None
+            slave = next(a for a in cluster.replica_addrs(GROUP) if a != master)
+            await create_topic(client, [master, slave], topic, QUEUES)
+            sender = DirectSender(client, [master], topic, QUEUES, timeout=5.0)
+            stop = trio.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sender.run, stop, 4)
+                await sender.wait_acked(100, 10)
+                net.isolate("c0")
+                cut_at = trio.current_time()
+                await trio.sleep(6)
+                during = [a for a in sender.acked if a.at > cut_at]
+                gaps = [b.at - a.at for a, b in itertools.pairwise(during)]
+                assert await _role(client, master) != "SLAVE"
+                assert await _role(client, slave) == "SLAVE"
+                failed_while_isolated = dict(sender.failures)
+                net.heal()
+                await sender.wait_acked(50, 10, after=trio.current_time())
+                after = await wait_settled(admin, GROUP, 2, 10)
+                stop.set()
+            # the controller's own elections during the isolation found no live replica and recorded
+            # no master (upstream does the same); after the heal the last master is elected again,
+            # with a new epoch (its sends are refused for a moment while it takes it), and no
+            # replica truncates anything acknowledged
+            assert after.masterAddress == master, (before, after)
+            assert not failed_while_isolated, f"sends failed: {failed_while_isolated} {sender.remarks}"
+            assert during, "no send acknowledged during the isolation"
+            assert max(gaps, default=0.0) < 1.0, (
+                f"{len(during)} sends acknowledged during the isolation, longest gap {max(gaps):.2f}s"
+            )
+            acked, stored = await _converged(cluster, client, [sender], master, topic)
+            print(
+                f"{acked} acknowledged, {stored} stored; {len(during)} during the 6 s isolation of the "
+                f"control plane, longest gap {max(gaps, default=0.0) * 1000:.0f} ms; master epoch "
+                f"{before.masterEpoch} -> {after.masterEpoch}; refused while it was re-elected: "
+                f"{dict(sender.failures)}"
+            )
