@@ -218,19 +218,21 @@ class ControllerManager:
         self, header: ElectMasterRequestHeader, state: ReplicasInfoManager, wait: float
     ) -> ControllerResult:
         info = state.sync_state_info(header.brokerName)
+        last = info.lastMasterBrokerId if info is not None else None
         old = info.masterBrokerId if info is not None else None
         if old is None:
             log.info(
-                "broker %s of %s asks for an election; the set has no master and its replicas began "
-                "reporting again just now: %.0f ms more for the others",
+                "broker %s of %s asks for an election; the set has no master and its last one, %s, "
+                "has not reported since the set's replicas began reporting again: it has %.0f ms more",
                 header.brokerId,
                 header.brokerName,
+                last,
                 wait,
             )
             why = (
-                f"{ELECT_WAIT_REMARK}: broker set {header.brokerName} has no master and its replicas "
-                f"began reporting to this controller just now; {wait:.0f} ms more for the others to "
-                "report before electing: retry"
+                f"{ELECT_WAIT_REMARK}: broker set {header.brokerName} has no master; waiting for its "
+                f"last master (broker id {last}), which has not reported since the set's replicas began "
+                f"reporting again; {wait:.0f} ms more before electing another: retry"
             )
         else:
             log.info(
@@ -262,11 +264,11 @@ class ControllerManager:
         would move the master (and its epoch) on every such restart, and with asynchronous
         replication could cut acknowledged messages from the old master's log. So the broker is
         told to retry; once the window has passed, the election is decided as upstream (and the
-        leader's inactive-master scan elects by itself if no broker asks again). The same window
-        applies when the set has no recorded master at all after its first one (an earlier
-        election found no live replica): the window then starts when a replica reports after the
-        set had none in the heartbeat table, and lets every returning replica's fresh heartbeat
-        into the ranking. Admin-designated and controller-triggered elections never wait.
+        leader's inactive-master scan elects by itself if no broker asks again). The same holds
+        for the last master of a set that has no recorded master (an earlier election found no
+        live replica), which the election prefers once it is back: the window then starts when a
+        replica reports after the set had none in the heartbeat table. Admin-designated and
+        controller-triggered elections never wait.
         ``state``: the replica state the request is computed against (the request queue's;
         default the committed state).
         """
@@ -277,14 +279,14 @@ class ControllerManager:
         replicas = state.replica_info(header.brokerName)
         if info is None or replicas is None or info.is_first_time_for_elect():
             return 0.0
-        old = info.masterBrokerId
-        # No recorded master (an election found no live replica: the whole set, or this leader's
-        # network, was gone for longer than the heartbeat timeout): the replicas coming back are
-        # given the same window to report, so that the election ranks them all by fresh
-        # heartbeats -- a heartbeat stuck in a connection during a partition arrives first, with
-        # the offset of the partition's start, and the first replica to ask is not the one to win.
-        if old is not None and (
-            old == header.brokerId or self.is_alive(replicas.clusterName, header.brokerName, old)
+        # no recorded master (an election found no live replica: the whole set, or this leader's
+        # network, was gone for longer than the heartbeat timeout): the last one is waited for
+        # the same way, as the election prefers it once it is back
+        old = info.masterBrokerId if info.masterBrokerId is not None else info.lastMasterBrokerId
+        if (
+            old is None
+            or old == header.brokerId
+            or self.is_alive(replicas.clusterName, header.brokerName, old)
         ):
             return 0.0
         since = self._heard_since.get(header.brokerName)

@@ -533,25 +533,29 @@ async def _set_without_master(make_env: MakeEnv) -> Env:
     return env
 
 
-async def test_a_set_without_master_waits_for_its_returning_replicas_to_report(make_env: MakeEnv) -> None:
-    """After a partition the first heartbeat of the old master to arrive can be one that was stuck
-    in its connection (the offset of the partition's start), while the slave's is fresh: the
-    slave asking at once would win on that. The election waits the window, the master's fresh
-    heartbeats arrive, and the master (the longest log) is elected."""
+async def test_a_set_without_master_waits_for_its_last_master_to_report(make_env: MakeEnv) -> None:
+    """The slave is back first and asks: it is told to retry; the last master reports within the
+    window and is elected (a new epoch), not the slave that asked first."""
     env = await _set_without_master(make_env)
-    await env.heartbeat(1, epoch=1, max_offset=5000)  # sent before the partition, delivered after it
     await env.heartbeat(2, epoch=1, max_offset=7000)
     r = await env.elect(2)
     assert r.code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED, r.remark
     assert r.remark.startswith(
-        "election deferred: broker set broker-a has no master and its replicas began reporting"
+        "election deferred: broker set broker-a has no master; waiting for its last master (broker id 1)"
     )
     assert r.remark.endswith("retry")
-    env.now += 200
+    env.now += 300
     await env.heartbeat(1, epoch=1, max_offset=9000)
-    env.now += env.config.scanInactiveMasterInterval
-    await env.heartbeat(2, epoch=1, max_offset=7000)
     r = await env.elect(2)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert (r.ext_fields["masterBrokerId"], r.ext_fields["masterEpoch"]) == ("1", "5")
+
+
+async def test_a_lone_replica_back_after_its_set_had_no_master_is_elected_at_once(make_env: MakeEnv) -> None:
+    """The last master itself asking does not wait (a set of one replica restarting after a crash)."""
+    env = await _set_without_master(make_env)
+    await env.heartbeat(1, epoch=1, max_offset=5000)
+    r = await env.elect(1)
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert r.ext_fields["masterBrokerId"] == "1"
 
