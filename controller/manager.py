@@ -218,36 +218,21 @@ class ControllerManager:
         self, header: ElectMasterRequestHeader, state: ReplicasInfoManager, wait: float
     ) -> ControllerResult:
         info = state.sync_state_info(header.brokerName)
-        last = info.lastMasterBrokerId if info is not None else None
         old = info.masterBrokerId if info is not None else None
         if old is None:
-            log.info(
-                "broker %s of %s asks for an election; the set has no master and its last one, %s, "
-                "has not reported since the set's replicas began reporting again: it has %.0f ms more",
-                header.brokerId,
-                header.brokerName,
-                last,
-                wait,
-            )
+            last = info.lastMasterBrokerId if info is not None else None
             why = (
                 f"{ELECT_WAIT_REMARK}: broker set {header.brokerName} has no master; waiting for its "
                 f"last master (broker id {last}), which has not reported since the set's replicas began "
                 f"reporting again; {wait:.0f} ms more before electing another: retry"
             )
         else:
-            log.info(
-                "broker %s of %s asks for an election; the recorded master %s has not reported to "
-                "this leader yet: it has %.0f ms more",
-                header.brokerId,
-                header.brokerName,
-                old,
-                wait,
-            )
             why = (
                 f"{ELECT_WAIT_REMARK}: waiting for the recorded master (broker id {old}) of broker set "
                 f"{header.brokerName}: it has not reported to this controller since it took the lead; "
                 f"{wait:.0f} ms more before electing another: retry"
             )
+        log.info("broker %s of %s asks for an election; %s", header.brokerId, header.brokerName, why)
         return ControllerResult(header=ElectMasterResponseHeader()).fail(
             ResponseCode.CONTROLLER_ELECT_MASTER_FAILED, why
         )

@@ -78,8 +78,8 @@ def unavailable() -> str | None:
     probe = f"rmq{os.getpid()}-probe"
     try:
         netns.create(probe)
-    except OSError as e:
-        return f"cannot create a network namespace ({e}); needs root"
+    except Exception as e:  # OSError, or pyroute2's own errors: anything means "not here"
+        return f"cannot create a network namespace ({type(e).__name__}: {e}); needs root"
     netns.remove(probe)
     return None
 
