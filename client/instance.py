@@ -12,7 +12,9 @@ client its own instance: the default instance name becomes ``pid#nanotime``)::
 
 While running, the instance refreshes the route of every topic in use every
 ``poll_name_server_interval`` seconds (30), and at once (at most once a second) when a broker
-cannot be connected to (see :meth:`ClientInstance.broker_unreachable`); it heartbeats every known
+cannot be connected to, does not answer a call in time (the connection is then closed, as
+upstream's remoting client does) or refuses a send as a slave (see
+:meth:`ClientInstance.route_may_be_stale`); it heartbeats every known
 broker every ``heartbeat_interval`` seconds (30), at once when a route reveals a new broker, and at
 once to a broker whenever it connects to it (a restarted broker knows no client; see
 :meth:`ClientInstance.broker_connected`), and routes NOTIFY_CONSUMER_IDS_CHANGED from a broker to
@@ -137,7 +139,7 @@ class ClientInstance:
         self.producers: set[str] = set()
         self.consumers: dict[str, ConsumerHook] = {}
         self._route_locks: dict[str, trio.Lock] = {}
-        #: set by :meth:`broker_unreachable`: the route loop refreshes at once
+        #: set by :meth:`route_may_be_stale`: the route loop refreshes at once
         self._route_wakeup = trio.Event()
         self._unreachable_refresh_at = -math.inf
         self._namesrv_index = 0
@@ -170,7 +172,12 @@ class ClientInstance:
                 table.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
                 table.register(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
                 self.remoting = await stack.enter_async_context(
-                    RemotingClient(processors=table, on_connect_failure=self.broker_unreachable)
+                    RemotingClient(
+                        processors=table,
+                        on_connect_failure=self.broker_unreachable,
+                        close_on_timeout=True,
+                        on_call_timeout=self.route_may_be_stale,
+                    )
                 )
             else:
                 self._external_remoting.processors.register(
@@ -486,6 +493,15 @@ class ClientInstance:
         now rather than at the next poll. Upstream's clients wait for the poll: after a failover
         of every master a topic has (one container held them), their sends fail for up to 30 s
         -- the C++ client's with 'No route info of this topic' -- while the new masters serve."""
+        self.route_may_be_stale(addr)
+
+    def route_may_be_stale(self, addr: str) -> None:
+        """``addr`` did not act as the routes say (it cannot be reached, did not answer in time,
+        or a master refused writes): refresh every route in use now (at most once a second), not
+        at the next poll. A master cut off by a network partition answers nothing; the controller
+        has elected another within seconds, and once the partition heals the old one refuses
+        every send as a slave -- until the poll, up to 30 s later, upstream's clients keep
+        sending to it."""
         if addr not in self.namesrv_addrs:
             self._route_wakeup.set()
 
@@ -504,7 +520,8 @@ class ClientInstance:
             else:
                 self._unreachable_refresh_at = now
                 log.info(
-                    "a broker could not be reached: refreshing the routes of %s", sorted(self.topics_in_use())
+                    "a broker did not act as routed (unreachable, silent, or a slave now): refreshing the routes of %s",
+                    sorted(self.topics_in_use()),
                 )
             await self.update_all_routes()
 

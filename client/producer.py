@@ -571,6 +571,10 @@ class Producer(StartStop):
     def _result(self, p: _Prepared, mq: MessageQueue, response: RemotingCommand, addr: str) -> SendResult:
         status = SEND_STATUS_BY_CODE.get(response.code)
         if status is None:
+            if response.code == ResponseCode.SERVICE_NOT_AVAILABLE:
+                # the route's master refuses writes: it may have stepped down (a failover the route
+                # poll has not seen yet), so the route is read again now, not in up to 30 s
+                self.instance.route_may_be_stale(addr)
             raise MQBrokerError(response.code, response.remark, addr)
         rext = response.ext_fields or {}
         try:

@@ -70,6 +70,11 @@ def _connect_failure(exc: OSError) -> str:
     return "; ".join(reasons)
 
 
+#: a call that waited less than this (and less than a quarter of its timeout) for its response
+#: does not close the connection when it times out (upstream ``MIN_CLOSE_TIMEOUT_MILLIS``)
+MIN_CLOSE_TIMEOUT = 0.1
+
+
 class RemotingClient:
     """Connection pool + request/response matching (see the module docstring)."""
 
@@ -82,8 +87,19 @@ class RemotingClient:
         max_in_flight_per_connection: int = 256,
         name: str = "remoting.client",
         on_connect_failure: Callable[[str], None] | None = None,
+        close_on_timeout: bool = False,
+        on_call_timeout: Callable[[str], None] | None = None,
     ) -> None:
         self.processors = processors or ProcessorTable()
+        #: close the connection when a call on it times out (upstream's
+        #: ``clientCloseSocketIfTimeout``, on by default in the Java remoting client): a peer cut
+        #: off by the network leaves no error but silence, and the next call must not queue behind
+        #: it on a connection TCP keeps retransmitting for minutes, but connect anew -- and fail
+        #: at once if the peer is really gone (``on_connect_failure``)
+        self.close_on_timeout = close_on_timeout
+        #: called with the address when a call waited long enough for its response to say
+        #: something about the peer (see :data:`MIN_CLOSE_TIMEOUT`) and got none
+        self.on_call_timeout = on_call_timeout
         #: called with the address when a connection cannot be made (refused, unreachable, timed
         #: out), before the call raises: the peer may be gone for good
         self.on_connect_failure = on_connect_failure
@@ -168,6 +184,11 @@ class RemotingClient:
         except OSError as e:
             self._connect_failed(addr)
             raise RemotingConnectError(f"connect to {addr} failed: {_connect_failure(e)}") from None
+        except trio.Cancelled:
+            # the caller's own deadline ended the connect (a send's budget ran out while the peer
+            # did not answer): the peer may be gone all the same
+            self._connect_failed(addr)
+            raise
         conn = Connection(
             detach_stream(stream),
             table=self.processors,
@@ -231,7 +252,25 @@ class RemotingClient:
         remaining = deadline - trio.current_time()
         if remaining <= 0 or math.isnan(remaining):
             raise RemotingTimeoutError(f"connect to {addr} used up the {timeout:.3f}s timeout")
-        return await conn.request(cmd, remaining)
+        try:
+            return await conn.request(cmd, remaining)
+        except RemotingTimeoutError:
+            # upstream's rule: not when the wait was too short to say anything about the peer
+            long_enough = remaining > MIN_CLOSE_TIMEOUT or remaining > timeout / 4
+            if long_enough and self.on_call_timeout is not None:
+                try:
+                    self.on_call_timeout(addr)
+                except Exception:  # a hook's bug must not turn into a different error
+                    self._log.exception("on_call_timeout hook failed for %s", addr)
+            if self.close_on_timeout and long_enough and self._connections.get(addr) is conn:
+                self._log.warning(
+                    "no response from %s within %.3fs: closing the connection (the next call connects anew)",
+                    addr,
+                    remaining,
+                )
+                del self._connections[addr]
+                await conn.aclose("a call timed out")
+            raise
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> None:
         """Send ``cmd`` to ``addr`` with the oneway flag; no response is expected."""

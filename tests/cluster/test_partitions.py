@@ -39,6 +39,7 @@ from bench.failover_kit import (
     FailoverCluster,
     ProcSpec,
     alive_in_sync,
+    create_routed_topic,
     create_topic,
     read_all,
     replicas,
@@ -48,9 +49,13 @@ from bench.failover_kit import (
 )
 from client.admin import AdminError
 from client.admin_controller import ControllerAdmin
+from client.message import ConsumeStatus, Message, MessageExt, MQClientError, SendStatus
+from client.producer import Producer
+from client.push_consumer import PushConsumer
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemotingError
+from remoting.protocol.broker import ConsumeFromWhere
 from remoting.protocol.controller import ReplicasInfo
 from tests.cluster.harness import HarnessError, call, wait_until
 from tests.cluster.netlab import NetLab, unavailable
@@ -552,3 +557,93 @@ async def test_a_node_cut_off_from_everyone_fails_over_its_masters_and_rejoins_a
 
 async def _master_is(admin: ControllerAdmin, group: str, address: str) -> bool:
     return (await replicas(admin, group)).masterAddress == address
+
+
+async def test_python_clients_find_the_new_masters_while_the_old_node_is_cut_off(
+    node_lab: tuple[FailoverCluster, NetLab],
+) -> None:
+    """``conf/failover``'s layout with both masters on one node, which loses its network for 10 s
+    while the project's Producer (4 concurrent sync sends) and PushConsumer run. The producer's
+    calls to the cut-off masters get no answer; it closes those connections and reads the route
+    again at once, so it sends to the new masters during the partition (upstream's clients keep
+    the route until their 30 s poll, and then sent to the old masters, slaves by then, which
+    refuse). Every message sent SEND_OK is consumed after the heal."""
+    cluster, net = node_lab
+    topic = "PartitionClientTopic"
+    groups = (GROUP, GROUP_B)
+    with trio.fail_after(150):
+        await cluster.start()
+        async with RemotingClient(name="test.partition") as client:
+            admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
+            for group in groups:
+                await wait_settled(admin, group, 2, 30)
+            # both masters on p1 (designated elections where needed)
+            for group in groups:
+                info = await replicas(admin, group)
+                want = cluster.broker_addr("p1", group)
+                if info.masterAddress != want:
+                    target = next(r.brokerId for r in info.inSyncReplicas if r.brokerAddress == want)
+                    await admin.elect_master(cluster.cluster, group, target)
+                    await wait_until(lambda g=group, w=want: _master_is(admin, g, w), 10, f"{group} on p1")
+                await wait_settled(admin, group, 2, 10)
+            await create_routed_topic(client, cluster, topic, QUEUES, groups)
+        namesrv = cluster.namesrvs
+        sent: dict[bytes, float] = {}
+        consumed: Counter[bytes] = Counter()
+        failures: Counter[str] = Counter()
+
+        async def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+            consumed.update(m.body for m in msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        consumer = PushConsumer(
+            "CG_PARTITION", namesrv, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+        )
+        consumer.subscribe(topic, "*")
+        consumer.register_listener(listener)
+        stop = trio.Event()
+        async with Producer("PG_PARTITION", namesrv) as producer, consumer:
+
+            async def send_loop(k: int) -> None:
+                for n in itertools.count():
+                    if stop.is_set():
+                        return
+                    body = f"{k}-{n}".encode()
+                    try:
+                        result = await producer.send(Message(topic, body))
+                    except MQClientError as e:
+                        failures[type(e).__name__] += 1
+                    else:
+                        if result.send_status is SendStatus.SEND_OK:
+                            sent[body] = trio.current_time()
+                    await trio.sleep(0.01)
+
+            async with trio.open_nursery() as nursery:
+                for k in range(4):
+                    nursery.start_soon(send_loop, k)
+                await wait_until(lambda: _at_least(sent, 100), 10, "100 sends before the cut")
+                net.isolate("p1")
+                cut_at = trio.current_time()
+                await trio.sleep(10)
+                during = sorted(t for t in sent.values() if t > cut_at)
+                net.heal()
+                healed_at = trio.current_time()
+                await trio.sleep(3)
+                stop.set()
+            assert during, f"no send went through while p1 was cut off (failures {dict(failures)})"
+            resumed = during[0] - cut_at
+            assert resumed < 8.0, f"the first send after the cut went through only {resumed:.1f}s later"
+
+            async def all_consumed() -> bool:
+                return all(consumed[b] for b in sent)
+
+            await wait_until(all_consumed, 30, "every message sent SEND_OK consumed")
+            caught_up = trio.current_time() - healed_at
+        print(
+            f"{len(sent)} sent SEND_OK, {len(during)} while p1 was cut off, the first {resumed:.2f}s after "
+            f"the cut; all consumed {caught_up:.2f}s after the heal; failed sends {dict(failures)}"
+        )
+
+
+async def _at_least(sent: dict[bytes, float], n: int) -> bool:
+    return len(sent) >= n

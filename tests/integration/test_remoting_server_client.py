@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 from collections.abc import AsyncIterator
@@ -757,3 +758,42 @@ async def test_idle_connections_are_closed_and_busy_ones_kept(caplog: pytest.Log
         await talker.send(request(10))
         assert (await talker.read()) is not None
     assert "idle for" in caplog.text
+
+
+@asynccontextmanager
+async def silent_peer() -> AsyncIterator[tuple[str, list[trio.SocketStream]]]:
+    """A peer that accepts connections and reads requests but never answers (a host cut off by the
+    network after the connection was made looks the same to the client)."""
+    accepted: list[trio.SocketStream] = []
+
+    async def handler(stream: trio.SocketStream) -> None:
+        accepted.append(stream)
+        while await stream.receive_some(65536):
+            pass
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        yield f"127.0.0.1:{port}", accepted
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("close_on_timeout", [True, False])
+async def test_a_call_that_times_out_closes_the_connection_when_asked(close_on_timeout: bool) -> None:
+    """Upstream's ``clientCloseSocketIfTimeout``: the next call connects anew instead of queueing
+    behind a silent peer; the timeout hook hears of it either way."""
+    timed_out: list[str] = []
+    async with (
+        silent_peer() as (addr, accepted),
+        RemotingClient(close_on_timeout=close_on_timeout, on_call_timeout=timed_out.append) as client,
+    ):
+        first = client.connection(addr)
+        assert first is None
+        with pytest.raises(RemotingTimeoutError):
+            await client.invoke(addr, request(RequestCode.GET_BROKER_RUNTIME_INFO), 0.3)
+        assert timed_out == [addr]
+        assert (client.connection(addr) is None) is close_on_timeout
+        with pytest.raises(RemotingTimeoutError):
+            await client.invoke(addr, request(RequestCode.GET_BROKER_RUNTIME_INFO), 0.3)
+        await wait_until(lambda: len(accepted) == (2 if close_on_timeout else 1))
+        assert timed_out == [addr, addr]
