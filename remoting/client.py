@@ -208,10 +208,7 @@ class RemotingClient:
 
     def _connect_failed(self, addr: str) -> None:
         if self.on_connect_failure is not None:
-            try:
-                self.on_connect_failure(addr)
-            except Exception:  # a hook's bug must not turn into a different connect error
-                self._log.exception("on_connect_failure hook failed for %s", addr)
+            self._tell([self.on_connect_failure], addr, "on_connect_failure")
 
     @staticmethod
     async def _serve_unowned(conn: Connection) -> None:
@@ -230,7 +227,8 @@ class RemotingClient:
         for listener in list(listeners):
             try:
                 listener(addr)
-            except Exception:  # a listener's bug must not fail the call or the teardown at hand
+            except Exception:  # a listener's bug must not fail the call or the teardown at hand,
+                # nor turn into a different error
                 self._log.exception("%s listener failed for %s", what, addr)
 
     async def close_connection(self, addr: str) -> None:
@@ -258,10 +256,7 @@ class RemotingClient:
             # upstream's rule: not when the wait was too short to say anything about the peer
             long_enough = remaining > MIN_CLOSE_TIMEOUT or remaining > timeout / 4
             if long_enough and self.on_call_timeout is not None:
-                try:
-                    self.on_call_timeout(addr)
-                except Exception:  # a hook's bug must not turn into a different error
-                    self._log.exception("on_call_timeout hook failed for %s", addr)
+                self._tell([self.on_call_timeout], addr, "on_call_timeout")
             if self.close_on_timeout and long_enough and self._connections.get(addr) is conn:
                 self._log.warning(
                     "no response from %s within %.3fs: closing the connection (the next call connects anew)",
