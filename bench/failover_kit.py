@@ -42,7 +42,7 @@ from remoting.protocol.broker import PullMessageRequestHeader, PullMessageRespon
 from remoting.protocol.controller import ReplicasInfo
 from remoting.protocol.message import iter_messages
 from remoting.protocol.namesrv import TopicRouteData
-from tests.cluster.harness import ContainerProc, free_ports, toml_text
+from tests.cluster.harness import ContainerProc, call, free_ports, toml_text, wait_until
 
 if TYPE_CHECKING:
     from tests.cluster.netlab import NetLab
@@ -55,7 +55,9 @@ __all__ = [
     "FailoverCluster",
     "ProcSpec",
     "alive_in_sync",
+    "broker_role",
     "create_topic",
+    "new_master",
     "pull_request",
     "read_all",
     "replicas",
@@ -236,6 +238,21 @@ async def replicas(admin: ControllerAdmin, group: str, timeout: float = 10.0) ->
                 await trio.sleep(0.02)
 
 
+async def new_master(
+    admin: ControllerAdmin, group: str, before: ReplicasInfo, timeout: float
+) -> ReplicasInfo:
+    """Wait until the controller names a master of ``group`` other than ``before``'s, with a
+    higher epoch; its replica info."""
+
+    async def changed() -> ReplicasInfo | None:
+        r = await replicas(admin, group)
+        return r if r.masterAddress not in (None, before.masterAddress) else None
+
+    after: ReplicasInfo = await wait_until(changed, timeout, f"{group}: a new master")
+    assert (after.masterEpoch or 0) > (before.masterEpoch or 0), (before, after)
+    return after
+
+
 def alive_in_sync(info: ReplicasInfo) -> set[str]:
     """Addresses of the live members of the SyncStateSet."""
     return {r.brokerAddress for r in info.inSyncReplicas if r.alive and r.brokerAddress}
@@ -279,6 +296,21 @@ async def route_master(client: RemotingClient, namesrv: str, topic: str, group: 
 
 
 # --- brokers ----------------------------------------------------------------------------------------
+
+
+async def broker_role(client: RemotingClient, addr: str) -> str | None:
+    """The broker's ``brokerRole`` (GET_BROKER_CONFIG); None when it does not answer."""
+    try:
+        r = await call(client, addr, RequestCode.GET_BROKER_CONFIG, timeout=1.0)
+    except RemotingError:
+        return None
+    if r.code != ResponseCode.SUCCESS:
+        return None
+    for line in r.body_bytes.decode().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "brokerRole":
+            return value.strip()
+    return None
 
 
 async def create_topic(

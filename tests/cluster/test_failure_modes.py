@@ -36,7 +36,9 @@ from bench.failover_kit import (
     FailoverCluster,
     ProcSpec,
     alive_in_sync,
+    broker_role,
     create_topic,
+    new_master,
     read_all,
     replicas,
     route,
@@ -99,20 +101,6 @@ def cluster_own_controller(tmp_path: Path) -> Iterator[FailoverCluster]:
         c.close()
 
 
-async def new_master(
-    admin: ControllerAdmin, before: ReplicasInfo, timeout: float = FAILOVER_BOUND
-) -> ReplicasInfo:
-    """Wait until the controller names a master other than ``before``'s, with a higher epoch."""
-
-    async def changed() -> ReplicasInfo | None:
-        r = await replicas(admin, GROUP)
-        return r if r.masterAddress not in (None, before.masterAddress) else None
-
-    after: ReplicasInfo = await wait_until(changed, timeout, f"{GROUP}: a new master")
-    assert (after.masterEpoch or 0) > (before.masterEpoch or 0), (before, after)
-    return after
-
-
 # --- #5663 -------------------------------------------------------------------------------------------
 
 
@@ -150,7 +138,7 @@ async def _join_then_kill(
     assert during > 0, "no send was acknowledged while the slave joined"
     await proc.wait_ready()
 
-    after = await new_master(admin, info)
+    after = await new_master(admin, GROUP, info, FAILOVER_BOUND)
     assert after.masterAddress == joiner_addr, after
     await sender.wait_acked(20, FAILOVER_BOUND, at=joiner_addr, after=killed_at)
 
@@ -244,7 +232,7 @@ async def test_9804_topics_and_groups_created_on_the_old_master_exist_on_the_new
             await wait_until(slave_has_them, 20, "the slave's metadata sync of the new topics and group")
 
             cluster.procs[cluster.process_of(master)].kill_now()
-            after = await new_master(admin, before)
+            after = await new_master(admin, GROUP, before, FAILOVER_BOUND)
             assert after.masterAddress == slave
 
             for t in (normal, trans):
@@ -283,21 +271,6 @@ def _send(topic: str):
 
 
 # --- #6316 -------------------------------------------------------------------------------------------
-
-
-async def _role(client: RemotingClient, addr: str) -> str | None:
-    """The broker's ``brokerRole`` (GET_BROKER_CONFIG); None when it does not answer."""
-    try:
-        r = await call(client, addr, RequestCode.GET_BROKER_CONFIG, timeout=1.0)
-    except RemotingError:
-        return None
-    if r.code != ResponseCode.SUCCESS:
-        return None
-    for line in r.body_bytes.decode().splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "brokerRole":
-            return value.strip()
-    return None
 
 
 def _topic_update(topic: str) -> RemotingCommand:
@@ -348,7 +321,7 @@ async def _freeze_master_until_replaced(
     pid = cluster.procs[cluster.process_of(old)].pid
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)
-    after = await new_master(admin, before)
+    after = await new_master(admin, GROUP, before, FAILOVER_BOUND)
     assert after.masterAddress == new
     await wait_until(lambda: routed_to(new), FAILOVER_BOUND, "the route naming the new master")
     return before, after
@@ -360,7 +333,7 @@ async def _steps_down(client: RemotingClient, old: str, topic: str) -> float:
     t0 = trio.current_time()
 
     async def stepped_down() -> bool:
-        return await _role(client, old) == "SLAVE"
+        return await broker_role(client, old) == "SLAVE"
 
     await wait_until(stepped_down, STEP_DOWN_BOUND, "the stale master stepping down")
     took = trio.current_time() - t0
@@ -442,7 +415,9 @@ async def test_6316_a_stale_master_that_still_believes_it_leads_is_not_routed(
                         return conflict in cluster.procs["c0"].log_text()
 
                     await wait_until(refused, 10, "the name server refusing the stale master's registration")
-                    assert await _role(client, old) != "SLAVE", "the stale master stepped down too early"
+                    assert await broker_role(client, old) != "SLAVE", (
+                        "the stale master stepped down too early"
+                    )
                     r = await call(
                         client, namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": stale_topic}
                     )

@@ -39,8 +39,10 @@ from bench.failover_kit import (
     FailoverCluster,
     ProcSpec,
     alive_in_sync,
+    broker_role,
     create_routed_topic,
     create_topic,
+    new_master,
     read_all,
     replicas,
     route_master,
@@ -53,11 +55,11 @@ from client.message import ConsumeStatus, Message, MessageExt, MQClientError, Se
 from client.producer import Producer
 from client.push_consumer import PushConsumer
 from remoting.client import RemotingClient
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import ResponseCode
 from remoting.errors import RemotingError
 from remoting.protocol.broker import ConsumeFromWhere
 from remoting.protocol.controller import ReplicasInfo
-from tests.cluster.harness import HarnessError, call, wait_until
+from tests.cluster.harness import HarnessError, wait_until
 from tests.cluster.netlab import NetLab, unavailable
 
 _WHY_NOT = unavailable()
@@ -118,29 +120,50 @@ def lab(tmp_path: Path) -> Iterator[tuple[FailoverCluster, NetLab]]:
     )
 
 
-async def _role(client: RemotingClient, addr: str) -> str | None:
-    """The broker's ``brokerRole`` (GET_BROKER_CONFIG); None when it does not answer."""
+async def _settled_with_topic(
+    cluster: FailoverCluster, admin: ControllerAdmin, client: RemotingClient, topic: str
+) -> tuple[ReplicasInfo, str, str]:
+    """Once broker-a has a master and both replicas in its SyncStateSet: its replica info, the
+    master's and the slave's address; ``topic`` created on both."""
+    before = await wait_settled(admin, GROUP, 2, 30)
+    master = before.masterAddress
+    assert master is not None
+    slave = next(a for a in cluster.replica_addrs(GROUP) if a != master)
+    await create_topic(client, [master, slave], topic, QUEUES)
+    return before, master, slave
+
+
+async def _place_masters(cluster: FailoverCluster, admin: ControllerAdmin, where: dict[str, str]) -> None:
+    """Each group's master on the process ``where`` names (designated elections where needed),
+    both replicas in sync."""
+    for group, proc in where.items():
+        want = cluster.broker_addr(proc, group)
+
+        async def placed(group: str = group, want: str = want) -> bool:
+            return (await replicas(admin, group)).masterAddress == want
+
+        info = await wait_settled(admin, group, 2, 30)
+        if info.masterAddress != want:
+            target = next(r.brokerId for r in info.inSyncReplicas if r.brokerAddress == want)
+            await admin.elect_master(cluster.cluster, group, target)
+            await wait_until(placed, 10, f"{group}'s master on {proc}")
+        await wait_settled(admin, group, 2, 10)
+
+
+async def _rejoined(
+    cluster: FailoverCluster, admin: ControllerAdmin, group: str, master: str, member: str, what: str
+) -> None:
+    """Wait (up to :data:`REJOIN_BOUND`) until ``group``'s master is ``master`` and ``member`` is
+    a live member of its SyncStateSet; the processes' output on failure."""
+
+    async def done() -> bool:
+        info = await replicas(admin, group)
+        return info.masterAddress == master and member in alive_in_sync(info)
+
     try:
-        r = await call(client, addr, RequestCode.GET_BROKER_CONFIG, timeout=1.0)
-    except RemotingError:
-        return None
-    if r.code != ResponseCode.SUCCESS:
-        return None
-    for line in r.body_bytes.decode().splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "brokerRole":
-            return value.strip()
-    return None
-
-
-async def _new_master(admin: ControllerAdmin, before: ReplicasInfo, timeout: float) -> ReplicasInfo:
-    async def changed() -> ReplicasInfo | None:
-        r = await replicas(admin, GROUP)
-        return r if r.masterAddress not in (None, before.masterAddress) else None
-
-    after: ReplicasInfo = await wait_until(changed, timeout, f"{GROUP}: a new master")
-    assert (after.masterEpoch or 0) > (before.masterEpoch or 0), (before, after)
-    return after
+        await wait_until(done, REJOIN_BOUND, what)
+    except HarnessError as e:
+        raise HarnessError(f"{e}\n{cluster.output()}") from None
 
 
 async def _converged(
@@ -194,12 +217,8 @@ async def test_a_cut_off_master_acknowledges_nothing_the_new_master_lacks(
         await cluster.start()
         async with RemotingClient(name="test.partition") as client:
             admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
-            before = await wait_settled(admin, GROUP, 2, 30)
-            old = before.masterAddress
-            assert old is not None
-            new = next(a for a in cluster.replica_addrs(GROUP) if a != old)
+            before, old, new = await _settled_with_topic(cluster, admin, client, topic)
             old_proc, new_proc = cluster.process_of(old), cluster.process_of(new)
-            await create_topic(client, [old, new], topic, QUEUES)
             # producers that follow the replicas' answers (a refusal or a timeout moves a send to
             # the other replica), and one that keeps sending to the old master whatever happens
             sender = DirectSender(client, [old, new], topic, QUEUES, timeout=3.0)
@@ -211,29 +230,22 @@ async def test_a_cut_off_master_acknowledges_nothing_the_new_master_lacks(
                 await sender.wait_acked(100, 10, at=old)
                 net.cut_off(old_proc, ["c0", new_proc] if slave_too else ["c0"])
                 cut_at = trio.current_time()
-                after = await _new_master(admin, before, FAILOVER_BOUND)
+                after = await new_master(admin, GROUP, before, FAILOVER_BOUND)
                 elected_in = trio.current_time() - cut_at
                 assert after.masterAddress == new, after
                 await sender.wait_acked(50, FAILOVER_BOUND, at=new, after=cut_at)
                 # the cut-off master still believes it leads, and its producers still reach it:
                 # they go on for longer than it takes the master to give up on its slave
-                assert await _role(client, old) != "SLAVE", "the cut-off master learned of the new one"
+                assert await broker_role(client, old) != "SLAVE", "the cut-off master learned of the new one"
                 await trio.sleep(max(0.0, cut_at + 8.0 - trio.current_time()))
                 tried = stubborn.attempts
                 net.heal()
                 healed_at = trio.current_time()
 
-                async def rejoined() -> bool:
-                    info = await replicas(admin, GROUP)
-                    return info.masterAddress == new and old in alive_in_sync(info)
-
-                try:
-                    await wait_until(rejoined, REJOIN_BOUND, "the old master back as a slave in the set")
-                except HarnessError as e:
-                    raise HarnessError(f"{e}\n{cluster.output()}") from None
+                await _rejoined(cluster, admin, GROUP, new, old, "the old master back as a slave in the set")
                 rejoin_took = trio.current_time() - healed_at
                 stop_stubborn.set()
-                assert await _role(client, old) == "SLAVE"
+                assert await broker_role(client, old) == "SLAVE"
                 await sender.wait_acked(20, FAILOVER_BOUND, at=new, after=trio.current_time())
                 stop.set()
             namesrv = cluster.namesrvs.split(";")[0]
@@ -263,11 +275,7 @@ async def test_a_slave_cut_off_from_its_master_leaves_the_sync_state_set_and_com
         await cluster.start()
         async with RemotingClient(name="test.partition") as client:
             admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
-            before = await wait_settled(admin, GROUP, 2, 30)
-            master = before.masterAddress
-            assert master is not None
-            slave = next(a for a in cluster.replica_addrs(GROUP) if a != master)
-            await create_topic(client, [master, slave], topic, QUEUES)
+            _, master, slave = await _settled_with_topic(cluster, admin, client, topic)
             # a timeout longer than the master's wait for its slave: the sends wait out the stall
             sender = DirectSender(client, [master], topic, QUEUES, timeout=15.0)
             stop = trio.Event()
@@ -293,14 +301,7 @@ async def test_a_slave_cut_off_from_its_master_leaves_the_sync_state_set_and_com
                 net.heal()
                 healed_at = trio.current_time()
 
-                async def back() -> bool:
-                    info = await replicas(admin, GROUP)
-                    return info.masterAddress == master and alive_in_sync(info) == {master, slave}
-
-                try:
-                    await wait_until(back, REJOIN_BOUND, "the slave back in the SyncStateSet")
-                except HarnessError as e:
-                    raise HarnessError(f"{e}\n{cluster.output()}") from None
+                await _rejoined(cluster, admin, GROUP, master, slave, "the slave back in the SyncStateSet")
                 back_in = trio.current_time() - healed_at
                 await sender.wait_acked(50, 10, after=trio.current_time())
                 stop.set()
@@ -346,11 +347,7 @@ async def test_a_controller_leader_cut_off_from_its_peers_hands_over_and_a_failo
         await cluster.start()
         async with RemotingClient(name="test.partition") as client:
             admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
-            before = await wait_settled(admin, GROUP, 2, 30)
-            master = before.masterAddress
-            assert master is not None
-            other = next(a for a in cluster.replica_addrs(GROUP) if a != master)
-            await create_topic(client, [master, other], topic, QUEUES)
+            before, master, other = await _settled_with_topic(cluster, admin, client, topic)
             old_leader = await wait_until(lambda: _leader(admin, cluster, peers), 10, "a controller leader")
             sender = DirectSender(client, [master, other], topic, QUEUES, timeout=3.0)
             stop = trio.Event()
@@ -374,21 +371,14 @@ async def test_a_controller_leader_cut_off_from_its_peers_hands_over_and_a_failo
                 await wait_settled(admin, GROUP, 2, 10)
                 cluster.procs[cluster.process_of(master)].kill_now()
                 killed_at = trio.current_time()
-                after = await _new_master(admin, before, FAILOVER_BOUND)
+                after = await new_master(admin, GROUP, before, FAILOVER_BOUND)
                 failover_in = trio.current_time() - killed_at
                 assert after.masterAddress == other, after
                 await sender.wait_acked(50, FAILOVER_BOUND, at=other, after=killed_at)
                 net.heal()
                 await cluster.procs[cluster.process_of(master)].start()
 
-                async def rejoined() -> bool:
-                    info = await replicas(admin, GROUP)
-                    return info.masterAddress == other and master in alive_in_sync(info)
-
-                try:
-                    await wait_until(rejoined, REJOIN_BOUND, "the restarted replica back in the set")
-                except HarnessError as e:
-                    raise HarnessError(f"{e}\n{cluster.output()}") from None
+                await _rejoined(cluster, admin, GROUP, other, master, "the restarted replica back in the set")
                 await wait_until(lambda: _leader(admin, cluster, peers), 10, "one leader for all three peers")
                 await sender.wait_acked(20, 10, at=other, after=trio.current_time())
                 stop.set()
@@ -412,11 +402,7 @@ async def test_sends_go_on_while_the_controller_and_name_server_are_isolated(
         await cluster.start()
         async with RemotingClient(name="test.partition") as client:
             admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
-            before = await wait_settled(admin, GROUP, 2, 30)
-            master = before.masterAddress
-            assert master is not None
-            slave = next(a for a in cluster.replica_addrs(GROUP) if a != master)
-            await create_topic(client, [master, slave], topic, QUEUES)
+            before, master, slave = await _settled_with_topic(cluster, admin, client, topic)
             sender = DirectSender(client, [master, slave], topic, QUEUES, timeout=5.0)
             stop = trio.Event()
             async with trio.open_nursery() as nursery:
@@ -427,8 +413,8 @@ async def test_sends_go_on_while_the_controller_and_name_server_are_isolated(
                 await trio.sleep(6)
                 during = [a for a in sender.acked if a.at > cut_at]
                 gaps = [b.at - a.at for a, b in itertools.pairwise(during)]
-                assert await _role(client, master) != "SLAVE"
-                assert await _role(client, slave) == "SLAVE"
+                assert await broker_role(client, master) != "SLAVE"
+                assert await broker_role(client, slave) == "SLAVE"
                 failed_while_isolated = dict(sender.failures)
                 net.heal()
                 await sender.wait_acked(50, 10, after=trio.current_time())
@@ -471,19 +457,7 @@ async def test_a_node_cut_off_from_everyone_fails_over_its_masters_and_rejoins_a
         await cluster.start()
         async with RemotingClient(name="test.partition") as client:
             admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
-            for group in groups:
-                await wait_settled(admin, group, 2, 30)
-            # broker-a's master on p1, broker-b's on p2 (designated elections where needed)
-            for group, proc in ((GROUP, "p1"), (GROUP_B, "p2")):
-                info = await replicas(admin, group)
-                want = cluster.broker_addr(proc, group)
-                if info.masterAddress != want:
-                    target = next(r.brokerId for r in info.inSyncReplicas if r.brokerAddress == want)
-                    await admin.elect_master(cluster.cluster, group, target)
-                    await wait_until(
-                        lambda g=group, w=want: _master_is(admin, g, w), 10, f"{group}'s master on {proc}"
-                    )
-                await wait_settled(admin, group, 2, 10)
+            await _place_masters(cluster, admin, {GROUP: "p1", GROUP_B: "p2"})
             before = {g: await replicas(admin, g) for g in groups}
             for group in groups:
                 await create_topic(client, cluster.replica_addrs(group), topic, QUEUES)
@@ -499,7 +473,7 @@ async def test_a_node_cut_off_from_everyone_fails_over_its_masters_and_rejoins_a
                     await sender.wait_acked(50, 10, at=before[group].masterAddress)
                 net.isolate("p1")
                 cut_at = trio.current_time()
-                a_after = await _new_master(admin, before[GROUP], FAILOVER_BOUND)
+                a_after = await new_master(admin, GROUP, before[GROUP], FAILOVER_BOUND)
                 assert a_after.masterAddress == cluster.broker_addr("p2", GROUP), a_after
                 await senders[GROUP].wait_acked(50, FAILOVER_BOUND, at=a_after.masterAddress, after=cut_at)
                 first = senders[GROUP].first_ack_after(cut_at, not_at=before[GROUP].masterAddress)
@@ -524,18 +498,13 @@ async def test_a_node_cut_off_from_everyone_fails_over_its_masters_and_rejoins_a
                     back = cluster.broker_addr("p1", group)
                     master = cluster.broker_addr("p2", group)
 
-                    async def rejoined(g: str = group, back: str = back, master: str = master) -> bool:
-                        info = await replicas(admin, g)
-                        return info.masterAddress == master and back in alive_in_sync(info)
-
-                    try:
-                        await wait_until(rejoined, REJOIN_BOUND, f"p1's replica of {group} back in the set")
-                    except HarnessError as e:
-                        raise HarnessError(f"{e}\n{cluster.output()}") from None
+                    await _rejoined(
+                        cluster, admin, group, master, back, f"p1's replica of {group} back in the set"
+                    )
 
                     async def slave(back: str = back) -> bool:
                         # the test's own connection to p1 may still wait out a TCP retransmission
-                        return await _role(client, back) == "SLAVE"
+                        return await broker_role(client, back) == "SLAVE"
 
                     await wait_until(slave, 10, f"{back} answering as a slave")
                 rejoin_took = trio.current_time() - healed_at
@@ -555,10 +524,6 @@ async def test_a_node_cut_off_from_everyone_fails_over_its_masters_and_rejoins_a
             )
 
 
-async def _master_is(admin: ControllerAdmin, group: str, address: str) -> bool:
-    return (await replicas(admin, group)).masterAddress == address
-
-
 async def test_python_clients_find_the_new_masters_while_the_old_node_is_cut_off(
     node_lab: tuple[FailoverCluster, NetLab],
 ) -> None:
@@ -575,17 +540,7 @@ async def test_python_clients_find_the_new_masters_while_the_old_node_is_cut_off
         await cluster.start()
         async with RemotingClient(name="test.partition") as client:
             admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
-            for group in groups:
-                await wait_settled(admin, group, 2, 30)
-            # both masters on p1 (designated elections where needed)
-            for group in groups:
-                info = await replicas(admin, group)
-                want = cluster.broker_addr("p1", group)
-                if info.masterAddress != want:
-                    target = next(r.brokerId for r in info.inSyncReplicas if r.brokerAddress == want)
-                    await admin.elect_master(cluster.cluster, group, target)
-                    await wait_until(lambda g=group, w=want: _master_is(admin, g, w), 10, f"{group} on p1")
-                await wait_settled(admin, group, 2, 10)
+            await _place_masters(cluster, admin, dict.fromkeys(groups, "p1"))
             await create_routed_topic(client, cluster, topic, QUEUES, groups)
         namesrv = cluster.namesrvs
         sent: dict[bytes, float] = {}
