@@ -53,13 +53,16 @@ log = logging.getLogger("client.consumer")
 class QueueState:
     """A queue assigned to a push consumer: its process queue, next pull offset and tasks."""
 
-    __slots__ = ("idle", "mq", "next_offset", "pq", "pull_scope", "wakeup")
+    __slots__ = ("idle", "mq", "next_offset", "pq", "pull_call", "pull_scope", "pull_since", "wakeup")
 
     def __init__(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         self.mq = mq
         self.pq = pq
         self.next_offset = 0
         self.pull_scope = trio.CancelScope()
+        #: the pull request in flight (cancelled when the queue's master moves), and since when
+        self.pull_call: trio.CancelScope | None = None
+        self.pull_since = 0.0
         #: orderly: set when messages arrive for the consume loop
         self.wakeup = trio.Event()
         #: orderly: set whenever no listener call is running on this queue

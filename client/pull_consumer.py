@@ -238,6 +238,9 @@ class PullConsumer(StartStop):
     def master_connection_lost(self, broker_name: str) -> None:
         return None  # no queue locks
 
+    def master_moved(self, broker_name: str) -> None:
+        return None  # its pulls are the caller's, each with the caller's timeout
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:

@@ -103,6 +103,9 @@ MessageListener = Callable[[list[MessageExt]], Awaitable[ConsumeStatus | None] |
 INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 CONSUME_CONCURRENTLY_MAX_SPAN = 2000
 FLOW_CONTROL_DELAY = 0.05
+#: seconds past ``broker_suspend_max_time`` after which an unanswered long poll makes the consumer
+#: read its routes again (:meth:`PushConsumer._stalled_pull_loop`)
+STALLED_PULL_GRACE = 3.0
 
 
 class PushConsumer(StartStop):
@@ -237,6 +240,23 @@ class PushConsumer(StartStop):
     def request_rebalance(self) -> None:
         """Rebalance now (called on NOTIFY_CONSUMER_IDS_CHANGED)."""
         self._rebalance_event.set()
+
+    def master_moved(self, broker_name: str) -> None:
+        """A route names another master of ``broker_name`` (called by the instance): pulls still
+        waiting on the old one are given up and made again, to the new master. A master that the
+        network lost answers nothing, and a long poll waits ``consumer_timeout_when_suspend`` (30 s)
+        before it fails (upstream's consumer waits it out)."""
+        moved = [qs for qs in self._queues.values() if qs.mq.brokerName == broker_name and qs.pull_call]
+        for qs in moved:
+            assert qs.pull_call is not None
+            qs.pull_call.cancel()
+        if moved:
+            log.info(
+                "group %s: the master of %s moved: pulling its queues %s from the new one",
+                self.group,
+                broker_name,
+                sorted(qs.mq.queueId for qs in moved),
+            )
 
     def master_connection_lost(self, broker_name: str) -> None:
         """The connection to ``broker_name``'s master ended (called by the instance). An orderly
@@ -384,6 +404,7 @@ class PushConsumer(StartStop):
                     self._main = main
                     main.start_soon(self._rebalance_loop)
                     main.start_soon(self._persist_loop)
+                    main.start_soon(self._stalled_pull_loop)
                     if self.orderly and self.clustering:
                         main.start_soon(self._lock_loop)
                     task_status.started()
@@ -591,21 +612,28 @@ class PushConsumer(StartStop):
                 else:
                     commit_offset = 0
             pull_started = time.perf_counter()
+            call = qs.pull_call = trio.CancelScope()
+            qs.pull_since = trio.current_time()
             try:
-                result = await self.api.pull(
-                    mq,
-                    sub,
-                    qs.next_offset,
-                    self.pull_batch_size,
-                    sys_flag=sys_flag,
-                    commit_offset=commit_offset,
-                    suspend_timeout_ms=suspend_ms,
-                    timeout=self.consumer_timeout_when_suspend,
-                )
+                with call:
+                    result = await self.api.pull(
+                        mq,
+                        sub,
+                        qs.next_offset,
+                        self.pull_batch_size,
+                        sys_flag=sys_flag,
+                        commit_offset=commit_offset,
+                        suspend_timeout_ms=suspend_ms,
+                        timeout=self.consumer_timeout_when_suspend,
+                    )
             except (RemotingError, MQClientError) as e:
                 log.warning("group %s: pull of %s failed: %s", self.group, mq, e)
                 await trio.sleep(self.pull_delay_on_exception)
                 continue
+            finally:
+                qs.pull_call = None
+            if call.cancelled_caught:
+                continue  # the queue's master moved (master_moved): pull from the new one now
             if pq.dropped:
                 return
             pq.last_pull_time = trio.current_time()
@@ -687,6 +715,18 @@ class PushConsumer(StartStop):
             delay = self.pull_delay_on_exception if unlocked else self.lock_interval
 
     # ------------------------------------------------------------------ offsets
+
+    async def _stalled_pull_loop(self) -> None:
+        """Every second: a long poll the broker should have answered by now (it holds one at most
+        ``broker_suspend_max_time``, plus :data:`STALLED_PULL_GRACE`) suggests the broker went
+        silent (a network partition): the routes are read again, and where a new master serves
+        the queue, :meth:`master_moved` moves the pull there."""
+        limit = self.broker_suspend_max_time + STALLED_PULL_GRACE
+        while True:
+            await trio.sleep(1.0)
+            now = trio.current_time()
+            if any(qs.pull_call is not None and now - qs.pull_since > limit for qs in self._queues.values()):
+                self.instance.refresh_routes_soon()
 
     async def _persist_loop(self) -> None:
         while True:
