@@ -27,7 +27,10 @@ Behaviour (Java semantics):
   memory, or in a file under ``offset_store_dir``), there is no retry topic.
 * Each assigned queue has one long-poll pull loop (suspend + subscription + commit flags,
   broker hold ``broker_suspend_max_time`` 15 s, client timeout 30 s), re-pulling right after
-  each answer; errors back off ``pull_delay_on_exception`` (3 s). Pulled messages wait in a
+  each answer; errors back off ``pull_delay_on_exception`` (3 s). A poll still unanswered 3 s
+  past the hold has the routes read again, and a route that names another master of the
+  queue's broker moves the waiting polls there (:meth:`PushConsumer.master_moved`; upstream
+  waits out the 30 s). Pulled messages wait in a
   :class:`~client.rebalance.ProcessQueue`; the committed offset is always the lowest unconsumed
   one. Pulling pauses while a queue holds ``pull_threshold_for_queue`` messages.
 * Concurrent listeners get batches of up to ``consume_batch_size`` messages, at most
