@@ -40,7 +40,12 @@ from remoting.errors import RemotingError
 from remoting.fastjson import FastjsonError
 from remoting.protocol.broker import ConsumerOffsetWrapper, DelayOffsetWrapper, SubscriptionGroupWrapper
 from remoting.protocol.common import TopicConfigAndMappingSerializeWrapper
-from remoting.protocol.peek import leading_data_version, leading_topic_fields, offset_table_entries
+from remoting.protocol.peek import (
+    data_version_of,
+    leading_data_version,
+    leading_topic_fields,
+    offset_table_entries,
+)
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -267,7 +272,7 @@ class SlaveSynchronize:
             # would set nothing again; only the others are decoded and merged
             version, entries = split
             changed = entries.items() - last[0].items()
-            if not changed and leading_data_version(body) == offsets.data_version:
+            if not changed and data_version_of(version) == offsets.data_version:
                 return  # the very table merged last (an idle group's commits leave it so)
             body = b"".join(
                 (

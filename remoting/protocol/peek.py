@@ -36,8 +36,14 @@ def leading_data_version(body: bytes) -> DataVersion | None:
     takes it only when the version differs; decoding 20,000 groups (6.7 MB) or topics (3.3 MB)
     to find that out held its event loop for tens of ms."""
     text = _flat_object(body, len(_VERSION_FIRST)) if body.startswith(_VERSION_FIRST) else None
+    return data_version_of(text) if text is not None else None
+
+
+def data_version_of(text: bytes) -> DataVersion | None:
+    """A DataVersion's JSON text decoded (as :func:`offset_table_entries` cuts it out), None when
+    it does not decode."""
     try:
-        return DataVersion.decode(text) if text is not None else None
+        return DataVersion.decode(text)
     except (FastjsonError, ValueError):
         return None
 
