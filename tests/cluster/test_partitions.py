@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,14 @@ def lab(tmp_path: Path) -> Iterator[tuple[FailoverCluster, NetLab]]:
             ProcSpec("a2", groups=(GROUP,)),
         ],
     )
+
+
+@asynccontextmanager
+async def _started(cluster: FailoverCluster) -> AsyncIterator[tuple[RemotingClient, ControllerAdmin]]:
+    """Every process started; the test's remoting client and a controller admin on it."""
+    await cluster.start()
+    async with RemotingClient(name="test.partition") as client:
+        yield client, ControllerAdmin(client, cluster.controllers, timeout=5.0)
 
 
 async def _settled_with_topic(
@@ -214,9 +223,7 @@ async def test_a_cut_off_master_acknowledges_nothing_the_new_master_lacks(
     cluster, net = lab
     topic = "PartitionMasterTopic"
     with trio.fail_after(120):
-        await cluster.start()
-        async with RemotingClient(name="test.partition") as client:
-            admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
+        async with _started(cluster) as (client, admin):
             before, old, new = await _settled_with_topic(cluster, admin, client, topic)
             old_proc, new_proc = cluster.process_of(old), cluster.process_of(new)
             # producers that follow the replicas' answers (a refusal or a timeout moves a send to
@@ -272,9 +279,7 @@ async def test_a_slave_cut_off_from_its_master_leaves_the_sync_state_set_and_com
     cluster, net = lab
     topic = "PartitionSlaveTopic"
     with trio.fail_after(120):
-        await cluster.start()
-        async with RemotingClient(name="test.partition") as client:
-            admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
+        async with _started(cluster) as (client, admin):
             _, master, slave = await _settled_with_topic(cluster, admin, client, topic)
             # a timeout longer than the master's wait for its slave: the sends wait out the stall
             sender = DirectSender(client, [master], topic, QUEUES, timeout=15.0)
@@ -344,9 +349,7 @@ async def test_a_controller_leader_cut_off_from_its_peers_hands_over_and_a_failo
     topic = "PartitionControllerTopic"
     peers = ["k1", "k2", "k3"]
     with trio.fail_after(150):
-        await cluster.start()
-        async with RemotingClient(name="test.partition") as client:
-            admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
+        async with _started(cluster) as (client, admin):
             before, master, other = await _settled_with_topic(cluster, admin, client, topic)
             old_leader = await wait_until(lambda: _leader(admin, cluster, peers), 10, "a controller leader")
             sender = DirectSender(client, [master, other], topic, QUEUES, timeout=3.0)
@@ -399,9 +402,7 @@ async def test_sends_go_on_while_the_controller_and_name_server_are_isolated(
     cluster, net = lab
     topic = "PartitionControlPlaneTopic"
     with trio.fail_after(120):
-        await cluster.start()
-        async with RemotingClient(name="test.partition") as client:
-            admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
+        async with _started(cluster) as (client, admin):
             before, master, slave = await _settled_with_topic(cluster, admin, client, topic)
             sender = DirectSender(client, [master, slave], topic, QUEUES, timeout=5.0)
             stop = trio.Event()
@@ -454,9 +455,7 @@ async def test_a_node_cut_off_from_everyone_fails_over_its_masters_and_rejoins_a
     topic = "PartitionNodeTopic"
     groups = (GROUP, GROUP_B)
     with trio.fail_after(150):
-        await cluster.start()
-        async with RemotingClient(name="test.partition") as client:
-            admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
+        async with _started(cluster) as (client, admin):
             await _place_masters(cluster, admin, {GROUP: "p1", GROUP_B: "p2"})
             before = {g: await replicas(admin, g) for g in groups}
             for group in groups:
@@ -540,9 +539,7 @@ async def test_python_clients_find_the_new_masters_while_the_old_node_is_cut_off
     topic = "PartitionClientTopic"
     groups = (GROUP, GROUP_B)
     with trio.fail_after(150):
-        await cluster.start()
-        async with RemotingClient(name="test.partition") as client:
-            admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
+        async with _started(cluster) as (client, admin):
             await _place_masters(cluster, admin, dict.fromkeys(groups, "p1"))
             await create_routed_topic(client, cluster, topic, QUEUES, groups)
         namesrv = cluster.namesrvs
