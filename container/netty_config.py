@@ -62,6 +62,8 @@ class NettyClientConfig(msgspec.Struct, kw_only=True):
     clientSocketSndBufSize: int = 0
     clientSocketRcvBufSize: int = 0
     clientPooledByteBufAllocatorEnable: bool = False
+    #: Honored: the process's shared remoting client closes a connection on which a call timed
+    #: out (the next call connects anew).
     clientCloseSocketIfTimeout: bool = True
     #: Must stay false: TLS is not implemented (the loader rejects true).
     useTLS: bool = False

@@ -43,7 +43,7 @@ from container.logs import PROCESS_LOGGER, REMOTING_LOGGER
 from container.port_offset import port_taken_hint
 from container.watchdog import LoopWatchdog
 from namesrv.controller import NamesrvController
-from remoting.client import RemotingClient
+from remoting.client import PEER_UNACKED_TIMEOUT, RemotingClient
 from remoting.connection import ProcessorTable
 from remoting.server import Listener, RemotingServer
 from store.errors import StoreOpenError
@@ -331,6 +331,8 @@ class ContainerProcess:
             try:
                 async with RemotingClient(
                     connect_timeout=cfg.nettyClient.connectTimeoutMillis / 1000,
+                    close_on_timeout=cfg.nettyClient.clientCloseSocketIfTimeout,
+                    unacked_timeout=PEER_UNACKED_TIMEOUT,
                     name=f"{REMOTING_LOGGER}.client",
                 ) as client:
                     await self._serve(ProcessContext(cfg, server, client, _bind_host(cfg)), task_status)

@@ -26,7 +26,7 @@ import trio
 from namesrv.kvconfig import KVConfigManager
 from namesrv.processor import NamesrvProcessor
 from namesrv.routeinfo import MinBrokerIdChange, RemovalResult, RouteInfoManager
-from remoting.client import RemotingClient
+from remoting.client import PEER_UNACKED_TIMEOUT, RemotingClient
 from remoting.codes import RequestCode
 from remoting.command import request
 from remoting.connection import Connection, ProcessorTable
@@ -65,7 +65,10 @@ class NamesrvController:
         await self.kv.load()
         self.started_at_ms = self.now_ms()
         try:
-            async with RemotingClient(name="namesrv.client") as client, trio.open_nursery() as nursery:
+            async with (
+                RemotingClient(name="namesrv.client", unacked_timeout=PEER_UNACKED_TIMEOUT) as client,
+                trio.open_nursery() as nursery,
+            ):
                 self._client = client
                 self._nursery = nursery
                 task_status.started()

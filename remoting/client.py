@@ -19,6 +19,7 @@ import itertools
 import logging
 import math
 import os
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -73,6 +74,18 @@ def _connect_failure(exc: OSError) -> str:
 #: a call that waited less than this (and less than a quarter of its timeout) for its response
 #: does not close the connection when it times out (upstream ``MIN_CLOSE_TIMEOUT_MILLIS``)
 MIN_CLOSE_TIMEOUT = 0.1
+#: what the processes' own clients (broker to name server and controller, controller peer to peer,
+#: name server to broker) give ``unacked_timeout``: seconds their peer's kernel may leave sent bytes
+#: unacknowledged before the connection counts as lost
+PEER_UNACKED_TIMEOUT = 3.0
+
+
+def set_unacked_timeout(sock: socket.socket, seconds: float) -> None:
+    """Have the kernel drop ``sock``'s connection when bytes it sent stay unacknowledged for
+    ``seconds`` (``TCP_USER_TIMEOUT``; a no-op where the system lacks it)."""
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if option is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, option, max(1, round(seconds * 1000)))
 
 
 class RemotingClient:
@@ -89,6 +102,7 @@ class RemotingClient:
         on_connect_failure: Callable[[str], None] | None = None,
         close_on_timeout: bool = False,
         on_call_timeout: Callable[[str], None] | None = None,
+        unacked_timeout: float | None = None,
     ) -> None:
         self.processors = processors or ProcessorTable()
         #: close the connection when a call on it times out (upstream's
@@ -100,15 +114,24 @@ class RemotingClient:
         #: called with the address when a call waited long enough for its response to say
         #: something about the peer (see :data:`MIN_CLOSE_TIMEOUT`) and got none
         self.on_call_timeout = on_call_timeout
+        #: seconds sent bytes may stay unacknowledged by the peer's kernel before the kernel drops
+        #: the connection (``TCP_USER_TIMEOUT``; None: the system's retransmission limit, ~15
+        #: minutes). For traffic that waits for no response -- oneway heartbeats, Raft messages --
+        #: this is the only sign that the network between the two ends is gone: without it, what is
+        #: sent during a partition waits in the kernel for TCP's next retransmission, which backs
+        #: off exponentially, so a connection stays silent after the heal for about as long again
+        #: as the partition lasted. With it, the connection ends, the next call connects anew.
+        self.unacked_timeout = unacked_timeout
         #: called with the address when a connection cannot be made (refused, unreachable, timed
         #: out), before the call raises: the peer may be gone for good
         self.on_connect_failure = on_connect_failure
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
         self.max_in_flight_per_connection = max_in_flight_per_connection
-        #: called with the address when a connection to it ends other than by this client's own
-        #: closing (the peer closed it or went away): a broker re-registers with a name server
-        #: whose connection broke (it may have restarted without the routes)
+        #: called with the address when a connection to it ends other than by this client's
+        #: :meth:`close_connection` or shutdown -- the peer closed it, the network lost it, or a call
+        #: on it timed out (``close_on_timeout``): a broker re-registers with a name server whose
+        #: connection broke (it may have restarted without the routes)
         self.close_listeners: list[Callable[[str], None]] = []
         #: called with the address each time a connection to it is made (upstream's
         #: ``onChannelActive``): a client re-sends its heartbeat to a broker it reconnected to
@@ -189,8 +212,11 @@ class RemotingClient:
             # did not answer): the peer may be gone all the same
             self._connect_failed(addr)
             raise
+        sock = detach_stream(stream)
+        if self.unacked_timeout is not None:
+            set_unacked_timeout(sock, self.unacked_timeout)
         conn = Connection(
-            detach_stream(stream),
+            sock,
             table=self.processors,
             nursery=self._nursery,
             next_opaque=self._next_opaque,

@@ -203,6 +203,10 @@ class Connection:
     def closed(self) -> bool:
         return self._closed
 
+    def socket_option(self, level: int, option: int) -> int:
+        """An integer option of the connection's socket (``getsockopt``)."""
+        return self._sock.getsockopt(level, option)
+
     @property
     def in_flight(self) -> int:
         """Requests received on this connection not answered yet (running or waiting for a slot)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import socket
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -797,3 +798,15 @@ async def test_a_call_that_times_out_closes_the_connection_when_asked(close_on_t
             await client.invoke(addr, request(RequestCode.GET_BROKER_RUNTIME_INFO), 0.3)
         await wait_until(lambda: len(accepted) == (2 if close_on_timeout else 1))
         assert timed_out == [addr, addr]
+
+
+@pytest.mark.parametrize("unacked_timeout", [2.5, None])
+async def test_the_unacked_timeout_is_the_connections_tcp_user_timeout(unacked_timeout: float | None) -> None:
+    """What lets the kernel end a connection whose peer the network lost, when nothing waits for
+    a response on it (oneway heartbeats, Raft messages); left at the system's default without it."""
+    if not hasattr(socket, "TCP_USER_TIMEOUT"):
+        pytest.skip("no TCP_USER_TIMEOUT on this system")
+    async with silent_peer() as (addr, _), RemotingClient(unacked_timeout=unacked_timeout) as client:
+        conn = await client.get_connection(addr)
+        got = conn.socket_option(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+    assert got == (2500 if unacked_timeout is not None else 0)
