@@ -1,5 +1,7 @@
 """The real C++ client across a controller-mode failover (issue #5). (A second test: a C++ orderly
-push consumer keeps each key's order across a kill of broker-a's master's process.)
+push consumer keeps each key's order across a kill of broker-a's master's process. A third: the
+same producer and consumer while the network cuts off broker-a's master's process for 10 s and
+then lets it back, see :func:`test_cpp_client_loses_nothing_while_a_master_node_is_cut_off`.)
 
 Three ``rmq-container`` processes: ``c0`` (name server + controller), ``p1`` and ``p2`` (one replica of
 broker-a and one of broker-b each, ``allAckInSyncStateSet``, dev timings), with broker-a's master and
@@ -40,6 +42,7 @@ from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from remoting.protocol.controller import ReplicasInfo
 from tests.cluster.harness import wait_until
+from tests.cluster.netlab import NetLab, unavailable
 from tests.cluster.test_orderly_failover import first_deliveries, send_pinned_and_kill
 from tests.compat.cluster import Clients, requires_cpp_client
 
@@ -233,3 +236,123 @@ async def test_cpp_orderly_consumer_keeps_each_key_in_order_across_a_master_fail
     for key, first in first_deliveries(r["body"] for r in got["received"]).items():
         assert first == sorted(first), f"key {key}: first deliveries out of send order: {first}"
         assert set(acked[key]) <= set(first)
+
+
+#: seconds broker-a's master's process stays cut off in the partition test
+CUT_OFF_SECONDS = 10
+#: seconds the producer sends in the partition test (before the cut, during it, and after the heal)
+PARTITION_PRODUCE_SECONDS = 24
+
+
+@pytest.fixture
+def lab_cluster(tmp_path: Path) -> Iterator[tuple[FailoverCluster, NetLab]]:
+    """The same three processes, each in a network namespace of its own (the C++ clients stay in
+    the test's)."""
+    why_not = unavailable()
+    if why_not is not None:
+        pytest.skip(why_not)
+    specs = spread_specs(GROUPS)
+    net = NetLab([s.name for s in specs])
+    try:
+        c = FailoverCluster(tmp_path / "cluster", specs, cluster="CompatPartition", net=net)
+        try:
+            yield c, net
+        finally:
+            c.close()
+    finally:
+        net.close()
+
+
+async def test_cpp_client_loses_nothing_while_a_master_node_is_cut_off(
+    lab_cluster: tuple[FailoverCluster, NetLab], client: Clients, tmp_path: Path
+) -> None:
+    """Unlike a kill, the cut-off process runs on and still believes it is broker-a's master, and
+    the C++ client's connections to it do not break but go silent. The producer's sends there time
+    out (3 s) and its retries go to broker-b, the slave on the other process takes over broker-a,
+    and after the heal the old master rejoins as a slave -- before the producer's route refresh
+    tells it so (the slave refuses its sends, it retries elsewhere). Nothing acknowledged is lost:
+    the consumer receives every acknowledged message, and broker-a's replicas end up equal."""
+    cluster, net = lab_cluster
+    progress, expect_file = tmp_path / "progress.json", tmp_path / "expect.json"
+    with trio.fail_after(150):
+        await cluster.start()
+        async with RemotingClient(name="test.cpp-partition") as rc:
+            admin = ControllerAdmin(rc, cluster.controllers, timeout=5.0)
+            before = await _masters_apart(cluster, admin)
+            assert before.masterAddress is not None
+            await create_routed_topic(rc, cluster, TOPIC, QUEUES, GROUPS)
+            consumer = client.start(
+                {
+                    "action": "push_until",
+                    "namesrv": cluster.namesrvs,
+                    "group": "CG_CPP_PARTITION",
+                    "topic": TOPIC,
+                    "expect_file": str(expect_file),
+                    "wait": PARTITION_PRODUCE_SECONDS + 60,
+                    "settle": 1,
+                    "deadline": PARTITION_PRODUCE_SECONDS + 70,
+                }
+            )
+            producer = client.start(
+                {
+                    "action": "produce_stream",
+                    "namesrv": cluster.namesrvs,
+                    "group": "PG_CPP_PARTITION",
+                    "topic": TOPIC,
+                    "duration": PARTITION_PRODUCE_SECONDS,
+                    "interval_ms": 50,
+                    "progress_file": str(progress),
+                    "deadline": PARTITION_PRODUCE_SECONDS + 40,
+                }
+            )
+
+            async def acked_some() -> bool:
+                return _progress(progress)["acked"] >= 60
+
+            await wait_until(acked_some, 30, "60 acknowledged C++ sends before the cut", interval=0.05)
+            node = cluster.process_of(before.masterAddress)
+            net.isolate(node)
+            cut_at = time.time()
+            await trio.sleep(CUT_OFF_SECONDS)
+            net.heal()
+            healed_at = time.time()
+
+            sent: dict[str, Any] = await trio.to_thread.run_sync(
+                producer.report, PARTITION_PRODUCE_SECONDS + 40
+            )
+            assert "exception" not in sent, sent
+            results = sent["results"]
+            acked = [r for r in results if r.get("ok") and r["status"] == 0]
+            expect_file.write_text(json.dumps([r["body"] for r in acked]))
+            got: dict[str, Any] = await trio.to_thread.run_sync(consumer.report, 80)
+            assert "exception" not in got, got
+
+            after = await wait_settled(admin, "broker-a", 2, 20)
+            assert after.masterAddress not in (None, before.masterAddress), (before, after)
+            replicas_of_a = cluster.replica_addrs("broker-a")
+            held: dict[str, set[bytes]] = {}
+            with trio.move_on_after(15):
+                while True:
+                    held = {a: set(await read_all(rc, a, TOPIC, QUEUES)) for a in replicas_of_a}
+                    if len({frozenset(h) for h in held.values()}) == 1:
+                        break
+                    await trio.sleep(0.3)
+
+    during = [r for r in acked if cut_at < r["t"] < healed_at]
+    after_heal = [r for r in acked if r["t"] > healed_at]
+    slowest = max((r["dt"] for r in results), default=0.0)
+    summary = (
+        f"{len(results)} sends, {len(acked)} acknowledged ({len(during)} during the {CUT_OFF_SECONDS} s cut, "
+        f"{len(after_heal)} after the heal), slowest send {slowest:.1f} s; broker-a's master "
+        f"{before.masterAddress} -> {after.masterAddress}"
+    )
+    print(summary)
+    received = {r["body"] for r in got["received"]}
+    missing = [r["body"] for r in acked if r["body"] not in received]
+    assert not got.get("timed_out"), (
+        f"consumer timed out; {len(missing)} of {len(acked)} missing: {missing[:5]}"
+    )
+    assert not missing, f"{len(missing)} of {len(acked)} acknowledged messages never delivered: {missing[:5]}"
+    assert len(after_heal) >= 50, summary
+    sizes = {a: len(h) for a, h in held.items()}
+    assert len({frozenset(h) for h in held.values()}) == 1, f"broker-a's replicas differ: {sizes}"
