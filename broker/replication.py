@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from broker.slave_sync import SlaveSynchronize
+from remoting.client import PEER_UNACKED_TIMEOUT, set_unacked_timeout
 from remoting.protocol.broker import HAClientRuntimeInfo, HAConnectionRuntimeInfo, HARuntimeInfo
 from store.config import BrokerRole
 from store.ha.ack_waiters import AckWaiters
@@ -71,6 +72,26 @@ _SYNC_MASTER = BrokerRole.SYNC_MASTER  # bound once: an enum member lookup costs
 
 #: While a slave does not know its master's HA address it re-registers this often (seconds).
 MASTER_LOOKUP_INTERVAL = 1.0
+#: seconds a slave's connect to its master's HA port may take (upstream's HA clients connect with
+#: ``RemotingHelper.connect``'s 5 s, then wait 5 s before the next attempt)
+HA_CONNECT_TIMEOUT = 5.0
+
+
+async def ha_connect(address: str, timeout: float = HA_CONNECT_TIMEOUT) -> trio.SocketStream:
+    """A slave's connection to the master's HA port at ``address``. Raises OSError (TimeoutError
+    after ``timeout``: a peer the network drops packets of answers no SYN, and the kernel's own
+    retries back off to minutes -- a connect begun during a partition would last that long past the
+    heal). The socket carries :data:`~remoting.client.PEER_UNACKED_TIMEOUT`: a connection the
+    network silenced ends then, and the slave connects anew, rather than waiting for TCP's backed-off
+    retransmission."""
+    host, _, port = address.rpartition(":")
+    try:
+        with trio.fail_after(timeout):
+            stream = await trio.open_tcp_stream(host, int(port))
+    except trio.TooSlowError:
+        raise TimeoutError(f"no answer within {timeout:g} s") from None
+    set_unacked_timeout(stream.socket, PEER_UNACKED_TIMEOUT)
+    return stream
 
 
 class Replication:
@@ -175,8 +196,7 @@ class Replication:
             await trio.aclose_forcefully(stream)
 
     async def _connect(self, address: str) -> trio.abc.Stream:
-        host, _, port = address.rpartition(":")
-        stream = await trio.open_tcp_stream(host, int(port))
+        stream = await ha_connect(address)
         assert self.rlog is not None
         return DrainingStream(stream, self.rlog)
 

@@ -548,8 +548,8 @@ async def test_a_node_cut_off_from_everyone_fails_over_its_masters_and_rejoins_a
                 figures.append(f"{group} {acked} acknowledged / {stored} stored")
             print(
                 f"{'; '.join(figures)}; broker-a's first send on p2 {a_took:.2f}s after the cut, broker-b's "
-                f"longest gap {b_gap:.2f}s; both sets whole {rejoin_took:.2f}s after the heal (a slave "
-                "notices its dead HA connection when it next reports its offset)"
+                f"longest gap {b_gap:.2f}s; both sets whole {rejoin_took:.2f}s after the heal (a slave whose HA "
+                "connection the partition silenced connects anew 5 s after it ended, as upstream)"
             )
 
 
