@@ -48,7 +48,7 @@ from client.route import (
     routes_equal,
     subscribe_queues_from_route,
 )
-from remoting.client import RemotingClient
+from remoting.client import PEER_UNACKED_TIMEOUT, RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.connection import ProcessorTable, RequestContext
@@ -179,6 +179,7 @@ class ClientInstance:
                         on_connect_failure=self.broker_unreachable,
                         close_on_timeout=True,
                         on_call_timeout=self.route_may_be_stale,
+                        unacked_timeout=PEER_UNACKED_TIMEOUT,
                     )
                 )
             else:
@@ -585,10 +586,15 @@ class ClientInstance:
             nursery.start_soon(self._heartbeat_connected, addr)
 
     def broker_disconnected(self, addr: str) -> None:
-        """The connection to ``addr`` ended other than by this client. When ``addr`` is a group's
+        """The connection to ``addr`` ended other than by this client. Its broker may be gone --
+        stopped, or lost by the network (the kernel ends a connection whose peer acknowledges
+        nothing for ``PEER_UNACKED_TIMEOUT``) -- and a new master elected: the routes are read
+        again now (:meth:`route_may_be_stale`), so that long polls failed with the connection are
+        made again to a new master rather than to the lost one. When ``addr`` is a group's
         master, its queue locks may be gone with it (a restarted broker or a new master holds
         none): the consumers stop consuming its queues under their own locks until they lock them
         again (see ``PushConsumer.master_connection_lost``)."""
+        self.route_may_be_stale(addr)
         for broker_name, addrs_by_id in list(self.brokers.table.items()):
             if addrs_by_id.get(MASTER_ID) == addr:
                 for consumer in list(self.consumers.values()):

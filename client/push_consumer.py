@@ -617,26 +617,31 @@ class PushConsumer(StartStop):
             pull_started = time.perf_counter()
             call = qs.pull_call = trio.CancelScope()
             qs.pull_since = trio.current_time()
+            failed = False
             try:
                 with call:
-                    result = await self.api.pull(
-                        mq,
-                        sub,
-                        qs.next_offset,
-                        self.pull_batch_size,
-                        sys_flag=sys_flag,
-                        commit_offset=commit_offset,
-                        suspend_timeout_ms=suspend_ms,
-                        timeout=self.consumer_timeout_when_suspend,
-                    )
-            except (RemotingError, MQClientError) as e:
-                log.warning("group %s: pull of %s failed: %s", self.group, mq, e)
-                await trio.sleep(self.pull_delay_on_exception)
-                continue
+                    try:
+                        result = await self.api.pull(
+                            mq,
+                            sub,
+                            qs.next_offset,
+                            self.pull_batch_size,
+                            sys_flag=sys_flag,
+                            commit_offset=commit_offset,
+                            suspend_timeout_ms=suspend_ms,
+                            timeout=self.consumer_timeout_when_suspend,
+                        )
+                    except (RemotingError, MQClientError) as e:
+                        log.warning("group %s: pull of %s failed: %s", self.group, mq, e)
+                        failed = True
+                        # the back-off ends early when the queue's master moves meanwhile: a pull
+                        # failed with the connection to a master the network lost is made again
+                        # to the new master as soon as the routes name it
+                        await trio.sleep(self.pull_delay_on_exception)
             finally:
                 qs.pull_call = None
-            if call.cancelled_caught:
-                continue  # the queue's master moved (master_moved): pull from the new one now
+            if failed or call.cancelled_caught:
+                continue  # after the back-off, or the queue's master moved (master_moved): pull again
             if pq.dropped:
                 return
             pq.last_pull_time = trio.current_time()

@@ -81,11 +81,23 @@ PEER_UNACKED_TIMEOUT = 3.0
 
 
 def set_unacked_timeout(sock: socket.socket, seconds: float) -> None:
-    """Have the kernel drop ``sock``'s connection when bytes it sent stay unacknowledged for
-    ``seconds`` (``TCP_USER_TIMEOUT``; a no-op where the system lacks it)."""
-    option = getattr(socket, "TCP_USER_TIMEOUT", None)
-    if option is not None:
-        sock.setsockopt(socket.IPPROTO_TCP, option, max(1, round(seconds * 1000)))
+    """Have the kernel end ``sock``'s connection once the peer has acknowledged nothing for about
+    ``seconds``: bytes sent (``TCP_USER_TIMEOUT``) or, on a connection with nothing to send (a long
+    poll waiting for its answer), keepalive probes -- the first after a third of ``seconds`` idle,
+    then one every third. Options the system lacks are left out."""
+    ms = max(1, round(seconds * 1000))
+    probe = max(1, round(seconds / 3))  # whole seconds: the keepalive options' unit
+    options = (
+        (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
+        (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", ms),
+        (socket.IPPROTO_TCP, "TCP_KEEPIDLE", probe),
+        (socket.IPPROTO_TCP, "TCP_KEEPINTVL", probe),
+        (socket.IPPROTO_TCP, "TCP_KEEPCNT", 3),
+    )
+    for level, name, value in options:
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(level, option, value)
 
 
 class RemotingClient:
@@ -114,13 +126,14 @@ class RemotingClient:
         #: called with the address when a call waited long enough for its response to say
         #: something about the peer (see :data:`MIN_CLOSE_TIMEOUT`) and got none
         self.on_call_timeout = on_call_timeout
-        #: seconds sent bytes may stay unacknowledged by the peer's kernel before the kernel drops
-        #: the connection (``TCP_USER_TIMEOUT``; None: the system's retransmission limit, ~15
-        #: minutes). For traffic that waits for no response -- oneway heartbeats, Raft messages --
-        #: this is the only sign that the network between the two ends is gone: without it, what is
-        #: sent during a partition waits in the kernel for TCP's next retransmission, which backs
-        #: off exponentially, so a connection stays silent after the heal for about as long again
-        #: as the partition lasted. With it, the connection ends, the next call connects anew.
+        #: seconds the peer's kernel may acknowledge nothing -- sent bytes, keepalive probes -- before
+        #: the kernel ends the connection (:func:`set_unacked_timeout`; None: the system's limits,
+        #: ~15 minutes for sent bytes, no probes). For traffic that waits for no response (oneway
+        #: heartbeats, Raft messages) and calls that wait long (long polls) this is the only early
+        #: sign that the network between the two ends is gone: without it, what is sent during a
+        #: partition waits in the kernel for TCP's next retransmission, which backs off
+        #: exponentially, so a connection stays silent after the heal for about as long again as
+        #: the partition lasted. With it, the connection ends, the next call connects anew.
         self.unacked_timeout = unacked_timeout
         #: called with the address when a connection cannot be made (refused, unreachable, timed
         #: out), before the call raises: the peer may be gone for good

@@ -553,18 +553,22 @@ async def test_a_node_cut_off_from_everyone_fails_over_its_masters_and_rejoins_a
             )
 
 
+@pytest.mark.parametrize("hold", [3.0, 15.0], ids=["hold-3s", "hold-15s"])
 async def test_python_clients_find_the_new_masters_while_the_old_node_is_cut_off(
-    node_lab: tuple[FailoverCluster, NetLab],
+    node_lab: tuple[FailoverCluster, NetLab], hold: float
 ) -> None:
     """``conf/failover``'s layout with both masters on one node, which loses its network for 10 s
     while the project's Producer (4 concurrent sync sends) and PushConsumer run. The producer's
     calls to the cut-off masters get no answer; it closes those connections and reads the route
     again at once, so it sends to the new masters during the partition (upstream's clients keep
     the route until their 30 s poll, and then sent to the old masters, slaves by then, which
-    refuse). The consumer's long polls to the cut-off masters go unanswered past the broker's
-    hold (3 s here, ``broker_suspend_max_time``): it reads the route again and moves them to the
-    new masters, so it consumes during the partition too (upstream's waits out its 30 s pull
-    timeout). Every message sent SEND_OK is consumed."""
+    refuse). The consumer's long polls to the cut-off masters wait on connections whose peer
+    acknowledges nothing any more (keepalive probes): the kernel ends them after
+    ``PEER_UNACKED_TIMEOUT``, the consumer reads the route again and makes the polls to the new
+    masters -- so it consumes during the partition too, with the default hold (15 s,
+    ``broker_suspend_max_time``) as well; with a hold of 3 s, a poll unanswered past it would have
+    the route read again too (upstream's consumer waits out its 30 s pull timeout). Every message
+    sent SEND_OK is consumed."""
     cluster, net = node_lab
     topic = "PartitionClientTopic"
     groups = (GROUP, GROUP_B)
@@ -587,7 +591,7 @@ async def test_python_clients_find_the_new_masters_while_the_old_node_is_cut_off
             "CG_PARTITION",
             namesrv,
             consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-            broker_suspend_max_time=3.0,
+            broker_suspend_max_time=hold,
         )
         consumer.subscribe(topic, "*")
         consumer.register_listener(listener)
@@ -634,7 +638,8 @@ async def test_python_clients_find_the_new_masters_while_the_old_node_is_cut_off
             assert meanwhile, "nothing sent during the partition was consumed before the heal"
             consumed_after = min(meanwhile) - cut_at
         print(
-            f"{len(sent)} sent SEND_OK, {len(during)} while p1 was cut off, the first {resumed:.2f}s after "
+            f"hold {hold:g} s: {len(sent)} sent SEND_OK, {len(during)} while p1 was cut off, the first "
+            f"{resumed:.2f}s after "
             f"the cut; {len(meanwhile)} of them consumed before the heal, the first {consumed_after:.2f}s "
             f"after the cut; all consumed {caught_up:.2f}s after the heal; failed sends {dict(failures)}"
         )

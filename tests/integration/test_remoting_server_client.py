@@ -801,12 +801,26 @@ async def test_a_call_that_times_out_closes_the_connection_when_asked(close_on_t
 
 
 @pytest.mark.parametrize("unacked_timeout", [2.5, None])
-async def test_the_unacked_timeout_is_the_connections_tcp_user_timeout(unacked_timeout: float | None) -> None:
+async def test_the_unacked_timeout_is_the_connections_tcp_user_timeout_and_keepalive(
+    unacked_timeout: float | None,
+) -> None:
     """What lets the kernel end a connection whose peer the network lost, when nothing waits for
-    a response on it (oneway heartbeats, Raft messages); left at the system's default without it."""
+    a response on it (oneway heartbeats, Raft messages) or a call waits long (a long poll):
+    sent bytes unacknowledged for the timeout, or keepalive probes from a third of it idle on;
+    left at the system's defaults without it."""
     if not hasattr(socket, "TCP_USER_TIMEOUT"):
         pytest.skip("no TCP_USER_TIMEOUT on this system")
     async with silent_peer() as (addr, _), RemotingClient(unacked_timeout=unacked_timeout) as client:
         conn = await client.get_connection(addr)
-        got = conn.socket_option(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
-    assert got == (2500 if unacked_timeout is not None else 0)
+        got = {
+            "user_timeout": conn.socket_option(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT),
+            "keepalive": conn.socket_option(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+        }
+        if unacked_timeout is not None:
+            got["idle"] = conn.socket_option(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE)
+            got["interval"] = conn.socket_option(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL)
+            got["probes"] = conn.socket_option(socket.IPPROTO_TCP, socket.TCP_KEEPCNT)
+    if unacked_timeout is None:
+        assert got == {"user_timeout": 0, "keepalive": 0}
+    else:
+        assert got == {"user_timeout": 2500, "keepalive": 1, "idle": 1, "interval": 1, "probes": 3}
