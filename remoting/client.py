@@ -74,9 +74,9 @@ def _connect_failure(exc: OSError) -> str:
 #: a call that waited less than this (and less than a quarter of its timeout) for its response
 #: does not close the connection when it times out (upstream ``MIN_CLOSE_TIMEOUT_MILLIS``)
 MIN_CLOSE_TIMEOUT = 0.1
-#: what the processes' own clients (broker to name server and controller, controller peer to peer,
-#: name server to broker) give ``unacked_timeout``: seconds their peer's kernel may leave sent bytes
-#: unacknowledged before the connection counts as lost
+#: the ``unacked_timeout`` of this project's clients -- the processes' own (broker to name server and
+#: controller, controller peer to peer, name server to broker), a slave's HA connection, the Python
+#: client's: seconds the peer's kernel may acknowledge nothing before the connection counts as lost
 PEER_UNACKED_TIMEOUT = 3.0
 
 

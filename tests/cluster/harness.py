@@ -23,13 +23,15 @@ return at once or after a SIGKILL (milliseconds).
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -288,6 +290,25 @@ async def call(
 ) -> RemotingCommand:
     """One request (extFields values are sent as strings); returns the response whatever its code."""
     return await client.invoke(address, request(code, dict(ext) if ext else None, body), timeout)
+
+
+@asynccontextmanager
+async def silent_peer() -> AsyncIterator[tuple[str, list[trio.SocketStream]]]:
+    """A peer on loopback that accepts connections and reads requests but never answers (a host cut
+    off by the network after the connection was made looks the same to its clients): its address
+    and the connections it accepted."""
+    accepted: list[trio.SocketStream] = []
+
+    async def handler(stream: trio.SocketStream) -> None:
+        accepted.append(stream)
+        while await stream.receive_some(65536):
+            pass
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        yield f"127.0.0.1:{port}", accepted
+        nursery.cancel_scope.cancel()
 
 
 async def wait_until(

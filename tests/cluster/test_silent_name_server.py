@@ -6,31 +6,13 @@ queueing behind it. With the key false the retries wait on the one connection.""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import trio
 
-from tests.cluster.harness import ContainerProc, free_ports, toml_text, wait_until
-
-
-@asynccontextmanager
-async def silent_name_server() -> AsyncIterator[tuple[str, list[trio.SocketStream]]]:
-    """Its address and the connections it accepted (it reads them and answers nothing)."""
-    accepted: list[trio.SocketStream] = []
-
-    async def handler(stream: trio.SocketStream) -> None:
-        accepted.append(stream)
-        while await stream.receive_some(65536):
-            pass
-
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
-        yield f"127.0.0.1:{listeners[0].socket.getsockname()[1]}", accepted
-        nursery.cancel_scope.cancel()
+from tests.cluster.harness import ContainerProc, free_ports, silent_peer, toml_text, wait_until
 
 
 @pytest.mark.parametrize("close", [True, False], ids=["closes", "keeps"])
@@ -45,7 +27,7 @@ async def test_a_registration_that_times_out_closes_the_connection_as_configured
 
         return check
 
-    async with silent_name_server() as (namesrv, accepted):
+    async with silent_peer() as (namesrv, accepted):
         config = tmp_path / "container.toml"
         config.write_text(
             toml_text(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import socket
 import struct
@@ -22,6 +21,7 @@ from remoting.command import FLAG_ONEWAY, RemotingCommand, SerializeType, reques
 from remoting.connection import Connection, RequestContext
 from remoting.errors import RemotingClosedError, RemotingConnectError, RemotingTimeoutError
 from remoting.server import Listener, ProcessorTable, RemotingServer
+from tests.cluster.harness import silent_peer
 
 
 @asynccontextmanager
@@ -759,24 +759,6 @@ async def test_idle_connections_are_closed_and_busy_ones_kept(caplog: pytest.Log
         await talker.send(request(10))
         assert (await talker.read()) is not None
     assert "idle for" in caplog.text
-
-
-@asynccontextmanager
-async def silent_peer() -> AsyncIterator[tuple[str, list[trio.SocketStream]]]:
-    """A peer that accepts connections and reads requests but never answers (a host cut off by the
-    network after the connection was made looks the same to the client)."""
-    accepted: list[trio.SocketStream] = []
-
-    async def handler(stream: trio.SocketStream) -> None:
-        accepted.append(stream)
-        while await stream.receive_some(65536):
-            pass
-
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
-        port = listeners[0].socket.getsockname()[1]
-        yield f"127.0.0.1:{port}", accepted
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize("close_on_timeout", [True, False])
