@@ -44,7 +44,7 @@ from remoting.protocol.controller import ReplicasInfo
 from tests.cluster.harness import wait_until
 from tests.cluster.netlab import NetLab, unavailable
 from tests.cluster.test_orderly_failover import first_deliveries, send_pinned_and_kill
-from tests.compat.cluster import Clients, requires_cpp_client
+from tests.compat.cluster import ClientProcess, Clients, requires_cpp_client
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, requires_cpp_client]
 
@@ -86,6 +86,54 @@ async def _masters_apart(cluster: FailoverCluster, admin: ControllerAdmin) -> Re
     return a
 
 
+def _start_stream(
+    client: Clients, namesrv: str, name: str, seconds: float, progress: Path, expect_file: Path
+) -> tuple[ClientProcess, ClientProcess]:
+    """A C++ push consumer (group ``CG_CPP_<name>``) receiving until it has every body
+    ``expect_file`` will list, and a C++ producer (``PG_CPP_<name>``) sending one message every
+    50 ms for ``seconds``, its counts in ``progress``."""
+    consumer = client.start(
+        {
+            "action": "push_until",
+            "namesrv": namesrv,
+            "group": f"CG_CPP_{name}",
+            "topic": TOPIC,
+            "expect_file": str(expect_file),
+            "wait": seconds + 60,
+            "settle": 1,
+            "deadline": seconds + 70,
+        }
+    )
+    producer = client.start(
+        {
+            "action": "produce_stream",
+            "namesrv": namesrv,
+            "group": f"PG_CPP_{name}",
+            "topic": TOPIC,
+            "duration": seconds,
+            "interval_ms": 50,
+            "progress_file": str(progress),
+            "deadline": seconds + 40,
+        }
+    )
+    return consumer, producer
+
+
+async def _acknowledged_and_received(
+    producer: ClientProcess, consumer: ClientProcess, seconds: float, expect_file: Path
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """The producer's sends and the acknowledged ones, once it is done; then (``expect_file``
+    listing those) the consumer's report."""
+    sent: dict[str, Any] = await trio.to_thread.run_sync(producer.report, seconds + 40)
+    assert "exception" not in sent, sent
+    results = sent["results"]
+    acked = [r for r in results if r.get("ok") and r["status"] == 0]
+    await trio.Path(expect_file).write_text(json.dumps([r["body"] for r in acked]))
+    got: dict[str, Any] = await trio.to_thread.run_sync(consumer.report, 80)
+    assert "exception" not in got, got
+    return results, acked, got
+
+
 def _progress(path: Path) -> dict[str, int]:
     try:
         return json.loads(path.read_text())
@@ -98,7 +146,6 @@ async def test_cpp_client_sends_and_consumes_across_a_master_failover(
 ) -> None:
     progress, expect_file = tmp_path / "progress.json", tmp_path / "expect.json"
     namesrv = cluster.namesrvs
-    consumer = producer = None
     with trio.fail_after(170):
         await cluster.start()
         async with RemotingClient(name="test.cpp-failover") as rc:
@@ -106,29 +153,8 @@ async def test_cpp_client_sends_and_consumes_across_a_master_failover(
             before = await _masters_apart(cluster, admin)
             await create_routed_topic(rc, cluster, TOPIC, QUEUES, GROUPS)
 
-            consumer = client.start(
-                {
-                    "action": "push_until",
-                    "namesrv": namesrv,
-                    "group": "CG_CPP_FAILOVER",
-                    "topic": TOPIC,
-                    "expect_file": str(expect_file),
-                    "wait": PRODUCE_SECONDS + 50,
-                    "settle": 1,
-                    "deadline": PRODUCE_SECONDS + 60,
-                }
-            )
-            producer = client.start(
-                {
-                    "action": "produce_stream",
-                    "namesrv": namesrv,
-                    "group": "PG_CPP_FAILOVER",
-                    "topic": TOPIC,
-                    "duration": PRODUCE_SECONDS,
-                    "interval_ms": 50,
-                    "progress_file": str(progress),
-                    "deadline": PRODUCE_SECONDS + 30,
-                }
+            consumer, producer = _start_stream(
+                client, namesrv, "FAILOVER", PRODUCE_SECONDS, progress, expect_file
             )
 
             # ~5 s in: after the client's route refresh at +3 s, so that broker-a's new master is
@@ -148,13 +174,9 @@ async def test_cpp_client_sends_and_consumes_across_a_master_failover(
             after: ReplicasInfo = await wait_until(new_master, 10, "broker-a: a new master")
             assert after.masterAddress is not None
 
-            sent: dict[str, Any] = await trio.to_thread.run_sync(producer.report, PRODUCE_SECONDS + 40)
-            assert "exception" not in sent, sent
-            results = sent["results"]
-            acked = [r for r in results if r.get("ok") and r["status"] == 0]
-            expect_file.write_text(json.dumps([r["body"] for r in acked]))
-            got: dict[str, Any] = await trio.to_thread.run_sync(consumer.report, 80)
-            assert "exception" not in got, got
+            results, acked, got = await _acknowledged_and_received(
+                producer, consumer, PRODUCE_SECONDS, expect_file
+            )
 
             try:
                 on_a = {b.decode() for b in await read_all(rc, after.masterAddress, TOPIC, QUEUES)}
@@ -281,29 +303,8 @@ async def test_cpp_client_loses_nothing_while_a_master_node_is_cut_off(
             before = await _masters_apart(cluster, admin)
             assert before.masterAddress is not None
             await create_routed_topic(rc, cluster, TOPIC, QUEUES, GROUPS)
-            consumer = client.start(
-                {
-                    "action": "push_until",
-                    "namesrv": cluster.namesrvs,
-                    "group": "CG_CPP_PARTITION",
-                    "topic": TOPIC,
-                    "expect_file": str(expect_file),
-                    "wait": PARTITION_PRODUCE_SECONDS + 60,
-                    "settle": 1,
-                    "deadline": PARTITION_PRODUCE_SECONDS + 70,
-                }
-            )
-            producer = client.start(
-                {
-                    "action": "produce_stream",
-                    "namesrv": cluster.namesrvs,
-                    "group": "PG_CPP_PARTITION",
-                    "topic": TOPIC,
-                    "duration": PARTITION_PRODUCE_SECONDS,
-                    "interval_ms": 50,
-                    "progress_file": str(progress),
-                    "deadline": PARTITION_PRODUCE_SECONDS + 40,
-                }
+            consumer, producer = _start_stream(
+                client, cluster.namesrvs, "PARTITION", PARTITION_PRODUCE_SECONDS, progress, expect_file
             )
 
             async def acked_some() -> bool:
@@ -317,15 +318,9 @@ async def test_cpp_client_loses_nothing_while_a_master_node_is_cut_off(
             net.heal()
             healed_at = time.time()
 
-            sent: dict[str, Any] = await trio.to_thread.run_sync(
-                producer.report, PARTITION_PRODUCE_SECONDS + 40
+            results, acked, got = await _acknowledged_and_received(
+                producer, consumer, PARTITION_PRODUCE_SECONDS, expect_file
             )
-            assert "exception" not in sent, sent
-            results = sent["results"]
-            acked = [r for r in results if r.get("ok") and r["status"] == 0]
-            expect_file.write_text(json.dumps([r["body"] for r in acked]))
-            got: dict[str, Any] = await trio.to_thread.run_sync(consumer.report, 80)
-            assert "exception" not in got, got
 
             after = await wait_settled(admin, "broker-a", 2, 20)
             assert after.masterAddress not in (None, before.masterAddress), (before, after)
