@@ -133,6 +133,8 @@ class BrokerController:
         #: (the whole table instead when ``_register_full``, and at every period)
         self.unrouted: dict[str, int] = {}
         self._register_full = False
+        #: the register loop's last round failed (a name server refused or did not answer)
+        self._register_failed = False
         #: rounds of the register loop that took their topics, and that ended (registered or not)
         self._rounds_taken = 0
         self._rounds_done = 0
@@ -350,6 +352,7 @@ class BrokerController:
         self.store.queues.on_new_queue = self._queue_created
         self.replication.role_listeners.append(self._role_changed)
         self.client.close_listeners.append(self._connection_lost)
+        self.client.connect_listeners.append(self._connection_made)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.store.run)
@@ -374,8 +377,24 @@ class BrokerController:
                 await trio.sleep_forever()
         finally:
             self.client.close_listeners.remove(self._connection_lost)
+            self.client.connect_listeners.remove(self._connection_made)
             with trio.CancelScope(shield=True):
                 await self._shutdown()
+
+    def _connection_made(self, addr: str) -> None:
+        """A connection of the process's client was made: if it is to one of this broker's name
+        servers and the last registration failed, register now -- the name server was out of
+        reach (down, or cut off by the network) and the heartbeat that just connected is the
+        first sign it is back; the next retry may be up to ``registerNameServerPeriod`` away, and
+        a name server that expired this broker meanwhile routes none of its topics until then."""
+        if (
+            self._register_failed
+            and addr in split_addrs(self.broker_config.namesrvAddr)
+            and not self.stopping
+        ):
+            self.log.info("connection to name server %s made again: registering now", addr)
+            self._register_full = True
+            self._register_wanted.set()
 
     def _connection_lost(self, addr: str) -> None:
         """A connection of the process's client ended: if it was to one of this broker's name
@@ -462,6 +481,7 @@ class BrokerController:
         # routed cannot take sends, so waiting a whole period (30 s) for the retry is too long
         retry = REGISTER_RETRY_MIN_S
         ok = await self.register_to_namesrvs()
+        self._register_failed = not ok
         while True:
             with trio.move_on_after(period if ok else retry) as waited:
                 await self._register_wanted.wait()
@@ -477,6 +497,7 @@ class BrokerController:
             full, self._register_full = self._register_full or not ok or waited.cancelled_caught, False
             if full or topics:
                 ok = await self.register_to_namesrvs(None if full else topics)
+                self._register_failed = not ok
                 retry = REGISTER_RETRY_MIN_S if ok else min(2 * retry, period)
             self._round_ended()
 

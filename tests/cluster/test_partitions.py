@@ -19,6 +19,8 @@ namespace and reach every process unless a test cuts them off too. Timings are t
   seconds.
 * The name server's and controller's process isolated for 15 s: the data path does not notice, and
   the controller hears the brokers again within seconds of the heal.
+* A broker cut off from the name server only, long enough to be dropped from its routes: routed
+  again within a second of the heal.
 * ``conf/failover``'s layout, one node process isolated (its link down): the master it held fails
   over, the other group drops its slave there; after the heal both replicas there rejoin as slaves.
 
@@ -82,12 +84,16 @@ LONG_PARTITION = 15
 #: after the heal of a :data:`LONG_PARTITION`: the controller hears the brokers again, and a cut-off
 #: controller peer agrees with the others on the leader, within this
 HEARD_AGAIN_BOUND = 5.0
+#: after the heal: a broker the name server dropped during the partition is routed again within this
+ROUTED_AGAIN_BOUND = 3.0
 
 
-def _cluster(tmp_path: Path, specs: list[ProcSpec]) -> Iterator[tuple[FailoverCluster, NetLab]]:
+def _cluster(
+    tmp_path: Path, specs: list[ProcSpec], broker_keys: dict[str, object] | None = None
+) -> Iterator[tuple[FailoverCluster, NetLab]]:
     net = NetLab([s.name for s in specs])
     try:
-        cluster = FailoverCluster(tmp_path, specs, cluster="Partitions", net=net)
+        cluster = FailoverCluster(tmp_path, specs, cluster="Partitions", net=net, broker_keys=broker_keys)
         try:
             yield cluster, net
         finally:
@@ -115,6 +121,18 @@ def node_lab(tmp_path: Path) -> Iterator[tuple[FailoverCluster, NetLab]]:
     """``conf/failover``'s layout: ``c0`` (name server + controller), ``p1`` and ``p2`` (a replica
     of broker-a and one of broker-b each)."""
     yield from _cluster(tmp_path, spread_specs((GROUP, GROUP_B)))
+
+
+@pytest.fixture
+def ns_lab(tmp_path: Path) -> Iterator[tuple[FailoverCluster, NetLab]]:
+    """``ns`` (name server), ``c0`` (controller), ``p1`` (broker-a's one replica), the broker
+    telling the name server to drop it after 3 s without a heartbeat (upstream does so with
+    ``enableSlaveActingMaster``, else after 120 s)."""
+    yield from _cluster(
+        tmp_path,
+        [ProcSpec("ns", namesrv=True), ProcSpec("c0", controller=True), ProcSpec("p1", groups=(GROUP,))],
+        {"enableSlaveActingMaster": True, "brokerNotActiveTimeoutMillis": 3000},
+    )
 
 
 @pytest.fixture
@@ -471,6 +489,43 @@ async def test_sends_go_on_while_the_controller_and_name_server_are_isolated(
                 f"{'the same' if after.masterAddress == master else 'the former slave'}, epoch "
                 f"{before.masterEpoch} -> {after.masterEpoch}; refused while it was elected: "
                 f"{dict(sender.failures)}"
+            )
+
+
+async def test_a_broker_cut_off_from_the_name_server_is_routed_again_at_once_after_the_heal(
+    ns_lab: tuple[FailoverCluster, NetLab],
+) -> None:
+    """The name server drops the broker it no longer hears from, and the broker's registrations
+    fail meanwhile, retried after 1 s, 2 s, 4 s ... up to ``registerNameServerPeriod``. After the
+    heal the broker registers as soon as a connection to the name server is made again (its next
+    heartbeat's), not at the next retry -- which after a 12 s cut is ~20 s later, and after a
+    longer one up to 30 s: that long the name server routes none of its topics."""
+    cluster, net = ns_lab
+    topic = "PartitionNameServerTopic"
+    with trio.fail_after(90):
+        async with _started(cluster) as (client, _):
+            await create_routed_topic(client, cluster, topic, QUEUES, [GROUP])
+
+            async def routed() -> bool:
+                try:
+                    return await route_master(client, cluster.namesrvs, topic, GROUP) is not None
+                except RemotingError:
+                    return False
+
+            async def unrouted() -> bool:
+                return not await routed()
+
+            net.cut("p1", "ns")
+            cut_at = trio.current_time()
+            await wait_until(unrouted, 10, "the name server dropping the broker it no longer hears from")
+            dropped_in = trio.current_time() - cut_at
+            await trio.sleep_until(cut_at + 12)
+            net.heal()
+            healed_at = trio.current_time()
+            await wait_until(routed, ROUTED_AGAIN_BOUND, "the broker routed again")
+            print(
+                f"route lost {dropped_in:.2f}s after the cut, back {trio.current_time() - healed_at:.2f}s "
+                "after the heal"
             )
 
 
