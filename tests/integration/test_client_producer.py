@@ -318,11 +318,15 @@ async def test_a_broker_that_cannot_be_reached_has_the_routes_refreshed_at_once(
         async with instance, Producer("PG", instance=instance) as producer:
             await producer.send(Message(TOPIC, b"before"))
             old = cluster.brokers["broker-a"]
+            # the client's own close: no connection of it ends under it (that alone has the routes
+            # read again, see the next test), the next send finds the port refusing
+            assert instance.remoting is not None
+            await instance.remoting.close_connection(old.addr)
             await cluster.server.remove_listener(old.listener)
             new = await cluster.add_broker("broker-a")
             cluster.add_topic(TOPIC)
             requests_before = cluster.route_requests.count(TOPIC)
-            with pytest.raises(MQClientError, match=r"Connection refused|closed"):
+            with pytest.raises(MQClientError, match=r"Connection refused"):
                 await producer.send(Message(TOPIC, b"lost"))  # every attempt to the old address
             with trio.fail_after(20):
                 while True:
@@ -334,3 +338,26 @@ async def test_a_broker_that_cannot_be_reached_has_the_routes_refreshed_at_once(
         assert result.send_status is SendStatus.SEND_OK
         assert [m["body"] for m in new.messages(TOPIC)] == [b"after"]
         assert cluster.route_requests.count(TOPIC) > requests_before
+
+
+async def test_a_connection_to_a_broker_that_ends_has_the_routes_refreshed_at_once() -> None:
+    # the same failover, the name server routing the new master before the old one's connection
+    # ends: the ended connection has the routes read again (a master the network lost ends so too,
+    # when it acknowledges nothing for PEER_UNACKED_TIMEOUT), and the next send goes to the new
+    # master -- no send has to fail first
+    async with fake_cluster() as cluster:
+        cluster.add_topic(TOPIC)
+        instance = ClientInstance(cluster.namesrv_addr, poll_name_server_interval=3600)
+        async with instance, Producer("PG", instance=instance) as producer:
+            await producer.send(Message(TOPIC, b"before"))
+            old = cluster.brokers["broker-a"]
+            new = await cluster.add_broker("broker-a")
+            cluster.add_topic(TOPIC)
+            requests_before = cluster.route_requests.count(TOPIC)
+            await cluster.server.remove_listener(old.listener)  # closes the client's connection
+            with trio.fail_after(5):
+                while cluster.route_requests.count(TOPIC) == requests_before:
+                    await trio.sleep(0.01)
+            result = await producer.send(Message(TOPIC, b"after"))
+        assert result.send_status is SendStatus.SEND_OK
+        assert [m["body"] for m in new.messages(TOPIC)] == [b"after"]
