@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -13,7 +15,7 @@ from client.producer import Producer
 from remoting.codes import RequestCode, ResponseCode
 from remoting.protocol.broker import HeartbeatData
 from remoting.protocol.common import MessageQueue
-from tests.integration.client_fake_cluster import fake_cluster, wait_until
+from tests.integration.client_fake_cluster import FakeBroker, FakeCluster, fake_cluster, wait_until
 
 TOPIC = "TopicTest"
 
@@ -307,34 +309,47 @@ async def test_64_concurrent_sends_share_one_connection_per_broker() -> None:
         assert cluster.route_requests.count(TOPIC) == 1
 
 
-async def test_a_broker_that_cannot_be_reached_has_the_routes_refreshed_at_once() -> None:
-    # a controller-mode failover in small: broker-a's master process is gone (its port refuses
-    # connections) and the name server routes broker-a to the new master in another process. The
-    # client learns of it from the refused connection, not at its next poll (an hour away here;
-    # upstream's clients wait up to 30 s, failing every send meanwhile)
+@asynccontextmanager
+async def _sent_to_broker_a() -> AsyncIterator[tuple[FakeCluster, ClientInstance, Producer]]:
+    """A fake cluster routing TOPIC to broker-a, and a producer (its client instance polling the
+    routes hourly) that has sent there once: connected to broker-a's master."""
     async with fake_cluster() as cluster:
         cluster.add_topic(TOPIC)
         instance = ClientInstance(cluster.namesrv_addr, poll_name_server_interval=3600)
         async with instance, Producer("PG", instance=instance) as producer:
             await producer.send(Message(TOPIC, b"before"))
-            old = cluster.brokers["broker-a"]
-            # the client's own close: no connection of it ends under it (that alone has the routes
-            # read again, see the next test), the next send finds the port refusing
-            assert instance.remoting is not None
-            await instance.remoting.close_connection(old.addr)
-            await cluster.server.remove_listener(old.listener)
-            new = await cluster.add_broker("broker-a")
-            cluster.add_topic(TOPIC)
-            requests_before = cluster.route_requests.count(TOPIC)
-            with pytest.raises(MQClientError, match=r"Connection refused"):
-                await producer.send(Message(TOPIC, b"lost"))  # every attempt to the old address
-            with trio.fail_after(20):
-                while True:
-                    try:
-                        result = await producer.send(Message(TOPIC, b"after"))
-                        break
-                    except MQClientError:
-                        await trio.sleep(0.05)
+            yield cluster, instance, producer
+
+
+async def _new_master_of_broker_a(cluster: FakeCluster) -> tuple[FakeBroker, int]:
+    """Another broker-a master, routed; and how often TOPIC's route was asked for until then."""
+    new = await cluster.add_broker("broker-a")
+    cluster.add_topic(TOPIC)
+    return new, cluster.route_requests.count(TOPIC)
+
+
+async def test_a_broker_that_cannot_be_reached_has_the_routes_refreshed_at_once() -> None:
+    # a controller-mode failover in small: broker-a's master process is gone (its port refuses
+    # connections) and the name server routes broker-a to the new master in another process. The
+    # client learns of it from the refused connection, not at its next poll (an hour away here;
+    # upstream's clients wait up to 30 s, failing every send meanwhile)
+    async with _sent_to_broker_a() as (cluster, instance, producer):
+        old = cluster.brokers["broker-a"]
+        # the client's own close: no connection of it ends under it (that alone has the routes
+        # read again, see the next test), the next send finds the port refusing
+        assert instance.remoting is not None
+        await instance.remoting.close_connection(old.addr)
+        await cluster.server.remove_listener(old.listener)
+        new, requests_before = await _new_master_of_broker_a(cluster)
+        with pytest.raises(MQClientError, match=r"Connection refused"):
+            await producer.send(Message(TOPIC, b"lost"))  # every attempt to the old address
+        with trio.fail_after(20):
+            while True:
+                try:
+                    result = await producer.send(Message(TOPIC, b"after"))
+                    break
+                except MQClientError:
+                    await trio.sleep(0.05)
         assert result.send_status is SendStatus.SEND_OK
         assert [m["body"] for m in new.messages(TOPIC)] == [b"after"]
         assert cluster.route_requests.count(TOPIC) > requests_before
@@ -345,19 +360,13 @@ async def test_a_connection_to_a_broker_that_ends_has_the_routes_refreshed_at_on
     # ends: the ended connection has the routes read again (a master the network lost ends so too,
     # when it acknowledges nothing for PEER_UNACKED_TIMEOUT), and the next send goes to the new
     # master -- no send has to fail first
-    async with fake_cluster() as cluster:
-        cluster.add_topic(TOPIC)
-        instance = ClientInstance(cluster.namesrv_addr, poll_name_server_interval=3600)
-        async with instance, Producer("PG", instance=instance) as producer:
-            await producer.send(Message(TOPIC, b"before"))
-            old = cluster.brokers["broker-a"]
-            new = await cluster.add_broker("broker-a")
-            cluster.add_topic(TOPIC)
-            requests_before = cluster.route_requests.count(TOPIC)
-            await cluster.server.remove_listener(old.listener)  # closes the client's connection
-            with trio.fail_after(5):
-                while cluster.route_requests.count(TOPIC) == requests_before:
-                    await trio.sleep(0.01)
-            result = await producer.send(Message(TOPIC, b"after"))
+    async with _sent_to_broker_a() as (cluster, _, producer):
+        old = cluster.brokers["broker-a"]
+        new, requests_before = await _new_master_of_broker_a(cluster)
+        await cluster.server.remove_listener(old.listener)  # closes the client's connection
+        with trio.fail_after(5):
+            while cluster.route_requests.count(TOPIC) == requests_before:
+                await trio.sleep(0.01)
+        result = await producer.send(Message(TOPIC, b"after"))
         assert result.send_status is SendStatus.SEND_OK
         assert [m["body"] for m in new.messages(TOPIC)] == [b"after"]
