@@ -387,22 +387,21 @@ class BrokerController:
         reach (down, or cut off by the network) and the heartbeat that just connected is the
         first sign it is back; the next retry may be up to ``registerNameServerPeriod`` away, and
         a name server that expired this broker meanwhile routes none of its topics until then."""
-        if (
-            self._register_failed
-            and addr in split_addrs(self.broker_config.namesrvAddr)
-            and not self.stopping
-        ):
-            self.log.info("connection to name server %s made again: registering now", addr)
-            self._register_full = True
-            self._register_wanted.set()
+        if self._register_failed:
+            self._register_all_now(addr, "made again: registering now")
 
     def _connection_lost(self, addr: str) -> None:
         """A connection of the process's client ended: if it was to one of this broker's name
         servers, register again now (the name server may be restarting, without this broker's
         routes; retried after 1 s, 2 s, ... while it is down) -- not at the next period (30 s), as
         upstream, during which clients that ask it for routes find none."""
+        self._register_all_now(addr, "lost: registering again")
+
+    def _register_all_now(self, addr: str, what: str) -> None:
+        """When ``addr`` is one of this broker's name servers (and the broker is not stopping):
+        have the register loop send the whole table now, saying so in the log."""
         if addr in split_addrs(self.broker_config.namesrvAddr) and not self.stopping:
-            self.log.info("connection to name server %s lost: registering again", addr)
+            self.log.info("connection to name server %s %s", addr, what)
             self._register_full = True
             self._register_wanted.set()
 

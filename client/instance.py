@@ -13,7 +13,8 @@ client its own instance: the default instance name becomes ``pid#nanotime``)::
 While running, the instance refreshes the route of every topic in use every
 ``poll_name_server_interval`` seconds (30), and at once (at most once a second) when a broker
 cannot be connected to, does not answer a call in time (the connection is then closed, as
-upstream's remoting client does) or refuses a send as a slave (see
+upstream's remoting client does), refuses a send as a slave, or its connection ends -- also when
+the broker's kernel acknowledged nothing for ``PEER_UNACKED_TIMEOUT`` (see
 :meth:`ClientInstance.route_may_be_stale`); it heartbeats every known
 broker every ``heartbeat_interval`` seconds (30), at once when a route reveals a new broker, and at
 once to a broker whenever it connects to it (a restarted broker knows no client; see
