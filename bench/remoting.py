@@ -161,7 +161,8 @@ async def _register_echo(client: RemotingClient, namesrv: str, addr: str) -> Non
             for name in (ECHO_TOPIC, ECHO_BROKER)
         }
     )
-    if not await BrokerOuterAPI(client, timeout_ms=5000).register_all([namesrv], me, topics):
+    outer = BrokerOuterAPI(client, timeout_ms=5000)
+    if await outer.register_one(namesrv, outer.register_request(me, topics)) is None:
         raise RuntimeError(f"echo baseline: registration with {namesrv} failed")
 
 

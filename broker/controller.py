@@ -25,7 +25,7 @@ from broker.groups import SubscriptionGroupManager
 from broker.locks import RebalanceLockManager
 from broker.long_polling import PullRequestHoldService
 from broker.offsets import ConsumerOffsetManager
-from broker.outer_api import BrokerIdentity, BrokerOuterAPI, split_addrs
+from broker.outer_api import BrokerIdentity, BrokerOuterAPI, RegisterRequest, RegisterResult, split_addrs
 from broker.persist import MetadataWriter, PersistedFile
 from broker.replication import Replication
 from broker.stats import BrokerStats
@@ -54,6 +54,27 @@ ROUTE_WAIT_S = 1.0
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class NamesrvRegistration:
+    """The registration of a broker with one name server, kept by a loop of its own."""
+
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+        #: set to have the loop register now
+        self.wanted = trio.Event()
+        #: the next round sends the whole table (the first, and when asked for)
+        self.full = True
+        #: the last request (``BrokerController._register_seq``) its current or last round took,
+        #: and the one its last ended round took
+        self.taken = 0
+        self.done = 0
+        #: the last round failed (the name server refused or did not answer); the next round
+        #: sends the whole table
+        self.failing = False
+        #: it took a registration at least once
+        self.accepted = False
+        self.scope = trio.CancelScope()
 
 
 class BrokerController:
@@ -127,17 +148,18 @@ class BrokerController:
         self.master_addr: str | None = None
         self.listener: object | None = None
         self.server: object | None = None
-        self._register_wanted = trio.Event()
-        #: topics asked for and not yet registered with the name servers, each with the round of
-        #: the register loop that carries it: the next round takes those above ``_rounds_taken``
-        #: (the whole table instead when ``_register_full``, and at every period)
+        #: registration with each name server of ``namesrvAddr``: a loop of its own (see
+        #: :class:`NamesrvRegistration`), so that one that does not answer delays no other
+        self.registrations: dict[str, NamesrvRegistration] = {}
+        #: wakes the loop that keeps one register loop per name server (a request, a stop)
+        self._registrations_wanted = trio.Event()
+        #: numbers the requests for a registration; each register loop remembers the last it took
+        self._register_seq = 0
+        #: topics asked for and not yet registered with every name server, each with the number of
+        #: its request: a name server's next round takes those above the number its last round took
+        #: (the whole table instead after a failure, on request, and at every period)
         self.unrouted: dict[str, int] = {}
-        self._register_full = False
-        #: the register loop's last round failed (a name server refused or did not answer)
-        self._register_failed = False
-        #: rounds of the register loop that took their topics, and that ended (registered or not)
-        self._rounds_taken = 0
-        self._rounds_done = 0
+        #: set (and replaced) whenever a register loop ends a round
         self._round_done = trio.Event()
         #: writes topics.json, subscriptionGroup.json and consumerOffset.json; a refusing disk is
         #: logged, and the table stays dirty until a write succeeds
@@ -198,21 +220,29 @@ class BrokerController:
         every new topic cost the broker, the name servers and the slaves time in proportion to the
         number of topics: a dev cluster given 7,000 topics took 13 new ones a second."""
         self.topics_file.changed()
-        if topic is None:
-            self._register_full = True
-        else:
-            self.unrouted[topic] = self._rounds_taken + 1
-        self._register_wanted.set()
+        self._register_seq += 1
+        if topic is not None:
+            self.unrouted[topic] = self._register_seq
+        for reg in self.registrations.values():
+            if topic is None:
+                reg.full = True
+            reg.wanted.set()
+        self._registrations_wanted.set()
 
     async def wait_routed(self, *topics: str) -> None:
-        """Return once the name servers were told of ``topics`` (or were asked and refused, or
-        ``ROUTE_WAIT_S`` passed). Upstream registers a topic created by a send before it answers
+        """Return once the name servers were told of ``topics`` -- every one that answers: one
+        whose last registration failed is not waited for -- or were asked and refused, or
+        ``ROUTE_WAIT_S`` passed. Upstream registers a topic created by a send before it answers
         the send: a client that starts a consumer as soon as its first send returned -- a test --
         finds the topic's route (without it the official clients look again only after their
         30 s route poll and consume nothing until then)."""
         target = max((self.unrouted.get(t, 0) for t in topics), default=0)
+
+        def told() -> bool:
+            return all(r.done >= target or r.failing for r in self.registrations.values())
+
         with trio.move_on_after(ROUTE_WAIT_S):
-            while self._rounds_done < target:
+            while not told():
                 await self._round_done.wait()
 
     def groups_changed(self) -> None:
@@ -273,35 +303,60 @@ class BrokerController:
         return TopicConfigAndMappingSerializeWrapper(topicConfigTable=table, dataVersion=w.dataVersion)
 
     async def register_to_namesrvs(self, only: set[str] | None = None) -> bool:
-        """Register with every name server (``only`` these topics: an incremental registration);
-        False when one of them did not accept it (the register loop then retries within seconds,
-        not at the next period, with the whole table)."""
+        """Register with every name server at once, outside the register loops (``only`` these
+        topics: an incremental registration) -- a slave looking for its master asks this way;
+        False when one of them did not accept it. Each answer is read as it comes."""
         namesrvs = split_addrs(self.broker_config.namesrvAddr)
         if not namesrvs or self.isolated or self.stopping:
             return True
-        bc = self.broker_config
         results = await self.outer.register_all(
-            namesrvs,
+            namesrvs, self._register_request(only), on_result=self._registered
+        )
+        return len(results) == len(namesrvs)
+
+    async def _register_with(self, addr: str, only: set[str] | None) -> bool:
+        """Register with the name server ``addr`` (``only`` these topics, else the whole table);
+        whether it accepted (trivially true while the broker may not register)."""
+        if self.isolated or self.stopping:
+            return True
+        result = await self.outer.register_one(addr, self._register_request(only))
+        if result is not None:
+            self._registered(result)
+        return result is not None
+
+    def _register_request(self, only: set[str] | None) -> RegisterRequest:
+        bc = self.broker_config
+        return self.outer.register_request(
             self.identity,
             self.topic_wrapper(only, to_encode=True),
             heartbeat_timeout_ms=bc.brokerNotActiveTimeoutMillis if bc.enableSlaveActingMaster else None,
             enable_acting_master=bc.enableSlaveActingMaster,
         )
-        # a slave learns its master's addresses there (in controller mode only from an answer naming
-        # the master the controller chose)
-        self.replication.on_register_results(results)
-        ok = len(results) == len(namesrvs)
-        if ok and not self._boot_said:
+
+    def _registered(self, result: RegisterResult) -> None:
+        """A name server took a registration: a slave learns its master's addresses from the
+        answer; the first time every name server has taken one, upstream's boot line."""
+        self.replication.on_register_results([result])
+        reg = self.registrations.get(result.namesrv)
+        if reg is not None:
+            reg.accepted = True
+        if self._boot_said:
+            return
+        namesrvs = split_addrs(self.broker_config.namesrvAddr)
+        if all(
+            a == result.namesrv or (a in self.registrations and self.registrations[a].accepted)
+            for a in namesrvs
+        ):
             # upstream BrokerStartup's line (scripts and test fixtures wait for it), said once the
             # broker is routed -- in controller mode after the controller gave it a role
             self._boot_said = True
+            bc = self.broker_config
             self.log.info(
                 "The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
                 bc.brokerName,
                 self.addr,
                 bc.namesrvAddr,
             )
-        return ok
 
     def attach(self, server: object, listener: object) -> None:
         """Use ``listener`` (already bound on ``server`` with this broker's processor table)."""
@@ -387,7 +442,8 @@ class BrokerController:
         reach (down, or cut off by the network) and the heartbeat that just connected is the
         first sign it is back; the next retry may be up to ``registerNameServerPeriod`` away, and
         a name server that expired this broker meanwhile routes none of its topics until then."""
-        if self._register_failed:
+        reg = self.registrations.get(addr)
+        if reg is not None and reg.failing:
             self._register_all_now(addr, "made again: registering now")
 
     def _connection_lost(self, addr: str) -> None:
@@ -399,11 +455,12 @@ class BrokerController:
 
     def _register_all_now(self, addr: str, what: str) -> None:
         """When ``addr`` is one of this broker's name servers (and the broker is not stopping):
-        have the register loop send the whole table now, saying so in the log."""
-        if addr in split_addrs(self.broker_config.namesrvAddr) and not self.stopping:
+        have its register loop send the whole table now, saying so in the log."""
+        reg = self.registrations.get(addr)
+        if reg is not None and not self.stopping:
             self.log.info("connection to name server %s %s", addr, what)
-            self._register_full = True
-            self._register_wanted.set()
+            reg.full = True
+            reg.wanted.set()
 
     # --- topics of stored messages ---
 
@@ -474,34 +531,65 @@ class BrokerController:
         await self.groups_file.persist()
 
     async def _register_loop(self) -> None:
-        period = min(max(self.broker_config.registerNameServerPeriod, 10_000), 60_000) / 1000
-        # a name server that refused or did not answer (not up yet, restarting, a timeout under
-        # load) is asked again after 1 s, 2 s, 4 s ... up to the period: a master that is not
-        # routed cannot take sends, so waiting a whole period (30 s) for the retry is too long
+        """Keep one register loop per name server of ``namesrvAddr`` (read again at every request
+        and period: an updated ``namesrvAddr`` takes effect without a restart)."""
+        period = self._register_period()
+        async with trio.open_nursery() as nursery:
+            while True:
+                addrs = split_addrs(self.broker_config.namesrvAddr)
+                for addr in addrs:
+                    if addr not in self.registrations:
+                        reg = self.registrations[addr] = NamesrvRegistration(addr)
+                        nursery.start_soon(self._register_namesrv, reg)
+                for addr in [a for a in self.registrations if a not in addrs]:
+                    self.registrations.pop(addr).scope.cancel()
+                self._round_ended()
+                with trio.move_on_after(period):
+                    await self._registrations_wanted.wait()
+                self._registrations_wanted = trio.Event()
+
+    def _register_period(self) -> float:
+        return min(max(self.broker_config.registerNameServerPeriod, 10_000), 60_000) / 1000
+
+    async def _register_namesrv(self, reg: NamesrvRegistration) -> None:
+        """Register with one name server: at start, when asked (the topics asked for alone, or the
+        whole table), and the whole table every period. One that refused or did not answer (not up
+        yet, restarting, cut off, a timeout under load) is asked again after 1 s, 2 s, 4 s ... up to
+        the period: a master that is not routed cannot take sends, so waiting a whole period
+        (30 s) for the retry is too long. The other name servers' loops go on meanwhile: one
+        loop for all (upstream's, and this project's before) waits for every name server's
+        answer, so one that went silent (its host down) held back a failover's new master, and
+        each new topic's route, at the others for up to the request's timeout."""
+        period = self._register_period()
         retry = REGISTER_RETRY_MIN_S
-        ok = await self.register_to_namesrvs()
-        self._register_failed = not ok
-        while True:
-            with trio.move_on_after(period if ok else retry) as waited:
-                await self._register_wanted.wait()
-            self._register_wanted = trio.Event()
-            if self.topics_file.due:
-                await self.topics_file.persist()
-            # the topics asked for alone; the whole table at every period, after a failure and
-            # after a deletion. (A wake-up whose topics the round before took -- asked for while
-            # it wrote topics.json -- has nothing to send: it used to send the whole table.)
-            taken = self._rounds_taken
-            topics = {t for t, r in self.unrouted.items() if r > taken}
-            self._rounds_taken = taken + 1
-            full, self._register_full = self._register_full or not ok or waited.cancelled_caught, False
-            if full or topics:
-                ok = await self.register_to_namesrvs(None if full else topics)
-                self._register_failed = not ok
-                retry = REGISTER_RETRY_MIN_S if ok else min(2 * retry, period)
-            self._round_ended()
+        with reg.scope:
+            while True:
+                reg.wanted = trio.Event()
+                if self.topics_file.due:
+                    await self.topics_file.persist()
+                # the topics asked for alone; the whole table at every period, after a failure,
+                # and when asked for. (A wake-up whose topics the round before took -- asked for
+                # while it wrote topics.json -- has nothing to send.)
+                seq = self._register_seq
+                topics = {t for t, r in self.unrouted.items() if r > reg.taken}
+                reg.taken = seq
+                full, reg.full = reg.full or reg.failing, False
+                if full or topics:
+                    ok = await self._register_with(reg.addr, None if full else topics)
+                    reg.failing = not ok
+                    retry = REGISTER_RETRY_MIN_S if ok else min(2 * retry, period)
+                reg.done = seq
+                self._round_ended()
+                with trio.move_on_after(retry if reg.failing else period) as waited:
+                    await reg.wanted.wait()
+                if waited.cancelled_caught:
+                    reg.full = True
 
     def _round_ended(self) -> None:
-        done = self._rounds_done = self._rounds_taken
+        """A register loop ended a round: forget the topics every name server that answers was
+        sent (one whose last registration failed sends the whole table next)."""
+        answering = [r.done for r in self.registrations.values() if not r.failing]
+        done = min(answering) if answering else self._register_seq
         self.unrouted = {t: r for t, r in self.unrouted.items() if r > done}
         self._round_done.set()
         self._round_done = trio.Event()

@@ -1,12 +1,15 @@
 """The broker's calls to name servers (upstream ``BrokerOuterAPI``): register, unregister, heartbeat.
 
-Registration goes to every name server concurrently; one unreachable name server does not delay
-the others. Results tell the broker its group's master address (a slave replicates from it).
+A registration is built once (:meth:`BrokerOuterAPI.register_request`) and sent to each name server
+on its own (:meth:`BrokerOuterAPI.register_one`): the broker's register loops
+(:mod:`broker.controller`) run one per name server, so one that does not answer delays no other.
+Results tell the broker its group's master address (a slave replicates from it).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
@@ -35,6 +38,14 @@ class BrokerIdentity:
     ha_addr: str
 
 
+@dataclass(frozen=True)
+class RegisterRequest:
+    """A REGISTER_BROKER's header fields and body (see :meth:`BrokerOuterAPI.register_request`)."""
+
+    ext_fields: dict[str, str]
+    body: bytes
+
+
 @dataclass
 class RegisterResult:
     namesrv: str
@@ -55,15 +66,15 @@ class BrokerOuterAPI:
         self.timeout = timeout_ms / 1000
         self.log = logger or logging.getLogger("broker")
 
-    async def register_all(
+    def register_request(
         self,
-        namesrvs: list[str],
         me: BrokerIdentity,
         topics: TopicConfigAndMappingSerializeWrapper,
         *,
         heartbeat_timeout_ms: int | None = None,
         enable_acting_master: bool = False,
-    ) -> list[RegisterResult]:
+    ) -> RegisterRequest:
+        """A REGISTER_BROKER of ``topics``, encoded once for every name server it goes to."""
         body = RegisterBrokerBody(topicConfigSerializeWrapper=topics).encode()
         header = RegisterBrokerRequestHeader(
             brokerName=me.broker_name,
@@ -76,25 +87,45 @@ class BrokerOuterAPI:
             compressed=False,
             bodyCrc32=crc32_masked(body),
         )
+        return RegisterRequest(encode_header(header), body)
+
+    async def register_one(self, addr: str, req: RegisterRequest) -> RegisterResult | None:
+        """Send ``req`` to the name server ``addr``; its answer, or None (logged) when it did not
+        answer in time or refused."""
+        cmd = RemotingCommand(
+            code=RequestCode.REGISTER_BROKER,
+            ext_fields=dict(req.ext_fields),
+            body=req.body,
+            version=CURRENT_VERSION,
+        )
+        try:
+            resp = await self.client.invoke(addr, cmd, self.timeout)  # type: ignore[attr-defined]
+        except RemotingError as e:
+            self.log.warning("register to name server %s failed: %s", addr, e)
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            self.log.warning("register to name server %s refused: %s %s", addr, resp.code, resp.remark)
+            return None
+        rh = decode_header(resp, RegisterBrokerResponseHeader)
+        return RegisterResult(addr, rh.masterAddr or None, rh.haServerAddr or None)
+
+    async def register_all(
+        self,
+        namesrvs: list[str],
+        req: RegisterRequest,
+        *,
+        on_result: Callable[[RegisterResult], None] | None = None,
+    ) -> list[RegisterResult]:
+        """Send ``req`` to every name server of ``namesrvs`` concurrently; the answers of those
+        that took it, once all answered or failed. ``on_result`` sees each answer as it comes."""
         results: list[RegisterResult] = []
 
         async def one(addr: str) -> None:
-            cmd = RemotingCommand(
-                code=RequestCode.REGISTER_BROKER,
-                ext_fields=encode_header(header),
-                body=body,
-                version=CURRENT_VERSION,
-            )
-            try:
-                resp = await self.client.invoke(addr, cmd, self.timeout)  # type: ignore[attr-defined]
-            except RemotingError as e:
-                self.log.warning("register to name server %s failed: %s", addr, e)
-                return
-            if resp.code != ResponseCode.SUCCESS:
-                self.log.warning("register to name server %s refused: %s %s", addr, resp.code, resp.remark)
-                return
-            rh = decode_header(resp, RegisterBrokerResponseHeader)
-            results.append(RegisterResult(addr, rh.masterAddr or None, rh.haServerAddr or None))
+            result = await self.register_one(addr, req)
+            if result is not None:
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
 
         async with trio.open_nursery() as n:
             for addr in namesrvs:

@@ -37,6 +37,7 @@ from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Protocol, Self, TypeVar
 
+import msgspec
 import trio
 
 from client.message import AUTO_CREATE_TOPIC_KEY, MASTER_ID, MQBrokerError, MQClientError
@@ -66,6 +67,11 @@ T = TypeVar("T")
 
 #: least seconds between two route refreshes asked for by unreachable brokers
 UNREACHABLE_REFRESH_INTERVAL = 1.0
+#: seconds a route query waits for the current name server before it asks the next one too:
+#: a name server whose host went dark (its packets dropped, nothing refused) costs a query this
+#: much, not the call timeout -- which for a client's first send (its route looked up) was all of
+#: the send's timeout (upstream's clients ask one name server at a time)
+NAMESRV_HEDGE_S = 0.5
 
 _instance_counter = itertools.count(1)
 
@@ -290,22 +296,43 @@ class ClientInstance:
         await self._remoting().invoke_oneway(addr, cmd, self.call_timeout)
 
     async def invoke_namesrv(self, cmd: RemotingCommand) -> RemotingCommand:
-        """Call the current name server; on a transport error move on to the next one."""
-        err: RemotingError | None = None
-        n = len(self.namesrv_addrs)
-        for i in range(n):
-            idx = (self._namesrv_index + i) % n
-            addr = self.namesrv_addrs[idx]
+        """Ask the current name server; when it fails -- or has not answered within
+        ``NAMESRV_HEDGE_S`` -- ask the next one too, and so on. The first answer counts, and its
+        name server becomes the current one. (Route queries only: asking twice is harmless.)"""
+        addrs = self.namesrv_addrs
+        n = len(addrs)
+        start = self._namesrv_index
+        answers: list[RemotingCommand] = []
+        errors: list[RemotingError] = []
+
+        async def ask(i: int, nursery: trio.Nursery) -> None:
+            idx = (start + i) % n
+            failed = trio.Event()
+            if i + 1 < n:
+                nursery.start_soon(ask_next, i + 1, failed, nursery)
             try:
-                response = await self.invoke(addr, cmd, self.call_timeout)
+                # a copy each: the connection stamps its own opaque into the command
+                response = await self.invoke(addrs[idx], msgspec.structs.replace(cmd), self.call_timeout)
             except RemotingError as e:
-                log.warning("name server %s: %s", addr, e)
-                err = e
-                continue
-            self._namesrv_index = idx
-            return response
-        assert err is not None
-        raise err
+                log.warning("name server %s: %s", addrs[idx], e)
+                errors.append(e)
+                failed.set()
+                return
+            if not answers:
+                answers.append(response)
+                self._namesrv_index = idx
+                nursery.cancel_scope.cancel()
+
+        async def ask_next(i: int, failed: trio.Event, nursery: trio.Nursery) -> None:
+            with trio.move_on_after(NAMESRV_HEDGE_S):
+                await failed.wait()
+            await ask(i, nursery)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, 0, nursery)
+        if answers:
+            return answers[0]
+        raise errors[-1]
 
     # ------------------------------------------------------------------ routes
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -103,8 +103,11 @@ def broker_configs(root: str, namesrv_addr: str, **overrides: Any) -> tuple[Brok
 
 
 @asynccontextmanager
-async def broker_env(tmp_path: os.PathLike[str], **overrides: Any) -> AsyncIterator[BrokerEnv]:
-    """Name server + broker (registered with it) + a client; torn down on exit."""
+async def broker_env(
+    tmp_path: os.PathLike[str], *, more_namesrvs: Sequence[str] = (), **overrides: Any
+) -> AsyncIterator[BrokerEnv]:
+    """Name server + broker (registered with it, and with ``more_namesrvs`` after it) + a client;
+    torn down on exit."""
     root = os.fspath(tmp_path)
     async with trio.open_nursery() as nursery:
         namesrv = NamesrvController(NamesrvConfig(kvConfigPath=os.path.join(root, "kvConfig.json")))
@@ -114,7 +117,7 @@ async def broker_env(tmp_path: os.PathLike[str], **overrides: Any) -> AsyncItera
         await nursery.start(server.run)
         namesrv_addr = f"127.0.0.1:{ns_listener.port}"
         async with RemotingClient(name="broker-test.broker-client") as broker_client:
-            bc, sc = broker_configs(root, namesrv_addr, **overrides)
+            bc, sc = broker_configs(root, ";".join([namesrv_addr, *more_namesrvs]), **overrides)
             broker = BrokerController(bc, sc, client=broker_client)
             await nursery.start(broker.run, server)
             await wait_until(

@@ -7,7 +7,7 @@ import os
 
 import trio
 
-from broker.controller import BrokerController
+from broker.controller import ROUTE_WAIT_S, BrokerController
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
 from remoting.client import RemotingClient
@@ -16,7 +16,7 @@ from remoting.command import RemotingCommand, request
 from remoting.connection import RequestContext
 from remoting.protocol.namesrv import RegisterBrokerBody
 from remoting.server import RemotingServer
-from tests.cluster.harness import quiet_ports
+from tests.cluster.harness import quiet_ports, silent_peer
 from tests.integration.broker_env import BROKER_NAME, broker_configs, broker_env, wait_until
 from tests.integration.broker_requests import send_ok, send_request
 
@@ -102,3 +102,31 @@ async def test_a_topic_is_routed_when_the_send_that_created_it_or_its_update_is_
             assert f"CreatedByAdmin{i}" in routes
         # a second send to a routed topic does not wait for anything
         assert "CreatedBySend0" not in env.broker.unrouted
+
+
+async def test_a_name_server_that_does_not_answer_holds_back_no_other(tmp_path: os.PathLike[str]) -> None:
+    # the second name server takes connections and never answers (its host went dark after the
+    # connection was made). Each name server has a register loop of its own: a new topic reaches
+    # the one that answers while a registration with the silent one is outstanding -- with one
+    # loop for both it waited for that registration's timeout -- and once a registration with the
+    # silent one has failed, a send that creates a topic is answered without waiting for it
+    async with (
+        silent_peer() as (silent, _accepted),
+        broker_env(tmp_path, more_namesrvs=[silent], registerBrokerTimeoutMills=3000) as env,
+    ):
+        routes = env.namesrv.routes.topicQueueTable
+        registration = env.broker.registrations[silent]
+        assert not registration.failing  # its first registration is still outstanding
+        fields = {"topic": "WhileOutstanding", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(env.call, request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields))
+            await wait_until(
+                lambda: "WhileOutstanding" in routes, 0.5, "the topic routed by the live name server"
+            )
+        assert not registration.failing, "the test took longer than the silent registration's timeout"
+        await wait_until(lambda: registration.failing, 5, "the silent name server's registration failing")
+        began = trio.current_time()
+        await send_ok(env, send_request("CreatedBySend"))
+        waited = trio.current_time() - began
+        assert "CreatedBySend" in routes
+        assert waited < ROUTE_WAIT_S / 2, f"the send waited {waited:.3f} s for the silent name server"

@@ -15,6 +15,7 @@ from client.producer import Producer
 from remoting.codes import RequestCode, ResponseCode
 from remoting.protocol.broker import HeartbeatData
 from remoting.protocol.common import MessageQueue
+from tests.cluster.harness import silent_peer
 from tests.integration.client_fake_cluster import FakeBroker, FakeCluster, fake_cluster, wait_until
 
 TOPIC = "TopicTest"
@@ -370,3 +371,18 @@ async def test_a_connection_to_a_broker_that_ends_has_the_routes_refreshed_at_on
         result = await producer.send(Message(TOPIC, b"after"))
         assert result.send_status is SendStatus.SEND_OK
         assert [m["body"] for m in new.messages(TOPIC)] == [b"after"]
+
+
+async def test_a_name_server_that_does_not_answer_costs_a_route_query_the_hedge_not_the_timeout() -> None:
+    # the first of two name servers takes connections and never answers (its host went dark): a
+    # route query asks the second one too after NAMESRV_HEDGE_S, so the first send -- whose route
+    # is looked up within its 3 s timeout -- succeeds (waiting out the call timeout on the silent
+    # one used all of it), and the second name server is asked first from then on
+    async with silent_peer() as (silent, accepted), fake_cluster() as cluster:
+        cluster.add_topic(TOPIC)
+        instance = ClientInstance(f"{silent};{cluster.namesrv_addr}")
+        async with instance, Producer("PG", instance=instance, send_timeout=3.0) as producer:
+            result = await producer.send(Message(TOPIC, b"x"))
+            assert result.send_status is SendStatus.SEND_OK
+            assert len(accepted) == 1
+            assert instance.namesrv_addrs[instance._namesrv_index] == cluster.namesrv_addr

@@ -486,7 +486,10 @@ async def test_a_stale_master_route_does_not_redirect_a_slave(tmp_path: Path) ->
         assert ha is not None
         await wait_until(lambda: ha.master_address == a.broker.ha_addr, 5, "b following a")
         stale = BrokerIdentity(CLUSTER, NAME, 0, "127.0.0.1:1", "127.0.0.1:2")
-        results = await a.broker.outer.register_all([env.namesrv_addr], stale, a.broker.topic_wrapper())
+        outer = a.broker.outer
+        results = await outer.register_all(
+            [env.namesrv_addr], outer.register_request(stale, a.broker.topic_wrapper())
+        )
         assert len(results) == 1
         await b.broker.register_to_namesrvs()
         assert b.broker.master_addr == a.addr
