@@ -301,6 +301,12 @@ class ClientInstance:
         name server becomes the current one. (Route queries only: asking twice is harmless.)"""
         addrs = self.namesrv_addrs
         n = len(addrs)
+        if n == 1:
+            try:
+                return await self.invoke(addrs[0], cmd, self.call_timeout)
+            except RemotingError as e:
+                log.warning("name server %s: %s", addrs[0], e)
+                raise
         start = self._namesrv_index
         answers: list[RemotingCommand] = []
         errors: list[RemotingError] = []
