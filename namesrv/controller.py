@@ -10,15 +10,19 @@ Owns the route tables (:class:`~namesrv.routeinfo.RouteInfoManager`), the KV sto
 ``run`` must have started before requests are served (it loads the KV file). A closed
 connection removes the brokers registered over it at once; every
 ``scanNotActiveBrokerInterval`` ms brokers silent for longer than their heartbeat timeout are
-removed. When ``notifyMinBrokerIdChanged`` is on, NOTIFY_MIN_BROKER_ID_CHANGE is sent oneway
-to the affected brokers.
+removed, and (as upstream closes an expired broker's channel) a connection whose every registered
+broker expired is closed: a broker that lives on registers again as soon as its connection to a
+name server ends (:mod:`broker.controller`), not at its next period. (Brokers of one process share
+their connection, so it stays while one of them still registers over it.) When
+``notifyMinBrokerIdChanged`` is on, NOTIFY_MIN_BROKER_ID_CHANGE is sent oneway to the affected
+brokers.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING
 
 import trio
@@ -59,6 +63,8 @@ class NamesrvController:
         NamesrvProcessor(self).register_into(self.processor_table)
         self._nursery: trio.Nursery | None = None
         self._client: RemotingClient | None = None
+        #: the connections brokers registered over, by id (forgotten when they close)
+        self.broker_connections: dict[Hashable, Connection] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Load the KV file, then scan broker liveness until cancelled."""
@@ -83,9 +89,22 @@ class NamesrvController:
     def scan_not_active_brokers(self) -> RemovalResult:
         result = self.routes.scan_not_active_brokers(self.now_ms())
         self.send_notifications(result.notifications)
+        if result.expired:
+            self._close_expired({e.connection_id for e in result.expired})
         return result
 
+    def _close_expired(self, connection_ids: set[Hashable]) -> None:
+        """Close those of ``connection_ids`` that no live broker registered over."""
+        connection_ids -= {live.connection_id for live in self.routes.brokerLiveTable.values()}
+        for cid in connection_ids:
+            conn = self.broker_connections.pop(cid, None)
+            if conn is None or self._nursery is None:
+                continue
+            log.info("closing %s: every broker registered over it expired", conn.remote_address)
+            self._nursery.start_soon(conn.aclose, "every broker registered over it expired")
+
     def _on_close(self, conn: Connection) -> None:
+        self.broker_connections.pop(conn.id, None)
         result = self.routes.on_connection_closed(conn.id)
         self.send_notifications(result.notifications)
 

@@ -176,6 +176,7 @@ class NamesrvProcessor:
         )
         if result is None:
             return request.response(ResponseCode.SYSTEM_ERROR, "register broker failed")
+        self.c.broker_connections[ctx.connection.id] = ctx.connection
         self.c.send_notifications(result.notifications)
         kv_body = None
         if self.c.config.returnOrderTopicConfigToBroker:

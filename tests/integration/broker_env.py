@@ -104,13 +104,22 @@ def broker_configs(root: str, namesrv_addr: str, **overrides: Any) -> tuple[Brok
 
 @asynccontextmanager
 async def broker_env(
-    tmp_path: os.PathLike[str], *, more_namesrvs: Sequence[str] = (), **overrides: Any
+    tmp_path: os.PathLike[str],
+    *,
+    more_namesrvs: Sequence[str] = (),
+    namesrv_clock: Callable[[], int] | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[BrokerEnv]:
-    """Name server + broker (registered with it, and with ``more_namesrvs`` after it) + a client;
-    torn down on exit."""
+    """Name server (on ``namesrv_clock`` if given: wall-clock ms) + broker (registered with it, and
+    with ``more_namesrvs`` after it) + a client; torn down on exit."""
     root = os.fspath(tmp_path)
     async with trio.open_nursery() as nursery:
-        namesrv = NamesrvController(NamesrvConfig(kvConfigPath=os.path.join(root, "kvConfig.json")))
+        ns_config = NamesrvConfig(kvConfigPath=os.path.join(root, "kvConfig.json"))
+        namesrv = (
+            NamesrvController(ns_config)
+            if namesrv_clock is None
+            else NamesrvController(ns_config, now_ms=namesrv_clock)
+        )
         await nursery.start(namesrv.run)
         server = RemotingServer(name="broker-test")
         ns_listener = await server.add_listener("127.0.0.1", 0, namesrv.processor_table, name="namesrv")

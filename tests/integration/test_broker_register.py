@@ -4,20 +4,23 @@ seconds (not at the next 30 s period), so a master becomes routable as soon as i
 from __future__ import annotations
 
 import os
+import time
 
 import trio
 
 from broker.controller import ROUTE_WAIT_S, BrokerController
+from broker.outer_api import BrokerIdentity
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.connection import RequestContext
+from remoting.protocol.common import TopicConfigAndMappingSerializeWrapper
 from remoting.protocol.namesrv import RegisterBrokerBody
 from remoting.server import RemotingServer
 from tests.cluster.harness import quiet_ports, silent_peer
-from tests.integration.broker_env import BROKER_NAME, broker_configs, broker_env, wait_until
+from tests.integration.broker_env import BROKER_NAME, CLUSTER, broker_configs, broker_env, wait_until
 from tests.integration.broker_requests import send_ok, send_request
 
 
@@ -130,3 +133,49 @@ async def test_a_name_server_that_does_not_answer_holds_back_no_other(tmp_path: 
         waited = trio.current_time() - began
         assert "CreatedBySend" in routes
         assert waited < ROUTE_WAIT_S / 2, f"the send waited {waited:.3f} s for the silent name server"
+
+
+async def test_a_live_broker_the_name_server_expired_is_routed_again_at_once(
+    tmp_path: os.PathLike[str],
+) -> None:
+    # the name server's wall clock jumps past the broker's last registration by more than the
+    # broker channel expiry (a laptop resumed from a suspend of minutes: its scan, every 5 s, can
+    # come before the next registration, every 30 s). As upstream's, the name server closes the
+    # expired broker's connection, and a broker whose connection to a name server ends registers
+    # again at once: routed again at once, not after up to registerNameServerPeriod
+    jump = 0
+
+    def clock() -> int:
+        return time.time_ns() // 1_000_000 + jump
+
+    async with broker_env(tmp_path, namesrv_clock=clock, registerNameServerPeriod=60_000) as env:
+        brokers = env.namesrv.routes.brokerAddrTable
+        jump = 200_000  # past the 120 s expiry
+        removed = env.namesrv.scan_not_active_brokers()
+        assert [r.brokerAddr for r in removed.removed] == [env.addr]
+        assert not brokers.get(BROKER_NAME)
+        await wait_until(lambda: bool(brokers.get(BROKER_NAME)), 3.0, "the broker registered again")
+
+
+async def test_an_expired_broker_closes_no_connection_another_live_broker_registers_over(
+    tmp_path: os.PathLike[str],
+) -> None:
+    # brokers of one process share its connection to a name server: one of them expiring (it
+    # stopped registering) must not end the others' registrations with that connection
+    async with broker_env(tmp_path, registerNameServerPeriod=60_000) as env:
+        other = BrokerIdentity(CLUSTER, "broker-quiet", 0, "127.0.0.1:1", "127.0.0.1:2")
+        outer = env.broker.outer
+        table = TopicConfigAndMappingSerializeWrapper(topicConfigTable={})
+        assert await outer.register_one(env.namesrv_addr, outer.register_request(other, table)) is not None
+        live = env.namesrv.routes.brokerLiveTable
+        (quiet,) = [k for k in live if k.brokerAddr == other.broker_addr]
+        (loud,) = [k for k in live if k.brokerAddr == env.addr]
+        assert live[quiet].connection_id == live[loud].connection_id  # one connection for both
+        live[quiet].lastUpdateTimestamp -= 200_000
+        registered_at = live[loud].lastUpdateTimestamp
+        removed = env.namesrv.scan_not_active_brokers()
+        assert [r.brokerAddr for r in removed.removed] == [other.broker_addr]
+        await trio.sleep(0.3)
+        # the connection stayed: the live broker was neither removed nor made to register again
+        assert loud in live
+        assert live[loud].lastUpdateTimestamp == registered_at
