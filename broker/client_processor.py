@@ -147,7 +147,7 @@ class ClientProcessor:
                     f"bad HeartbeatData body: consumer group {consumer.groupName}: unknown enum value {e}",
                 )
         broker = self.broker
-        now = broker.now_ms()
+        now = broker.liveness_ms()
         conn = ctx.connection
         language = request.language.name
         v2 = data.heartbeatFingerprint != 0
@@ -256,7 +256,7 @@ class ClientProcessor:
         if isinstance(body, str):
             return request.response(ResponseCode.SYSTEM_ERROR, body)
         granted = self.broker.locks.try_lock_batch(
-            body.consumerGroup, body.mqSet, body.clientId, self.broker.now_ms()
+            body.consumerGroup, body.mqSet, body.clientId, self.broker.liveness_ms()
         )
         if len(granted) < len(body.mqSet):
             log.info(
@@ -325,7 +325,7 @@ class ClientProcessor:
                         remoteIP=f"/{ch.connection.remote_address}",
                         language=ch.language,
                         version=ch.version,
-                        lastUpdateTimestamp=ch.last_update_ms,
+                        lastUpdateTimestamp=self.broker.wall_ms_of(ch.last_update_ms),
                     )
                     for ch in producers.channels(group)
                 ]

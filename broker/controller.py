@@ -56,6 +56,11 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def monotonic_ms() -> int:
+    """Milliseconds on a clock that no wall-clock step moves (nor a suspend, on Linux)."""
+    return time.monotonic_ns() // 1_000_000
+
+
 class NamesrvRegistration:
     """The registration of a broker with one name server, kept by a loop of its own."""
 
@@ -87,6 +92,7 @@ class BrokerController:
         *,
         client: object,
         now_ms: Callable[[], int] = wall_clock_ms,
+        liveness_ms: Callable[[], int] = monotonic_ms,
         transport_configs: Sequence[msgspec.Struct] = (),
     ) -> None:
         self.broker_config = broker_config
@@ -96,6 +102,11 @@ class BrokerController:
         self.transport_configs = tuple(transport_configs)
         self.client = client  # remoting.client.RemotingClient shared by the process
         self.now_ms = now_ms
+        #: the clock of the clients' heartbeats and the rebalance locks' renewals: a lock or a
+        #: client expires when this much time passed, whatever the wall clock did meanwhile
+        #: (upstream measures it on the wall clock: a step forward -- NTP, a laptop resumed --
+        #: expired every client at once, a step back kept a dead client's queue locks for as long)
+        self.liveness_ms = liveness_ms
         bc = broker_config
         if store_config.brokerRole == BrokerRole.SLAVE and bc.brokerId <= 0 and not bc.enableControllerMode:
             raise ValueError(f"broker {bc.brokerName}: slave broker id must be > 0 (got {bc.brokerId})")
@@ -619,10 +630,19 @@ class BrokerController:
                 await self.groups_file.persist()
 
     async def _housekeeping_loop(self) -> None:
-        timeout = self.broker_config.channelExpiredTimeout
         while True:
             await trio.sleep(10)
-            now = self.now_ms()
-            self.producers.expire(now, timeout)
-            for group in self.consumers.expire(now, timeout):
-                await self.notify_consumer_ids_changed(group)
+            await self.expire_clients()
+
+    async def expire_clients(self) -> None:
+        """Drop the producers and consumers silent for ``channelExpiredTimeout``; tell the
+        changed groups' members."""
+        timeout = self.broker_config.channelExpiredTimeout
+        now = self.liveness_ms()
+        self.producers.expire(now, timeout)
+        for group in self.consumers.expire(now, timeout):
+            await self.notify_consumer_ids_changed(group)
+
+    def wall_ms_of(self, liveness_ms: int) -> int:
+        """A :attr:`liveness_ms` reading as wall-clock milliseconds (for display)."""
+        return self.now_ms() - (self.liveness_ms() - liveness_ms)

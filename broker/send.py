@@ -357,7 +357,7 @@ class SendProcessor:
             max_times = h.maxReconsumeTimes
         reconsume = h.reconsumeTimes or 0
         # a group holding queue locks consumes orderly: its retry goes to the DLQ at once (upstream)
-        if reconsume > max_times or self.broker.locks.holds_any(group, self.broker.now_ms()):
+        if reconsume > max_times or self.broker.locks.holds_any(group, self.broker.liveness_ms()):
             dlq = self.broker.topics.create_system_like(
                 dlq_topic(group), 1, PermName.PERM_READ | PermName.PERM_WRITE
             )

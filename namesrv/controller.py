@@ -9,8 +9,8 @@ Owns the route tables (:class:`~namesrv.routeinfo.RouteInfoManager`), the KV sto
 
 ``run`` must have started before requests are served (it loads the KV file). A closed
 connection removes the brokers registered over it at once; every
-``scanNotActiveBrokerInterval`` ms brokers silent for longer than their heartbeat timeout are
-removed, and (as upstream closes an expired broker's channel) a connection whose every registered
+``scanNotActiveBrokerInterval`` ms brokers silent for longer than their heartbeat timeout (on a
+monotonic clock, see :class:`NamesrvController`) are removed, and (as upstream closes an expired broker's channel) a connection whose every registered
 broker expired is closed: a broker that lives on registers again as soon as its connection to a
 name server ends (:mod:`broker.controller`), not at its next period. (Brokers of one process share
 their connection, so it stays while one of them still registers over it.) When
@@ -46,14 +46,18 @@ log = logging.getLogger("namesrv")
 NOTIFY_TIMEOUT = 0.3
 
 
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
+def monotonic_ms() -> int:
+    """Milliseconds on a clock that no wall-clock step moves (nor a suspend, on Linux)."""
+    return time.monotonic_ns() // 1_000_000
 
 
 class NamesrvController:
     """One name server: tables, processor table, liveness scan (see the module docstring)."""
 
-    def __init__(self, config: NamesrvConfig, *, now_ms: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(self, config: NamesrvConfig, *, now_ms: Callable[[], int] = monotonic_ms) -> None:
+        """``now_ms``: the clock of broker liveness (and of ``waitSecondsForService``). Upstream
+        measures liveness on the wall clock, so a step of it forward (NTP, a laptop resumed from a
+        suspend) expired every broker at the next scan, and a step back kept a dead one routed."""
         self.config = config
         self.now_ms = now_ms
         self.started_at_ms = now_ms()

@@ -4,9 +4,11 @@ rebalance locks, unregistering and the connection lists (remoting-protocol.md §
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import pytest
 import trio
 
 from remoting.client import RemotingClient
@@ -314,3 +316,25 @@ async def test_closing_the_only_member_removes_the_group(tmp_path: os.PathLike[s
         await a.heartbeat(env)
         await a.client.close_connection(env.addr)
         await wait_for_ids(env, [])
+
+
+async def test_a_step_of_the_wall_clock_expires_no_client_and_no_lock(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # client heartbeats and queue-lock renewals are timed on a monotonic clock: the wall clock
+    # stepped forward past channelExpiredTimeout (NTP, a laptop resumed) expires no client -- it
+    # expired every client, and the groups' members dropped their queues until their next
+    # heartbeat -- and stepped back it keeps no lock beyond its life (a dead client's queues
+    # stayed locked for as long as the step)
+    wall_ns = time.time_ns
+    async with broker_env(tmp_path) as env, member("c1") as c1, member("c2") as c2:
+        env.broker.locks.max_live_ms = 300
+        assert (await c1.heartbeat(env)).code == ResponseCode.SUCCESS
+        assert await c1.lock(env, [0]) == [0]
+        monkeypatch.setattr(time, "time_ns", lambda: wall_ns() + 200_000 * 1_000_000)
+        await env.broker.expire_clients()
+        assert ids_of(await consumer_ids(env)) == ["c1"]
+        monkeypatch.setattr(time, "time_ns", lambda: wall_ns() - 3_600_000 * 1_000_000)
+        assert await c2.lock(env, [0]) == []  # c1's lock lives
+        await trio.sleep(0.4)  # c1 renewed nothing for longer than the lock's life
+        assert await c2.lock(env, [0]) == [0]

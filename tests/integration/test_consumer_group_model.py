@@ -495,7 +495,7 @@ async def check_left(env: Layout, group: Group) -> None:
     left = {
         mq: lock.client_id
         for mq, lock in broker.locks.table.get(GROUP, {}).items()
-        if broker.locks.is_locked(GROUP, mq, lock.client_id, broker.now_ms())
+        if broker.locks.is_locked(GROUP, mq, lock.client_id, broker.liveness_ms())
         and not any(lock.client_id.endswith(k) for k in killed)
     }
     assert not left, f"locks left by members that left gracefully: {left}"
