@@ -147,7 +147,7 @@ class ClientProcessor:
                     f"bad HeartbeatData body: consumer group {consumer.groupName}: unknown enum value {e}",
                 )
         broker = self.broker
-        now = broker.liveness_ms()
+        now, wall = broker.liveness_ms(), broker.now_ms()
         conn = ctx.connection
         language = request.language.name
         v2 = data.heartbeatFingerprint != 0
@@ -175,7 +175,7 @@ class ClientProcessor:
                 PermName.PERM_READ | PermName.PERM_WRITE,
                 FLAG_UNIT_SUB if consumer.unitMode else 0,
             )
-            channel = ClientChannel(data.clientID, conn, language, request.version, now)
+            channel = ClientChannel(data.clientID, conn, language, request.version, now, wall)
             if broker.consumers.register(consumer, channel, now, without_sub=v2 and data.withoutSub):
                 log.info(
                     "consumer group %s changed: client %s at %s (%d subscriptions)",
@@ -187,7 +187,7 @@ class ClientProcessor:
                 changed_groups.append(group)
         for producer in data.producerDataSet:
             broker.producers.register(
-                producer.groupName, ClientChannel(data.clientID, conn, language, request.version, now)
+                producer.groupName, ClientChannel(data.clientID, conn, language, request.version, now, wall)
             )
         response = request.response(ResponseCode.SUCCESS)
         response.ext_fields = {
@@ -325,7 +325,7 @@ class ClientProcessor:
                         remoteIP=f"/{ch.connection.remote_address}",
                         language=ch.language,
                         version=ch.version,
-                        lastUpdateTimestamp=self.broker.wall_ms_of(ch.last_update_ms),
+                        lastUpdateTimestamp=ch.heard_at_ms,
                     )
                     for ch in producers.channels(group)
                 ]

@@ -31,7 +31,10 @@ class ClientChannel:
     connection: Any  # remoting.server.Connection
     language: str
     version: int
+    #: the last heartbeat on the broker's liveness clock (what expiry measures) ...
     last_update_ms: int
+    #: ... and on the wall clock (what the admin lists show)
+    heard_at_ms: int = 0
 
 
 @dataclass

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -30,6 +29,7 @@ from broker.persist import MetadataWriter, PersistedFile
 from broker.replication import Replication
 from broker.stats import BrokerStats
 from broker.topics import DeletedTopics, TopicConfigManager
+from remoting.clock import monotonic_ms, wall_clock_ms
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection, ProcessorTable
@@ -50,15 +50,6 @@ REGISTER_RETRY_MIN_S = 1.0
 #: to have the topic's route before it is answered: long enough for a live name server, short
 #: enough that a dead one does not make the client's send (3 s by default) time out
 ROUTE_WAIT_S = 1.0
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def monotonic_ms() -> int:
-    """Milliseconds on a clock that no wall-clock step moves (nor a suspend, on Linux)."""
-    return time.monotonic_ns() // 1_000_000
 
 
 class NamesrvRegistration:
@@ -642,7 +633,3 @@ class BrokerController:
         self.producers.expire(now, timeout)
         for group in self.consumers.expire(now, timeout):
             await self.notify_consumer_ids_changed(group)
-
-    def wall_ms_of(self, liveness_ms: int) -> int:
-        """A :attr:`liveness_ms` reading as wall-clock milliseconds (for display)."""
-        return self.now_ms() - (self.liveness_ms() - liveness_ms)

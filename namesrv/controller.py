@@ -10,10 +10,11 @@ Owns the route tables (:class:`~namesrv.routeinfo.RouteInfoManager`), the KV sto
 ``run`` must have started before requests are served (it loads the KV file). A closed
 connection removes the brokers registered over it at once; every
 ``scanNotActiveBrokerInterval`` ms brokers silent for longer than their heartbeat timeout (on a
-monotonic clock, see :class:`NamesrvController`) are removed, and (as upstream closes an expired broker's channel) a connection whose every registered
-broker expired is closed: a broker that lives on registers again as soon as its connection to a
-name server ends (:mod:`broker.controller`), not at its next period. (Brokers of one process share
-their connection, so it stays while one of them still registers over it.) When
+monotonic clock, see :class:`NamesrvController`) are removed, and -- as upstream closes an expired
+broker's channel -- a connection whose every registered broker expired is closed: a broker that
+lives on registers again as soon as its connection to a name server ends
+(:mod:`broker.controller`), not at its next period. (Brokers of one process share their
+connection, so it stays while one of them still registers over it.) When
 ``notifyMinBrokerIdChanged`` is on, NOTIFY_MIN_BROKER_ID_CHANGE is sent oneway to the affected
 brokers.
 """
@@ -21,7 +22,6 @@ brokers.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING
 
@@ -31,6 +31,7 @@ from namesrv.kvconfig import KVConfigManager
 from namesrv.processor import NamesrvProcessor
 from namesrv.routeinfo import MinBrokerIdChange, RemovalResult, RouteInfoManager
 from remoting.client import PEER_UNACKED_TIMEOUT, RemotingClient
+from remoting.clock import monotonic_ms
 from remoting.codes import RequestCode
 from remoting.command import request
 from remoting.connection import Connection, ProcessorTable
@@ -44,11 +45,6 @@ log = logging.getLogger("namesrv")
 
 #: Oneway send timeout for min-broker-id notifications (upstream 300 ms).
 NOTIFY_TIMEOUT = 0.3
-
-
-def monotonic_ms() -> int:
-    """Milliseconds on a clock that no wall-clock step moves (nor a suspend, on Linux)."""
-    return time.monotonic_ns() // 1_000_000
 
 
 class NamesrvController:
