@@ -65,6 +65,8 @@ def finish(
             b.namesrvAddr = proc.container.namesrvAddr
         elif not b.namesrvAddr and local_namesrv is not None:
             b.namesrvAddr = local_namesrv
+        _check_addresses(spec.source, "namesrvAddr", b.namesrvAddr, "127.0.0.1:9876;192.168.0.1:9876")
+        _check_addresses(spec.source, "controllerAddr", b.controllerAddr, "127.0.0.1:9878;192.168.0.1:9878")
         _ha_port(spec, explicit, standalone=standalone)
         _check_broker(spec, explicit)
     proc.brokers = [spec for spec, _ in drafts]
@@ -88,6 +90,20 @@ def _ha_port(spec: BrokerSpec, explicit: set[str], *, standalone: bool) -> None:
             derived,
         )
     s.haListenPort = derived
+
+
+def _check_addresses(source: str, key: str, value: str | None, example: str) -> None:
+    """Every ``;``-separated entry of an address list is ``host:port`` (upstream's BrokerStartup
+    refuses to start otherwise; a broker given ``127.0.0.1;9876`` would try two addresses that are
+    not addresses forever)."""
+    for addr in (a.strip() for a in (value or "").split(";")):
+        if not addr:
+            continue
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidConfig(
+                f"{source}: {key} {value!r}: {addr!r} is not host:port -- set it as follows: {example!r}"
+            )
 
 
 def _check_broker(spec: BrokerSpec, explicit: set[str]) -> None:

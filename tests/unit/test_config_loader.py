@@ -469,6 +469,15 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         ("[[broker]]\nenableDLegerCommitLog = true\n", "not supported"),
         ("[[broker]]\naclEnable = true\n", "aclEnable=true is not supported"),
         ("[[broker]]\nenableControllerMode = true\n", "needs controllerAddr"),
+        (
+            "[[broker]]\nnamesrvAddr = '127.0.0.1;9876'\n",
+            r"namesrvAddr '127.0.0.1;9876': '127.0.0.1' is not host:port",
+        ),
+        ("[[broker]]\nnamesrvAddr = '127.0.0.1:9876;b:98765'\n", r"'b:98765' is not host:port"),
+        (
+            "[[broker]]\nenableControllerMode = true\ncontrollerAddr = '127.0.0.1:9878;:9879'\n",
+            r"controllerAddr .*':9879' is not host:port",
+        ),
         ("[namesrv]\n[nettyClient]\nuseTLS = true\n", "useTLS=true is not supported"),
         ("# nothing\n", "nothing to run"),
     ],
