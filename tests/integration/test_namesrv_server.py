@@ -184,26 +184,35 @@ async def test_cluster_info_and_topic_lists(ns: Namesrv) -> None:
 
 
 async def test_query_data_version_and_heartbeat_keep_broker_alive(ns: Namesrv) -> None:
-    await ns.call(register_cmd(MASTER, 0, "T1", counter=7))
-    query = {"brokerName": "broker-a", "brokerAddr": MASTER, "clusterName": CLUSTER, "brokerId": 0}
-    same = DataVersion(stateVersion=0, timestamp=1000, counter=7)
-    reply = await ns.call(request(RequestCode.QUERY_DATA_VERSION, query, same.encode()))
-    assert reply.ext_fields == {"changed": "false"}
-    assert DataVersion.decode(reply.body_bytes) == same
-    newer = DataVersion(stateVersion=0, timestamp=2000, counter=8)
-    reply = await ns.call(request(RequestCode.QUERY_DATA_VERSION, query, newer.encode()))
-    assert reply.ext_fields == {"changed": "true"}
+    async with RemotingClient(name="test.broker") as broker:  # the broker's own connection
 
-    # Liveness: 100 s later a heartbeat arrives; at 200 s (120 s timeout) the broker still lives.
-    ns.clock.now += 100_000
-    hb = {"clusterName": CLUSTER, "brokerAddr": MASTER, "brokerName": "broker-a"}
-    assert (await ns.call(request(RequestCode.BROKER_HEARTBEAT, hb))).code == ResponseCode.SUCCESS
-    ns.clock.now += 100_000
-    ns.controller.scan_not_active_brokers()
-    assert (await ns.call(route_cmd("T1", version=479))).code == ResponseCode.SUCCESS
-    ns.clock.now += 30_000
-    ns.controller.scan_not_active_brokers()
-    assert (await ns.call(route_cmd("T1", version=479))).code == ResponseCode.TOPIC_NOT_EXIST
+        async def from_broker(cmd: RemotingCommand) -> RemotingCommand:
+            return await broker.invoke(ns.addr, cmd, TIMEOUT)
+
+        await from_broker(register_cmd(MASTER, 0, "T1", counter=7))
+        query = {"brokerName": "broker-a", "brokerAddr": MASTER, "clusterName": CLUSTER, "brokerId": 0}
+        same = DataVersion(stateVersion=0, timestamp=1000, counter=7)
+        reply = await from_broker(request(RequestCode.QUERY_DATA_VERSION, query, same.encode()))
+        assert reply.ext_fields == {"changed": "false"}
+        assert DataVersion.decode(reply.body_bytes) == same
+        newer = DataVersion(stateVersion=0, timestamp=2000, counter=8)
+        reply = await from_broker(request(RequestCode.QUERY_DATA_VERSION, query, newer.encode()))
+        assert reply.ext_fields == {"changed": "true"}
+
+        # Liveness: 100 s later a heartbeat arrives; at 200 s (120 s timeout) the broker still lives.
+        ns.clock.now += 100_000
+        hb = {"clusterName": CLUSTER, "brokerAddr": MASTER, "brokerName": "broker-a"}
+        assert (await from_broker(request(RequestCode.BROKER_HEARTBEAT, hb))).code == ResponseCode.SUCCESS
+        ns.clock.now += 100_000
+        ns.controller.scan_not_active_brokers()
+        assert (await ns.call(route_cmd("T1", version=479))).code == ResponseCode.SUCCESS
+        ns.clock.now += 30_000
+        ns.controller.scan_not_active_brokers()
+        assert (await ns.call(route_cmd("T1", version=479))).code == ResponseCode.TOPIC_NOT_EXIST
+        # and, as upstream closes an expired broker's channel, its connection is closed
+        with trio.fail_after(TIMEOUT):
+            while broker.connection(ns.addr) is not None:
+                await trio.sleep(0.01)
 
 
 async def test_unregister_and_delete_topic(ns: Namesrv) -> None:
