@@ -335,16 +335,19 @@ async def create_topic(
 async def create_routed_topic(
     client: RemotingClient, cluster: FailoverCluster, topic: str, queues: int, groups: Iterable[str]
 ) -> None:
-    """:func:`create_topic` on every replica of ``groups``; returns once the name server routes the
-    topic to each group's master."""
+    """:func:`create_topic` on every replica of ``groups``; returns once every name server routes
+    the topic to each group's master."""
     groups = list(groups)
     await create_topic(client, [a for g in groups for a in cluster.replica_addrs(g)], topic, queues)
     deadline = trio.current_time() + 10
-    for g in groups:
-        while await route_master(client, cluster.namesrvs, topic, g) is None:
-            if trio.current_time() > deadline:
-                raise AssertionError(f"the name server does not route {topic} with {g} after 10 s")
-            await trio.sleep(0.02)
+    for namesrv in cluster.namesrvs.split(";"):
+        for g in groups:
+            while await route_master(client, namesrv, topic, g) is None:
+                if trio.current_time() > deadline:
+                    raise AssertionError(
+                        f"the name server {namesrv} does not route {topic} with {g} after 10 s"
+                    )
+                await trio.sleep(0.02)
 
 
 def send_request(

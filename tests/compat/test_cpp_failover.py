@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ import trio
 
 from bench.failover_kit import (
     FailoverCluster,
+    ProcSpec,
     create_routed_topic,
     read_all,
     replicas,
@@ -141,6 +144,50 @@ def _progress(path: Path) -> dict[str, int]:
         return {"sent": 0, "acked": 0}
 
 
+def assert_all_delivered(acked: list[dict[str, Any]], got: dict[str, Any], summary: str = "") -> None:
+    """The consumer's report ``got`` has every body of ``acked`` and did not time out."""
+    received = {r["body"] for r in got["received"]}
+    missing = [r["body"] for r in acked if r["body"] not in received]
+    assert not got.get("timed_out"), (
+        f"consumer timed out; {len(missing)} of {len(acked)} missing: {missing[:5]} {summary}"
+    )
+    assert not missing, f"{len(missing)} of {len(acked)} acknowledged messages never delivered: {missing[:5]}"
+
+
+@dataclass
+class Stream:
+    """A cluster with both masters settled apart, the test topic routed, and a C++ producer and
+    push consumer streaming through it (see :func:`streaming`)."""
+
+    rc: RemotingClient
+    admin: ControllerAdmin
+    #: broker-a's replica info before anything happened
+    before: ReplicasInfo
+    consumer: ClientProcess
+    producer: ClientProcess
+
+
+@asynccontextmanager
+async def streaming(
+    cluster: FailoverCluster, client: Clients, name: str, seconds: float, progress: Path, expect_file: Path
+) -> AsyncIterator[Stream]:
+    """Start ``cluster``, move the masters apart, create the routed topic, start the C++ stream
+    (:func:`_start_stream`) and return once 60 sends were acknowledged."""
+    await cluster.start()
+    async with RemotingClient(name=f"test.cpp-{name.lower()}") as rc:
+        admin = ControllerAdmin(rc, cluster.controllers, timeout=5.0)
+        before = await _masters_apart(cluster, admin)
+        assert before.masterAddress is not None
+        await create_routed_topic(rc, cluster, TOPIC, QUEUES, GROUPS)
+        consumer, producer = _start_stream(client, cluster.namesrvs, name, seconds, progress, expect_file)
+
+        async def acked_some() -> bool:
+            return _progress(progress)["acked"] >= 60
+
+        await wait_until(acked_some, 30, "60 acknowledged C++ sends", interval=0.05)
+        yield Stream(rc, admin, before, consumer, producer)
+
+
 async def test_cpp_client_sends_and_consumes_across_a_master_failover(
     cluster: FailoverCluster, client: Clients, tmp_path: Path
 ) -> None:
@@ -199,12 +246,7 @@ async def test_cpp_client_sends_and_consumes_across_a_master_failover(
     # the producer finds broker-a's new master at its next route refresh (every 30 s) and sends on
     assert on_new_a[0] <= 35, summary
     assert len(on_new_a) >= 10, summary
-    received = {r["body"] for r in got["received"]}
-    missing = [r["body"] for r in acked if r["body"] not in received]
-    assert not got.get("timed_out"), (
-        f"consumer timed out; {len(missing)} of {len(acked)} missing: {missing[:5]}"
-    )
-    assert not missing, f"{len(missing)} of {len(acked)} acknowledged messages never delivered: {missing[:5]}"
+    assert_all_delivered(acked, got)
 
 
 async def test_cpp_orderly_consumer_keeps_each_key_in_order_across_a_master_failover(
@@ -266,23 +308,31 @@ CUT_OFF_SECONDS = 10
 PARTITION_PRODUCE_SECONDS = 24
 
 
-@pytest.fixture
-def lab_cluster(tmp_path: Path) -> Iterator[tuple[FailoverCluster, NetLab]]:
-    """The same three processes, each in a network namespace of its own (the C++ clients stay in
-    the test's)."""
+@contextmanager
+def lab_failover_cluster(
+    directory: Path, specs: list[ProcSpec], cluster: str
+) -> Iterator[tuple[FailoverCluster, NetLab]]:
+    """The processes of ``specs``, each in a network namespace of its own (the C++ clients stay
+    in the test's); the test is skipped where namespaces cannot be made."""
     why_not = unavailable()
     if why_not is not None:
         pytest.skip(why_not)
-    specs = spread_specs(GROUPS)
     net = NetLab([s.name for s in specs])
     try:
-        c = FailoverCluster(tmp_path / "cluster", specs, cluster="CompatPartition", net=net)
+        c = FailoverCluster(directory, specs, cluster=cluster, net=net)
         try:
             yield c, net
         finally:
             c.close()
     finally:
         net.close()
+
+
+@pytest.fixture
+def lab_cluster(tmp_path: Path) -> Iterator[tuple[FailoverCluster, NetLab]]:
+    """The same three processes, each in a network namespace of its own."""
+    with lab_failover_cluster(tmp_path / "cluster", spread_specs(GROUPS), "CompatPartition") as pair:
+        yield pair
 
 
 async def test_cpp_client_loses_nothing_while_a_master_node_is_cut_off(
@@ -297,20 +347,11 @@ async def test_cpp_client_loses_nothing_while_a_master_node_is_cut_off(
     cluster, net = lab_cluster
     progress, expect_file = tmp_path / "progress.json", tmp_path / "expect.json"
     with trio.fail_after(150):
-        await cluster.start()
-        async with RemotingClient(name="test.cpp-partition") as rc:
-            admin = ControllerAdmin(rc, cluster.controllers, timeout=5.0)
-            before = await _masters_apart(cluster, admin)
+        async with streaming(
+            cluster, client, "PARTITION", PARTITION_PRODUCE_SECONDS, progress, expect_file
+        ) as stream:
+            rc, admin, before = stream.rc, stream.admin, stream.before
             assert before.masterAddress is not None
-            await create_routed_topic(rc, cluster, TOPIC, QUEUES, GROUPS)
-            consumer, producer = _start_stream(
-                client, cluster.namesrvs, "PARTITION", PARTITION_PRODUCE_SECONDS, progress, expect_file
-            )
-
-            async def acked_some() -> bool:
-                return _progress(progress)["acked"] >= 60
-
-            await wait_until(acked_some, 30, "60 acknowledged C++ sends before the cut", interval=0.05)
             node = cluster.process_of(before.masterAddress)
             net.isolate(node)
             cut_at = time.time()
@@ -319,7 +360,7 @@ async def test_cpp_client_loses_nothing_while_a_master_node_is_cut_off(
             healed_at = time.time()
 
             results, acked, got = await _acknowledged_and_received(
-                producer, consumer, PARTITION_PRODUCE_SECONDS, expect_file
+                stream.producer, stream.consumer, PARTITION_PRODUCE_SECONDS, expect_file
             )
 
             after = await wait_settled(admin, "broker-a", 2, 20)
@@ -342,12 +383,7 @@ async def test_cpp_client_loses_nothing_while_a_master_node_is_cut_off(
         f"{before.masterAddress} -> {after.masterAddress}"
     )
     print(summary)
-    received = {r["body"] for r in got["received"]}
-    missing = [r["body"] for r in acked if r["body"] not in received]
-    assert not got.get("timed_out"), (
-        f"consumer timed out; {len(missing)} of {len(acked)} missing: {missing[:5]}"
-    )
-    assert not missing, f"{len(missing)} of {len(acked)} acknowledged messages never delivered: {missing[:5]}"
+    assert_all_delivered(acked, got)
     assert len(after_heal) >= 50, summary
     sizes = {a: len(h) for a, h in held.items()}
     assert len({frozenset(h) for h in held.values()}) == 1, f"broker-a's replicas differ: {sizes}"

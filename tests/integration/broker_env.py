@@ -28,6 +28,7 @@ from broker.controller import BrokerController
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
 from remoting.client import RemotingClient
+from remoting.clock import monotonic_ms
 from remoting.command import RemotingCommand
 from remoting.server import RemotingServer
 from store.config import MessageStoreConfig
@@ -114,11 +115,9 @@ async def broker_env(
     with ``more_namesrvs`` after it) + a client; torn down on exit."""
     root = os.fspath(tmp_path)
     async with trio.open_nursery() as nursery:
-        ns_config = NamesrvConfig(kvConfigPath=os.path.join(root, "kvConfig.json"))
-        namesrv = (
-            NamesrvController(ns_config)
-            if namesrv_clock is None
-            else NamesrvController(ns_config, now_ms=namesrv_clock)
+        namesrv = NamesrvController(
+            NamesrvConfig(kvConfigPath=os.path.join(root, "kvConfig.json")),
+            now_ms=namesrv_clock or monotonic_ms,
         )
         await nursery.start(namesrv.run)
         server = RemotingServer(name="broker-test")
