@@ -57,6 +57,7 @@ from broker.store_maintenance import (
 )
 from broker.topic_attributes import parse_attribute_modification
 from broker.topics import SYSTEM_TOPICS
+from remoting.client import bad_addresses
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import CURRENT_VERSION, RemotingCommand, version_desc
 from remoting.connection import ProcessorTable, RequestContext
@@ -768,6 +769,14 @@ class AdminProcessor:
                 return request.response(
                     ResponseCode.INVALID_PARAMETER, f"bad value {text_value!r} for config key {key}: {e}"
                 )
+        for key in ("namesrvAddr", "controllerAddr"):
+            value = values.get(key)
+            bad = bad_addresses(value) if isinstance(value, str) else []
+            if bad:
+                return request.response(
+                    ResponseCode.INVALID_PARAMETER,
+                    f"bad value {value!r} for config key {key}: {bad[0]!r} is not host:port",
+                )
         if values.get("aclEnable"):
             return request.response(
                 ResponseCode.INVALID_PARAMETER,
@@ -794,6 +803,8 @@ class AdminProcessor:
             # the name servers learn the new permission with the next registration
             broker.topics.data_version = broker.topics.data_version.next_version(now)
             broker.request_register()
+        if "namesrvAddr" in keys:
+            broker.namesrvs_changed()
 
 
 def register(broker: BrokerController, table: ProcessorTable) -> None:

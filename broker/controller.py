@@ -231,6 +231,11 @@ class BrokerController:
             reg.wanted.set()
         self._registrations_wanted.set()
 
+    def namesrvs_changed(self) -> None:
+        """``namesrvAddr`` was updated: a name server added is registered with now (not at the
+        next period), one removed is no longer registered with (it expires the broker)."""
+        self._registrations_wanted.set()
+
     async def wait_routed(self, *topics: str) -> None:
         """Return once the name servers were told of ``topics`` -- every one that answers: one
         whose last registration failed is not waited for -- or were asked and refused, or

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from container.config_fields import InvalidConfig
 from controller.config import DLEDGER_CONTROLLER, ControllerConfig, ControllerPeersError
+from remoting.client import bad_addresses
 from store.config import BrokerRole
 
 if TYPE_CHECKING:
@@ -96,14 +97,10 @@ def _check_addresses(source: str, key: str, value: str | None, example: str) -> 
     """Every ``;``-separated entry of an address list is ``host:port`` (upstream's BrokerStartup
     refuses to start otherwise; a broker given ``127.0.0.1;9876`` would try two addresses that are
     not addresses forever)."""
-    for addr in (a.strip() for a in (value or "").split(";")):
-        if not addr:
-            continue
-        host, sep, port = addr.rpartition(":")
-        if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidConfig(
-                f"{source}: {key} {value!r}: {addr!r} is not host:port -- set it as follows: {example!r}"
-            )
+    for addr in bad_addresses(value):
+        raise InvalidConfig(
+            f"{source}: {key} {value!r}: {addr!r} is not host:port -- set it as follows: {example!r}"
+        )
 
 
 def _check_broker(spec: BrokerSpec, explicit: set[str]) -> None:

@@ -58,6 +58,19 @@ def parse_address(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def bad_addresses(addrs: str | None) -> list[str]:
+    """The entries of a ``;``-separated address list (``namesrvAddr``, ``controllerAddr``) that are
+    not ``host:port`` with a port in 1..65535."""
+    bad = []
+    for addr in (a.strip() for a in (addrs or "").split(";")):
+        if not addr:
+            continue
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+            bad.append(addr)
+    return bad
+
+
 def _connect_failure(exc: OSError) -> str:
     """Why a connect failed, in a word: trio's ``open_tcp_stream`` says only "all attempts to
     connect to host:port failed" and keeps each attempt's error in ``__cause__``."""

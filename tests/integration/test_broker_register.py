@@ -193,3 +193,29 @@ async def test_a_step_of_the_name_servers_wall_clock_expires_no_broker(
         monkeypatch.setattr(time, "time_ns", lambda: wall_ns() + 200_000 * 1_000_000)
         assert env.namesrv.scan_not_active_brokers().removed == []
         assert env.namesrv.routes.brokerAddrTable.get(BROKER_NAME)
+
+
+async def test_a_name_server_added_to_namesrvAddr_at_run_time_is_registered_with_at_once(
+    tmp_path: os.PathLike[str],
+) -> None:
+    async with broker_env(tmp_path, registerNameServerPeriod=60_000) as env, trio.open_nursery() as nursery:
+        second = NamesrvController(NamesrvConfig(kvConfigPath=os.path.join(os.fspath(tmp_path), "kv2.json")))
+        await nursery.start(second.run)
+        server = RemotingServer(name="second-namesrv")
+        listener = await server.add_listener("127.0.0.1", 0, second.processor_table, name="namesrv2")
+        await nursery.start(server.run)
+        addrs = f"{env.namesrv_addr};127.0.0.1:{listener.port}"
+        body = f"namesrvAddr={addrs}\n".encode()
+        response = await env.call(request(RequestCode.UPDATE_BROKER_CONFIG, body=body))
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        await wait_until(
+            lambda: bool(second.routes.brokerAddrTable.get(BROKER_NAME)), 3.0, "the added name server routing"
+        )
+        assert env.broker.broker_config.namesrvAddr == addrs
+        # a typo is refused, the list stays
+        typo = f"namesrvAddr={env.namesrv_addr};127.0.0.1\n".encode()
+        response = await env.call(request(RequestCode.UPDATE_BROKER_CONFIG, body=typo))
+        assert response.code == ResponseCode.INVALID_PARAMETER
+        assert "'127.0.0.1' is not host:port" in (response.remark or "")
+        assert env.broker.broker_config.namesrvAddr == addrs
+        nursery.cancel_scope.cancel()
