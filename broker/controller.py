@@ -182,7 +182,7 @@ class BrokerController:
         #: the broker is stopping (:meth:`prepare_stop`): it no longer registers with name servers
         self.stopping = False
         self._unregistered = False
-        #: upstream's "boot success" line was logged (at the first registration every name server took)
+        #: upstream's "boot success" line was logged (see :meth:`_maybe_say_booted`)
         self._boot_said = False
         #: controller-mode membership (broker/replicas_manager.py), set by broker/replicas_processor.py
         self.replicas_manager: ReplicasManager | None = None
@@ -342,20 +342,25 @@ class BrokerController:
 
     def _registered(self, result: RegisterResult) -> None:
         """A name server took a registration: a slave learns its master's addresses from the
-        answer; the first time every name server has taken one, upstream's boot line."""
+        answer (and the boot line may be due)."""
         self.replication.on_register_results([result])
         reg = self.registrations.get(result.namesrv)
         if reg is not None:
             reg.accepted = True
+        self._maybe_say_booted()
+
+    def _maybe_say_booted(self) -> None:
+        """Upstream BrokerStartup's line (scripts and test fixtures wait for it), said once the
+        broker is routed -- in controller mode after the controller gave it a role: when every
+        name server answered or failed a registration and one of them took it. (Upstream says it
+        after its first registration round, whatever the answers; waiting for every name server to
+        take one left a cluster started with one of its name servers down without the line.)"""
         if self._boot_said:
             return
-        namesrvs = split_addrs(self.broker_config.namesrvAddr)
-        if all(
-            a == result.namesrv or (a in self.registrations and self.registrations[a].accepted)
-            for a in namesrvs
+        regs = [self.registrations.get(a) for a in split_addrs(self.broker_config.namesrvAddr)]
+        if all(r is not None and (r.accepted or r.failing) for r in regs) and any(
+            r is not None and r.accepted for r in regs
         ):
-            # upstream BrokerStartup's line (scripts and test fixtures wait for it), said once the
-            # broker is routed -- in controller mode after the controller gave it a role
             self._boot_said = True
             bc = self.broker_config
             self.log.info(
@@ -585,6 +590,8 @@ class BrokerController:
                     ok = await self._register_with(reg.addr, None if full else topics)
                     reg.failing = not ok
                     retry = REGISTER_RETRY_MIN_S if ok else min(2 * retry, period)
+                    if not ok:
+                        self._maybe_say_booted()
                 reg.done = seq
                 self._round_ended()
                 with trio.move_on_after(retry if reg.failing else period) as waited:

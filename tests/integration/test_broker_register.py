@@ -3,6 +3,7 @@ seconds (not at the next 30 s period), so a master becomes routable as soon as i
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -219,3 +220,21 @@ async def test_a_name_server_added_to_namesrvAddr_at_run_time_is_registered_with
         assert "'127.0.0.1' is not host:port" in (response.remark or "")
         assert env.broker.broker_config.namesrvAddr == addrs
         nursery.cancel_scope.cancel()
+
+
+async def test_the_boot_line_comes_when_one_of_two_name_servers_is_down(
+    tmp_path: os.PathLike[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # upstream says it after its first registration round, whatever the answers; it waited here
+    # for every name server to take a registration, so a cluster started while one of its name
+    # servers was down never said it (scripts and fixtures wait for the line)
+    down = f"127.0.0.1:{quiet_ports(1)}"  # nobody listens: the registration is refused
+    with caplog.at_level(logging.INFO, logger="broker"):
+        async with broker_env(tmp_path, more_namesrvs=[down]) as env:
+            registration = env.broker.registrations[down]
+            await wait_until(lambda: registration.failing, 5.0, "the registration with the down one failing")
+            lines = [r.getMessage() for r in caplog.records if "boot success" in r.getMessage()]
+            assert lines == [
+                f"The broker[{BROKER_NAME}, {env.addr}] boot success. serializeType=JSON and name server is "
+                f"{env.namesrv_addr};{down}"
+            ]
