@@ -65,8 +65,12 @@ def bad_addresses(addrs: str | None) -> list[str]:
     for addr in (a.strip() for a in (addrs or "").split(";")):
         if not addr:
             continue
-        host, sep, port = addr.rpartition(":")
-        if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+        try:
+            host, port = parse_address(addr)
+        except RemotingConnectError:
+            bad.append(addr)
+            continue
+        if not host or not 0 < port < 65536:
             bad.append(addr)
     return bad
 
