@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from remoting.protocol.message import MAGIC_V1, MAGIC_V2, dispatch_info
+from remoting.protocol.message import MAGIC_V1, MAGIC_V2, SYSFLAG_POSITION, dispatch_info
 from store.commitlog import NEED_FILE
 from store.config import BrokerRole
 from store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, STAGE_BYTES, ConsumeQueue
@@ -108,7 +108,9 @@ class PutPaths:
         consume-queue unit and index hint in one function. Returns None, with nothing written,
         in every other case (the caller then awaits :meth:`put_message`). Arguments as there,
         positional (a send path calls this once per message)."""
-        if not self._plain or self._rolling or tags_code is None or sys_flag & 0x1C:
+        # the record's own SYSFLAG (its low byte): the IPv6 born-host bit moves STORETIMESTAMP,
+        # whatever the caller's flags say (the broker sets that bit from the connection)
+        if not self._plain or self._rolling or tags_code is None or encoded[39] & 0x1C:
             return None
         table = self._queue_tables.get(topic)
         cq = table.get(queue_id) if table is not None else None
@@ -218,8 +220,11 @@ class PutPaths:
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, remark="the message store is in slave mode"
             )
         n = len(encoded)
+        # the record's layout follows its own SYSFLAG (the IPv6 host bits), which the encoder
+        # set from the hosts; the caller's ``sys_flag`` may lack them
+        sys_flag = _I32.unpack_from(encoded, SYSFLAG_POSITION)[0]
         if n > self._max_body_size:
-            illegal = self._check_size(encoded, sys_flag)
+            illegal = self._check_size(encoded)
             if illegal is not None:
                 return illegal
         table = self._queue_tables.get(topic)
@@ -311,7 +316,7 @@ class PutPaths:
             if size <= 0 or magic not in (MAGIC_V1, MAGIC_V2) or pos + size > n:
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, remark=f"bad record at {pos}")
             if size > self.config.maxMessageSize:
-                illegal = self._check_size(memoryview(encoded)[pos : pos + size], sys_flag)
+                illegal = self._check_size(memoryview(encoded)[pos : pos + size])
                 if illegal is not None:
                     return illegal
             offsets.append(pos)
@@ -536,13 +541,14 @@ class PutPaths:
             self.recover_topic_queue_table()
         return None
 
-    def _check_size(self, record: bytearray | memoryview, sys_flag: int) -> PutMessageResult | None:
+    def _check_size(self, record: bytearray | memoryview) -> PutMessageResult | None:
         n = len(record)
         if n > self._max_record_size or n + 8 > self.commit_log.file_size:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 remark=f"message of {n} bytes exceeds the limit {min(self._max_record_size, self.commit_log.file_size - 8)}",
             )
+        sys_flag = _I32.unpack_from(record, SYSFLAG_POSITION)[0]  # the IPv6 bits move BODY
         body_pos = _BODY_LEN_POS + (12 if sys_flag & 0x10 else 0) + (12 if sys_flag & 0x20 else 0)
         body_len = _I32.unpack_from(record, body_pos)[0]
         if body_len > self.config.maxMessageSize:

@@ -16,6 +16,7 @@ from remoting.protocol.message import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     decode_message,
+    encode_message,
     offset_msg_id,
     tags_hash_code,
 )
@@ -520,3 +521,67 @@ async def test_queues_of_a_deleted_topic_are_emptied_only_once_dispatched_past_t
         await store.reput()
         assert [decode_message(b).body for b in read_queue(store, "TopicA", 1)] == [b"again"]
         assert await store.empty_queues_ending_by("TopicA", deleted_at) == []
+
+
+def _host_text(host: tuple[str, int]) -> str:
+    return f"[{host[0]}]:{host[1]}" if ":" in host[0] else f"{host[0]}:{host[1]}"
+
+
+@pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
+@pytest.mark.parametrize(
+    ("born", "stored"),
+    [
+        (("::1", 40000), STORE_HOST),
+        (("::1", 40000), ("::1", 10911)),
+        (("127.0.0.1", 40000), ("::1", 10911)),
+        (("fe80::1:2", 40001), ("2001:db8::7", 10911)),
+    ],
+)
+async def test_ipv6_hosts_move_the_store_timestamp_whatever_flags_the_caller_passes(
+    tmp_path: Path, flush: FlushDiskType, born: tuple[str, int], stored: tuple[str, int]
+) -> None:
+    """A record's IPv6 host bits (set by the encoder from the hosts, not by the client that sent
+    it) put STORETIMESTAMP and BODY 12 bytes further on; the store writes and checks them where
+    the record's own SYSFLAG says, even when the caller's ``sys_flag`` is the client's, without
+    those bits -- before, an IPv6 born host got the store timestamp written into its last 8
+    bytes and the record kept 0 as its store time."""
+    clock = Clock(step=0)
+    config = small_config(tmp_path, flushDiskType=flush, maxMessageSize=1000)
+    async with running_store(config, background=True, now_ms=clock) as store:
+
+        def record(body: bytes, uniq: str) -> bytearray:
+            return encode_message(
+                topic="TopicV6",
+                queue_id=0,
+                flag=0,
+                body=body,
+                properties=f"UNIQ_KEY\x01{uniq}\x02",
+                sys_flag=0,
+                born_timestamp=1234,
+                born_host=born,
+                store_host=stored,
+            )
+
+        results = []
+        for i in range(3):
+            clock.ms += 5
+            results.append(await store.put_message(record(b"v6-%d" % i, f"U{i}"), "TopicV6", 0, sys_flag=0))
+        clock.ms += 5
+        block = record(b"b0", "B0") + record(b"b1", "B1")
+        results.append(await store.put_messages(block, "TopicV6", 0, sys_flag=0))
+        assert all(r.status is PutMessageStatus.PUT_OK for r in results), results
+        msgs = [decode_message(b) for b in read_queue(store, "TopicV6", 0)]
+        assert [m.body for m in msgs] == [b"v6-0", b"v6-1", b"v6-2", b"b0", b"b1"]
+        assert [m.store_timestamp for m in msgs] == [r.store_timestamp for r in results[:3]] + [clock.ms] * 2
+        assert [m.store_timestamp for m in msgs[:3]] == [clock.ms - 15, clock.ms - 10, clock.ms - 5]
+        assert {m.born_host for m in msgs} == {_host_text(born)}
+        assert {m.store_host for m in msgs} == {_host_text(stored)}
+        assert {m.born_timestamp for m in msgs} == {1234}
+        assert [m.queue_offset for m in msgs] == list(range(5))
+        # the store times are searchable
+        assert store.get_offset_in_queue_by_time("TopicV6", 0, clock.ms - 10, BoundaryType.LOWER) == 1
+        # the size check reads BODY where the record has it: one byte over maxMessageSize is refused
+        over = await store.put_message(record(b"x" * 1001, "X"), "TopicV6", 0, sys_flag=0)
+        assert over.status is PutMessageStatus.MESSAGE_ILLEGAL
+        assert "1001" in over.remark
+        assert (await store.put_message(record(b"x" * 1000, "Y"), "TopicV6", 0, sys_flag=0)).is_ok
