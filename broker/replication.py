@@ -51,6 +51,7 @@ import trio
 from broker.slave_sync import SlaveSynchronize
 from remoting.client import PEER_UNACKED_TIMEOUT, set_unacked_timeout
 from remoting.protocol.broker import HAClientRuntimeInfo, HAConnectionRuntimeInfo, HARuntimeInfo
+from remoting.sockets import open_tcp_listeners
 from store.config import BrokerRole
 from store.ha.ack_waiters import AckWaiters
 from store.ha.classic import ClassicHAConnection
@@ -143,7 +144,7 @@ class Replication:
         port = 0 if sc.haListenPort == 0 else b.ha_port
         host = getattr(b.listener, "host", None) or b.broker_config.brokerIP2
         try:
-            listeners = await trio.open_tcp_listeners(port, host=host)
+            listeners = await open_tcp_listeners(port, host)
         except OSError as exc:
             raise RuntimeError(
                 f"{b.name}: cannot listen on HA port {host}:{port}: {exc.strerror or exc}"

@@ -56,6 +56,7 @@ from remoting.errors import RemotingClosedError, RemotingSendError, RemotingTime
 from remoting.flusher import flusher
 from remoting.headers import HeaderError
 from remoting.processor import ConnectionCallback, Handler, ProcessorTable, RequestContext
+from remoting.sockets import peer_text
 
 __all__ = [
     "Connection",
@@ -191,7 +192,7 @@ class Connection:
             pass
         else:
             if isinstance(peer, tuple):
-                self.remote_address = f"{peer[0]}:{peer[1]}"
+                self.remote_address = peer_text(peer)
                 self.local_port = local[1]
             else:  # AF_UNIX (tests)
                 self.remote_address = str(peer) or "unix"

@@ -36,6 +36,7 @@ from remoting.connection import (
 )
 from remoting.log_owner import set_log_owner
 from remoting.repeats import RepeatedLog
+from remoting.sockets import open_tcp_listeners
 
 __all__ = [
     "Connection",
@@ -112,7 +113,7 @@ class RemotingServer:
         """Bind ``host:port`` (0 = ephemeral) and serve it with ``table`` (now, or once ``run`` starts)."""
         if self._shutting_down:
             raise RuntimeError(f"server {self.name} is shutting down")
-        sockets = await trio.open_tcp_listeners(port, host=host)
+        sockets = await open_tcp_listeners(port, host)
         listener = Listener(name, host, table, sockets)
         self.listeners.append(listener)
         if self._nursery is not None:

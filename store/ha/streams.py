@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import trio
 
+from remoting.sockets import unmapped
+
 Buffer = bytes | bytearray | memoryview
 #: Linux ``IOV_MAX``: most buffers one ``sendmsg`` takes.
 IOV_MAX = 1024
@@ -92,4 +94,4 @@ def peer_address(stream: trio.abc.Stream) -> str:
         host, port = sock.getpeername()[:2] if sock is not None else ("?", None)
     except OSError:
         return "?"
-    return host if port is None else f"{host}:{port}"
+    return host if port is None else f"{unmapped(host)}:{port}"
