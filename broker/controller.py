@@ -38,6 +38,7 @@ from remoting.log_owner import set_log_owner
 from remoting.protocol.broker import NotifyConsumerIdsChangedRequestHeader
 from remoting.protocol.common import DataVersion, PermName, TopicConfigAndMappingSerializeWrapper
 from remoting.protocol.message import UniqIdGenerator
+from remoting.sockets import ip_of
 from store.config import BrokerRole, MessageStoreConfig
 from store.message_store import DefaultMessageStore
 
@@ -106,12 +107,15 @@ class BrokerController:
         self.name = f"{bc.brokerClusterName}_{bc.brokerName}_{bc.brokerId}"
         self.log = logging.getLogger(f"broker.{self.name}")
         self.addr = f"{bc.brokerIP1}:{bc.listenPort}"
+        #: brokerIP1's address (it may be a host name, as upstream's may: the name is registered,
+        #: the address is the STOREHOST of every stored record and in every offset message id)
+        self.store_ip = ip_of(bc.brokerIP1)
         self.ha_port = store_config.haListenPort if store_config.haListenPort > 0 else bc.listenPort + 1
         self.ha_addr = f"{bc.brokerIP2}:{self.ha_port}"
         config_dir = store_config.config_dir
         self.store = DefaultMessageStore(
             store_config,
-            store_host=(bc.brokerIP1, bc.listenPort),
+            store_host=(self.store_ip, bc.listenPort),
             now_ms=now_ms,
             controller_mode=bc.enableControllerMode,
         )
@@ -141,7 +145,7 @@ class BrokerController:
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
         self.stats = BrokerStats(now_ms, bc.brokerClusterName)
-        self.uniq_ids = UniqIdGenerator(bc.brokerIP1, now_ms=now_ms)
+        self.uniq_ids = UniqIdGenerator(self.store_ip, now_ms=now_ms)
         self.outer = BrokerOuterAPI(client, timeout_ms=bc.registerBrokerTimeoutMills, logger=self.log)
         self.hold = PullRequestHoldService(self._rerun_held_pull)
         self.processor_table = ProcessorTable(on_close=self._on_connection_closed)
@@ -385,11 +389,11 @@ class BrokerController:
             # The store host (in every stored record and offset message id) is the real port.
             self.store = DefaultMessageStore(
                 self.store_config,
-                store_host=(bc.brokerIP1, port),
+                store_host=(self.store_ip, port),
                 now_ms=self.now_ms,
                 controller_mode=bc.enableControllerMode,
             )
-            self.uniq_ids = UniqIdGenerator(bc.brokerIP1, now_ms=self.now_ms)
+            self.uniq_ids = UniqIdGenerator(self.store_ip, now_ms=self.now_ms)
 
     async def bind(self, server: object, host: str | None = None) -> object:
         """Add this broker's listener on ``listenPort`` of ``server`` and attach it."""

@@ -175,7 +175,7 @@ class SendProcessor:
         return resp
 
     def _store_host(self) -> tuple[str, int]:
-        return parse_host(self.broker.addr)
+        return self.broker.store.store_host
 
     def _hosts(self, remote: str) -> tuple[tuple[bytes, int], tuple[bytes, int]]:
         """(born host, store host) as :func:`encode_record` takes them, cached."""
@@ -187,7 +187,7 @@ class SendProcessor:
             self._born_hosts[remote] = born
         addr = self.broker.addr
         if addr != self._store_addr:
-            self._store_host_bytes = host_bytes(addr)
+            self._store_host_bytes = host_bytes(self.broker.store.store_host)
             self._store_field = host_port(self._store_host_bytes)
             self._store_addr = addr
         return born, self._store_host_bytes

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from container.config_fields import InvalidConfig
 from controller.config import DLEDGER_CONTROLLER, ControllerConfig, ControllerPeersError
 from remoting.client import bad_addresses
+from remoting.sockets import ip_of
 from store.config import BrokerRole
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ def finish(
             b.namesrvAddr = local_namesrv
         _check_addresses(spec.source, "namesrvAddr", b.namesrvAddr, "127.0.0.1:9876;192.168.0.1:9876")
         _check_addresses(spec.source, "controllerAddr", b.controllerAddr, "127.0.0.1:9878;192.168.0.1:9878")
+        _check_hosts(spec)
         _ha_port(spec, explicit, standalone=standalone)
         _check_broker(spec, explicit)
     proc.brokers = [spec for spec, _ in drafts]
@@ -101,6 +103,18 @@ def _check_addresses(source: str, key: str, value: str | None, example: str) -> 
         raise InvalidConfig(
             f"{source}: {key} {value!r}: {addr!r} is not host:port -- set it as follows: {example!r}"
         )
+
+
+def _check_hosts(spec: BrokerSpec) -> None:
+    """``brokerIP1`` / ``brokerIP2`` are IP addresses or host names that resolve (upstream's
+    broker resolves them at startup too); a name that does not would stop the broker later with
+    a traceback."""
+    for key in ("brokerIP1", "brokerIP2"):
+        host = getattr(spec.broker, key)
+        try:
+            ip_of(host)
+        except ValueError as exc:
+            raise InvalidConfig(f"{spec.source}: {key}: {exc}") from None
 
 
 def _check_broker(spec: BrokerSpec, explicit: set[str]) -> None:

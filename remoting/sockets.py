@@ -11,10 +11,11 @@
 from __future__ import annotations
 
 import errno
+import socket
 
 import trio
 
-__all__ = ["open_tcp_listeners", "peer_text", "unmapped"]
+__all__ = ["ip_of", "open_tcp_listeners", "peer_text", "unmapped"]
 
 #: how ``bindAddress`` spells every IPv6 (and, dual-stack, IPv4) address
 _V6_WILDCARDS = frozenset({"::", "[::]"})
@@ -55,3 +56,24 @@ def unmapped(ip: str) -> str:
 def peer_text(peer: tuple[str, int] | tuple[str, int, int, int]) -> str:
     """``"ip:port"`` of a socket address (IPv4-mapped peers as their IPv4 address)."""
     return f"{unmapped(peer[0])}:{peer[1]}"
+
+
+def ip_of(host: str) -> str:
+    """``host`` itself when it is an IP address (brackets dropped), else the address it resolves
+    to, IPv4 first (as Java's ``InetAddress.getByName`` orders them). A broker's ``brokerIP1`` may
+    be a host name, as upstream's may: the name is what the broker registers, the address what
+    its stored records carry as STOREHOST. Raises ValueError naming the host when it does not
+    resolve. Resolving may block: call it at startup, not on a request."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, bare)
+        except OSError:
+            continue
+        return bare
+    try:
+        found = socket.getaddrinfo(bare, None, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ValueError(f"{host!r} is neither an IP address nor a host name that resolves ({exc})") from None
+    found.sort(key=lambda info: info[0] != socket.AF_INET)
+    return unmapped(str(found[0][4][0]))

@@ -478,6 +478,10 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
             "[[broker]]\nenableControllerMode = true\ncontrollerAddr = '127.0.0.1:9878;:9879'\n",
             r"controllerAddr .*':9879' is not host:port",
         ),
+        (
+            "[[broker]]\nbrokerIP1 = 'no-such-host.invalid'\n",
+            r"brokerIP1: 'no-such-host.invalid' is neither an IP address nor a host name that resolves",
+        ),
         ("[namesrv]\n[nettyClient]\nuseTLS = true\n", "useTLS=true is not supported"),
         ("# nothing\n", "nothing to run"),
     ],

@@ -1,8 +1,9 @@
-"""A broker on IPv6 (``brokerIP1 = "::1"``), the Python client sending to it over IPv6.
+"""The addresses a broker is given: IPv6 (``brokerIP1 = "::1"``), every address
+(``bindAddress = "::"``), a host name (``brokerIP1 = "localhost"``).
 
-Every record stored then has IPv6 hosts (the born host is the connection's peer, the store host
-the broker's address), which move STORETIMESTAMP and BODY 12 bytes each; what a user reads back
--- pulls, the message by its offset id, offsets by time -- must see the times and hosts stored.
+Over IPv6 every record stored has IPv6 hosts (the born host is the connection's peer, the store
+host the broker's address), which move STORETIMESTAMP and BODY 12 bytes each; what a user reads
+back -- pulls, the message by its offset id, offsets by time -- must see the times and hosts stored.
 """
 
 from __future__ import annotations
@@ -46,11 +47,12 @@ def _ipv6_loopback() -> bool:
     return True
 
 
-pytestmark = pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback (::1) on this machine")
+needs_ipv6 = pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback (::1) on this machine")
 
 TOPIC = "TopicOverV6"
 
 
+@needs_ipv6
 async def test_messages_sent_over_ipv6_keep_their_store_times_and_hosts(tmp_path: Path) -> None:
     async with broker_env(tmp_path, brokerIP1="::1", brokerIP2="::1") as env:
         assert env.addr.startswith("::1:")
@@ -92,6 +94,7 @@ async def test_messages_sent_over_ipv6_keep_their_store_times_and_hosts(tmp_path
         assert viewed.born_host.startswith("[::1]:")
 
 
+@needs_ipv6
 async def test_bind_address_of_every_address_serves_ipv4_and_ipv6_clients(tmp_path: Path) -> None:
     """``bindAddress = "::"`` is every address, IPv4 and IPv6, as upstream's Java servers bind it:
     before, the process listened on IPv6 only, so its broker (registering at 127.0.0.1) was never
@@ -153,3 +156,27 @@ mappedFileSizeCommitLog = 1048576
         assert all(m.store_timestamp > 0 for m in stored.values())
     finally:
         assert await proc.stop(signal.SIGTERM) == 0
+
+
+async def test_a_broker_named_by_host_name_registers_the_name_and_stores_its_address(tmp_path: Path) -> None:
+    """``brokerIP1`` may be a host name, as upstream's may (docker-compose service names): the
+    name is the address registered and routed, the address it resolves to is every stored
+    record's STOREHOST and in every offset message id. Before, the broker failed to start with
+    ``illegal IP address string passed to inet_pton``."""
+    async with broker_env(tmp_path, brokerIP1="localhost", brokerIP2="localhost") as env:
+        port = int(env.addr.rpartition(":")[2])
+        assert env.addr == f"localhost:{port}"
+        async with Producer("PG_NAMED", env.namesrv_addr) as producer:
+            sent = await producer.send(Message(TOPIC, b"named", keys="kn"))
+        assert sent.send_status is SendStatus.SEND_OK
+        assert sent.message_queue.brokerName == env.broker.broker_config.brokerName
+        assert sent.offset_msg_id.startswith(f"7F000001{port:08X}")
+        viewed = await view_by_offset_id(env.client, sent.offset_msg_id, 5.0)
+        assert viewed.body == b"named"
+        assert viewed.store_host == f"127.0.0.1:{port}"
+        async with PullConsumer("PullNamed", env.namesrv_addr) as puller:
+            queues = await routed_queues(puller, TOPIC)
+            mq = next(q for q in queues if q.queueId == sent.message_queue.queueId)
+            result = await puller.pull(mq, "*", 0, 32)
+        assert [m.body for m in result.messages] == [b"named"]
+        assert result.messages[0].store_host == f"127.0.0.1:{port}"
