@@ -117,8 +117,20 @@ def _check_hosts(spec: BrokerSpec) -> None:
             raise InvalidConfig(f"{spec.source}: {key}: {exc}") from None
 
 
+#: store sizes that must be positive: the store cannot make files (or index slots) of the others
+_POSITIVE_STORE_KEYS = (
+    "mappedFileSizeCommitLog",
+    "mappedFileSizeConsumeQueue",
+    "maxHashSlotNum",
+    "maxIndexNum",
+)
+
+
 def _check_broker(spec: BrokerSpec, explicit: set[str]) -> None:
     b, s = spec.broker, spec.store
+    for key in _POSITIVE_STORE_KEYS:
+        if getattr(s, key) <= 0:
+            raise InvalidConfig(f"{spec.source}: {key} must be positive, got {getattr(s, key)}")
     if s.enableDLegerCommitLog:
         raise InvalidConfig(f"{spec.source}: enableDLegerCommitLog=true is not supported by rmq-container")
     if b.aclEnable:
@@ -200,7 +212,12 @@ def _check_ports(proc: ProcessConfig) -> None:
     owners: dict[int, str] = {}
 
     def claim(port: int, owner: str) -> None:
-        if port <= 0:
+        if not 0 <= port <= 65535:
+            # the resolver takes a port modulo 65536: 70000 would listen on 4464
+            raise InvalidConfig(
+                f"{proc.source}: {owner} is given port {port}, which is not a port (0..65535)"
+            )
+        if port == 0:
             return
         if port in owners:
             raise InvalidConfig(f"{proc.source}: port {port} is used by both {owners[port]} and {owner}")

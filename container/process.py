@@ -164,12 +164,15 @@ async def start_brokers(ctx: ProcessContext) -> list[HostedComponent]:
 
     hosted: list[HostedComponent] = []
     for spec in ctx.config.brokers:
-        broker = BrokerController(
-            spec.broker,
-            spec.store,
-            client=ctx.client,
-            transport_configs=(ctx.config.nettyServer, ctx.config.nettyClient),
-        )
+        try:
+            broker = BrokerController(
+                spec.broker,
+                spec.store,
+                client=ctx.client,
+                transport_configs=(ctx.config.nettyServer, ctx.config.nettyClient),
+            )
+        except ValueError as exc:  # a value the config checks let through: one line, not a traceback
+            raise StartupError(f"broker {spec.broker.broker_display_name} ({spec.source}): {exc}") from exc
         listener = await ctx.listen(spec.broker.listenPort, broker.processor_table, name=broker.name)
         broker.attach(ctx.server, listener)
         # In controller mode the controller decides the role after start; say so instead.

@@ -23,6 +23,7 @@ from container.process import (
     ProcessContext,
     StartupError,
     run_process,
+    start_brokers,
 )
 from namesrv.config import NamesrvConfig
 from remoting.client import RemotingClient
@@ -427,6 +428,22 @@ async def test_a_store_that_refuses_to_open_is_a_startup_error_naming_the_compon
     listeners = await trio.open_tcp_listeners(ports[0], host="127.0.0.1")  # released
     for lst in listeners:
         await lst.aclose()
+
+
+async def test_a_broker_value_the_config_checks_let_through_is_a_one_line_startup_error(
+    tmp_path: Path,
+) -> None:
+    """A broker that refuses a value on construction (the load-time checks missed it) stops the
+    process with a StartupError naming the broker and its file, not a traceback."""
+    conf = tmp_path / "b.toml"
+    conf.write_text(f"[[broker]]\nbrokerName = 'broker-v'\nstorePathRootDir = '{tmp_path}/store'\n")
+    cfg = load_process_config(conf)
+    cfg.brokers[0].store.mappedFileSizeCommitLog = -1  # past the checks, as a new key's bad value would be
+    with pytest.raises(StartupError) as err:
+        await ContainerProcess(cfg, [start_brokers]).run()
+    assert (
+        str(err.value) == f"broker DefaultCluster_broker-v_0 ({conf}:1): file size must be positive, got -1"
+    )
 
 
 async def test_run_process_stops_on_sigterm_with_exit_code_0(tmp_path: Path) -> None:

@@ -479,6 +479,14 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
             r"controllerAddr .*':9879' is not host:port",
         ),
         (
+            "[[broker]]\nlistenPort = 70000\n",
+            r"broker .* is given port 70000, which is not a port \(0..65535\)",
+        ),
+        ("[[broker]]\nlistenPort = 65535\n", r"\(HA\) is given port 65536"),
+        ("[namesrv]\nlistenPort = -1\n", "the name server is given port -1"),
+        ("[[broker]]\nmappedFileSizeCommitLog = -1\n", "mappedFileSizeCommitLog must be positive, got -1"),
+        ("[[broker]]\nmaxIndexNum = 0\n", "maxIndexNum must be positive, got 0"),
+        (
             "[[broker]]\nbrokerIP1 = 'no-such-host.invalid'\n",
             r"brokerIP1: 'no-such-host.invalid' is neither an IP address nor a host name that resolves",
         ),
