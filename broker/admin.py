@@ -46,7 +46,7 @@ from broker.admin_lists import (
     update_and_create_subscription_group_list,
     update_and_create_topic_list,
 )
-from broker.config import IGNORED_BROKER_KEYS
+from broker.config import IGNORED_BROKER_KEYS, PERIOD_KEYS
 from broker.consume_queue_query import query_consume_queue
 from broker.stats_items import view_broker_stats_data
 from broker.store_maintenance import (
@@ -776,6 +776,13 @@ class AdminProcessor:
                 return request.response(
                     ResponseCode.INVALID_PARAMETER,
                     f"bad value {value!r} for config key {key}: {bad[0]!r} is not host:port",
+                )
+        for key in PERIOD_KEYS:
+            period = values.get(key)
+            if isinstance(period, int) and period <= 0:
+                return request.response(
+                    ResponseCode.INVALID_PARAMETER,
+                    f"bad value {period} for config key {key}: the period of a loop, in milliseconds, must be positive",
                 )
         if values.get("aclEnable"):
             return request.response(

@@ -81,6 +81,23 @@ def _env_rocketmq_home() -> str | None:
     return os.environ.get("ROCKETMQ_HOME")
 
 
+#: periods (ms) of the loops of a broker and its store (broker and store keys): each must be
+#: positive -- 0 ran its loop without a pause (a core at 100 %), a negative one stopped it with an
+#: error; upstream's scheduled executors refuse both when the broker starts
+PERIOD_KEYS = (
+    "flushIntervalCommitLog",
+    "flushIntervalConsumeQueue",
+    "flushConsumerOffsetInterval",
+    "cleanResourceInterval",
+    "haSendHeartbeatInterval",
+    "haHousekeepingInterval",
+    "brokerHeartbeatInterval",
+    "syncBrokerMetadataPeriod",
+    "checkSyncStateSetPeriod",
+    "syncControllerMetadataPeriod",
+)
+
+
 class BrokerConfig(msgspec.Struct, kw_only=True):
     # --- identity (BrokerIdentity) ---
     brokerClusterName: str = "DefaultCluster"

@@ -9,6 +9,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from broker.config import PERIOD_KEYS
 from container.config_fields import InvalidConfig
 from controller.config import DLEDGER_CONTROLLER, ControllerConfig, ControllerPeersError
 from remoting.client import bad_addresses
@@ -43,6 +44,8 @@ def finish(
         )
     if proc.controller is not None:
         _check_controller(proc.source, proc.controller)
+    if proc.namesrv is not None:
+        _check_period(proc.source, "scanNotActiveBrokerInterval", proc.namesrv.scanNotActiveBrokerInterval)
     if proc.nettyClient.useTLS:
         raise InvalidConfig(f"{proc.source}: useTLS=true is not supported by rmq-container")
 
@@ -131,6 +134,8 @@ def _check_broker(spec: BrokerSpec, explicit: set[str]) -> None:
     for key in _POSITIVE_STORE_KEYS:
         if getattr(s, key) <= 0:
             raise InvalidConfig(f"{spec.source}: {key} must be positive, got {getattr(s, key)}")
+    for key in PERIOD_KEYS:
+        _check_period(spec.source, key, getattr(b if hasattr(b, key) else s, key))
     if s.enableDLegerCommitLog:
         raise InvalidConfig(f"{spec.source}: enableDLegerCommitLog=true is not supported by rmq-container")
     if b.aclEnable:
@@ -162,7 +167,17 @@ def _check_broker(spec: BrokerSpec, explicit: set[str]) -> None:
         b.brokerId = 0
 
 
+def _check_period(source: str, key: str, value: int) -> None:
+    """``key`` is the period of a loop (see :data:`broker.config.PERIOD_KEYS`)."""
+    if value <= 0:
+        raise InvalidConfig(
+            f"{source}: {key} is the period of a loop, in milliseconds: it must be positive, got {value}"
+        )
+
+
 def _check_controller(source: str, c: ControllerConfig) -> None:
+    for key in ("scanNotActiveBrokerInterval", "scanInactiveMasterInterval"):
+        _check_period(source, key, getattr(c, key))
     if c.controllerType != DLEDGER_CONTROLLER:
         raise InvalidConfig(
             f"{source}: controllerType={c.controllerType} is not supported (rmq-container's controller is "

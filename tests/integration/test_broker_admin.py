@@ -476,6 +476,16 @@ async def test_update_broker_config_size_limits_are_live_and_store_built_keys_re
         got = await env.call(request(RequestCode.GET_BROKER_CONFIG))
         assert "flushDiskType=ASYNC_FLUSH\n" in got.body_bytes.decode()
 
+        # a loop's period of 0 (a loop without a pause: a core at 100 %) or below: refused
+        for key, value in (("flushConsumerOffsetInterval", 0), ("flushIntervalCommitLog", -5)):
+            response = await update(f"{key}={value}\n")
+            assert response.code == ResponseCode.INVALID_PARAMETER, key
+            assert f"bad value {value} for config key {key}: the period of a loop" in (response.remark or "")
+        assert (await update("flushConsumerOffsetInterval=2000\n")).code == ResponseCode.SUCCESS
+        got = await env.call(request(RequestCode.GET_BROKER_CONFIG))
+        assert "flushConsumerOffsetInterval=2000\n" in got.body_bytes.decode()
+        assert "flushIntervalCommitLog=500\n" in got.body_bytes.decode()
+
 
 # --- rmq-admin ------------------------------------------------------------------------------------------
 

@@ -487,6 +487,17 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         ("[[broker]]\nmappedFileSizeCommitLog = -1\n", "mappedFileSizeCommitLog must be positive, got -1"),
         ("[[broker]]\nmaxIndexNum = 0\n", "maxIndexNum must be positive, got 0"),
         (
+            "[[broker]]\nflushIntervalCommitLog = 0\n",
+            "flushIntervalCommitLog is the period of a loop.* got 0",
+        ),
+        ("[[broker]]\nbrokerHeartbeatInterval = -1\n", "brokerHeartbeatInterval is the period .* got -1"),
+        ("[namesrv]\nscanNotActiveBrokerInterval = 0\n", "scanNotActiveBrokerInterval is the period"),
+        (
+            "[controller]\ncontrollerDLegerGroup='g'\ncontrollerDLegerPeers='n0-127.0.0.1:1'\n"
+            "controllerDLegerSelfId='n0'\nscanInactiveMasterInterval = 0\n",
+            "scanInactiveMasterInterval is the period",
+        ),
+        (
             "[[broker]]\nbrokerIP1 = 'no-such-host.invalid'\n",
             r"brokerIP1: 'no-such-host.invalid' is neither an IP address nor a host name that resolves",
         ),
