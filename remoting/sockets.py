@@ -1,4 +1,4 @@
-"""Listening sockets and peer addresses, as upstream's Netty servers have them.
+"""Listening sockets, peer addresses and host names, as upstream's Java servers have them.
 
 - ``bindAddress = "::"`` is every address, IPv4 and IPv6 (Java binds a dual-stack socket there);
   trio's own listeners set ``IPV6_V6ONLY``, which left a process bound to ``::`` unreachable for
@@ -6,6 +6,7 @@
 - An IPv4 peer of a dual-stack socket arrives as ``::ffff:a.b.c.d``; Java hands it over as the
   IPv4 address, so that is what a peer address says here too (a stored message's BORNHOST then
   has 4 address bytes, as upstream's).
+- A broker's ``brokerIP1`` may be a host name (:func:`ip_of` gives the address its records store).
 """
 
 from __future__ import annotations
