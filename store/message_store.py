@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import struct
 import time
 from collections.abc import Callable
 
 import trio
 
-from remoting.protocol.message import BLANK_MAGIC, dispatch_info
+from remoting.protocol.message import BLANK_MAGIC, dispatch_info, host_bytes
 from remoting.repeats import RepeatedLog
 from store import recovery, truncation
 from store.allocate import (
@@ -90,9 +89,8 @@ class DefaultMessageStore(PutPaths):
         self.config = config
         self.store_host = store_host
         self.now_ms = now_ms
-        ip = store_host[0].strip("[]")
-        raw_ip = socket.inet_pton(socket.AF_INET6 if ":" in ip else socket.AF_INET, ip)
-        self._host_bytes = raw_ip + struct.pack(">i", store_host[1])
+        raw_ip, port = host_bytes(store_host)
+        self._host_bytes = raw_ip + struct.pack(">i", port)
         self.commit_log = CommitLog(
             config.commitlog_dir, config.mappedFileSizeCommitLog, warm=config.warmMapedFileEnable
         )
