@@ -18,6 +18,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from client.hedge import first_answer
 from client.message import RETRY_GROUP_TOPIC_PREFIX
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
@@ -169,6 +170,8 @@ class MQAdmin:
         if not self.namesrv_addrs:
             raise ValueError("no name server address given")
         self.timeout = timeout
+        #: the name server that answered the last read (asked first by the next one)
+        self._namesrv_index = 0
 
     async def _call(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
         response = await self.client.invoke(addr, cmd, self.timeout)
@@ -181,7 +184,9 @@ class MQAdmin:
         return await self._call(addr, cmd)
 
     async def call_namesrv(self, cmd: RemotingCommand) -> RemotingCommand:
-        """Send to the first reachable name server; raise its error response as AdminError."""
+        """Send to the first reachable name server (the configured order: for writes, which must
+        not be asked twice; reads go through :meth:`read_namesrv`); raise its error response as
+        AdminError."""
         last: RemotingError | None = None
         for addr in self.namesrv_addrs:
             try:
@@ -192,36 +197,52 @@ class MQAdmin:
         assert last is not None
         raise last
 
+    async def read_namesrv(self, cmd: RemotingCommand) -> RemotingCommand:
+        """A read (asking twice is harmless) from the name servers: the one that answered the last
+        read first, the next one too when it fails or has not answered within ``NAMESRV_HEDGE_S``
+        (:func:`client.hedge.first_answer`) -- a dark first name server costs a command half a
+        second, not the call timeout, or the command (upstream's mqadmin waits it out). Raises the
+        answer's error code as AdminError."""
+
+        async def invoke(addr: str, c: RemotingCommand) -> RemotingCommand:
+            return await self.client.invoke(addr, c, self.timeout)
+
+        idx, response = await first_answer(invoke, self.namesrv_addrs, self._namesrv_index, cmd, log)
+        self._namesrv_index = idx
+        if response.code != ResponseCode.SUCCESS:
+            raise AdminError(response.code, response.remark, self.namesrv_addrs[idx])
+        return response
+
     # --- name server ----------------------------------------------------------------------
 
     async def examine_broker_cluster_info(self) -> ClusterInfo:
-        response = await self.call_namesrv(request(RequestCode.GET_BROKER_CLUSTER_INFO))
+        response = await self.read_namesrv(request(RequestCode.GET_BROKER_CLUSTER_INFO))
         return ClusterInfo.decode(_body(response))
 
     async def fetch_all_topic_list(self) -> TopicList:
-        response = await self.call_namesrv(request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+        response = await self.read_namesrv(request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
         return TopicList.decode(_body(response))
 
     async def fetch_topics_by_cluster(self, cluster: str) -> TopicList:
-        response = await self.call_namesrv(request(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": cluster}))
+        response = await self.read_namesrv(request(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": cluster}))
         return TopicList.decode(_body(response))
 
     async def examine_topic_route_info(self, topic: str) -> TopicRouteData:
         cmd = request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": True})
-        response = await self.call_namesrv(cmd)
+        response = await self.read_namesrv(cmd)
         return TopicRouteData.decode(_body(response))
 
     async def get_broker_member_group(self, cluster: str, broker_name: str) -> BrokerMemberGroup | None:
         cmd = request(
             RequestCode.GET_BROKER_MEMBER_GROUP, {"clusterName": cluster, "brokerName": broker_name}
         )
-        response = await self.call_namesrv(cmd)
+        response = await self.read_namesrv(cmd)
         return GetBrokerMemberGroupResponseBody.decode(_body(response)).brokerMemberGroup
 
     async def get_kv_config(self, namespace: str, key: str) -> str | None:
         """The value, or None when the name server has no such item."""
         try:
-            response = await self.call_namesrv(
+            response = await self.read_namesrv(
                 request(RequestCode.GET_KV_CONFIG, {"namespace": namespace, "key": key})
             )
         except AdminError as e:
@@ -258,7 +279,7 @@ class MQAdmin:
 
     async def get_kv_list_by_namespace(self, namespace: str) -> KVTable | None:
         try:
-            response = await self.call_namesrv(
+            response = await self.read_namesrv(
                 request(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": namespace})
             )
         except AdminError as e:

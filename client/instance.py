@@ -37,9 +37,9 @@ from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Protocol, Self, TypeVar
 
-import msgspec
 import trio
 
+from client.hedge import first_answer
 from client.message import AUTO_CREATE_TOPIC_KEY, MASTER_ID, MQBrokerError, MQClientError
 from client.route import (
     BrokerAddrTable,
@@ -67,12 +67,6 @@ T = TypeVar("T")
 
 #: least seconds between two route refreshes asked for by unreachable brokers
 UNREACHABLE_REFRESH_INTERVAL = 1.0
-#: seconds a route query waits for the current name server before it asks the next one too:
-#: a name server whose host went dark (its packets dropped, nothing refused) costs a query this
-#: much, not the call timeout -- which for a client's first send (its route looked up) was all of
-#: the send's timeout (upstream's clients ask one name server at a time)
-NAMESRV_HEDGE_S = 0.5
-
 _instance_counter = itertools.count(1)
 
 
@@ -297,48 +291,16 @@ class ClientInstance:
 
     async def invoke_namesrv(self, cmd: RemotingCommand) -> RemotingCommand:
         """Ask the current name server; when it fails -- or has not answered within
-        ``NAMESRV_HEDGE_S`` -- ask the next one too, and so on. The first answer counts, and its
-        name server becomes the current one. (Route queries only: asking twice is harmless.)"""
-        addrs = self.namesrv_addrs
-        n = len(addrs)
-        if n == 1:
-            try:
-                return await self.invoke(addrs[0], cmd, self.call_timeout)
-            except RemotingError as e:
-                log.warning("name server %s: %s", addrs[0], e)
-                raise
-        start = self._namesrv_index
-        answers: list[RemotingCommand] = []
-        errors: list[RemotingError] = []
+        ``NAMESRV_HEDGE_S`` -- ask the next one too, and so on (:func:`client.hedge.first_answer`).
+        The first answer counts, and its name server becomes the current one. (Route queries
+        only: asking twice is harmless.)"""
 
-        async def ask(i: int, nursery: trio.Nursery) -> None:
-            idx = (start + i) % n
-            failed = trio.Event()
-            if i + 1 < n:
-                nursery.start_soon(ask_next, i + 1, failed, nursery)
-            try:
-                # a copy each: the connection stamps its own opaque into the command
-                response = await self.invoke(addrs[idx], msgspec.structs.replace(cmd), self.call_timeout)
-            except RemotingError as e:
-                log.warning("name server %s: %s", addrs[idx], e)
-                errors.append(e)
-                failed.set()
-                return
-            if not answers:
-                answers.append(response)
-                self._namesrv_index = idx
-                nursery.cancel_scope.cancel()
+        async def invoke(addr: str, c: RemotingCommand) -> RemotingCommand:
+            return await self.invoke(addr, c, self.call_timeout)
 
-        async def ask_next(i: int, failed: trio.Event, nursery: trio.Nursery) -> None:
-            with trio.move_on_after(NAMESRV_HEDGE_S):
-                await failed.wait()
-            await ask(i, nursery)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(ask, 0, nursery)
-        if answers:
-            return answers[0]
-        raise errors[-1]
+        idx, response = await first_answer(invoke, self.namesrv_addrs, self._namesrv_index, cmd, log)
+        self._namesrv_index = idx
+        return response
 
     # ------------------------------------------------------------------ routes
 

@@ -12,8 +12,10 @@ import pytest
 import trio
 from click.testing import CliRunner, Result
 
+from client.admin import AdminError, MQAdmin
 from client.admin_cli import main
 from client.admin_namesrv_cli import NAMESRV_COMMANDS
+from client.hedge import NAMESRV_HEDGE_S
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
 from remoting.client import RemotingClient
@@ -23,6 +25,7 @@ from remoting.headers import encode_header
 from remoting.protocol.common import DataVersion, TopicConfig, TopicConfigAndMappingSerializeWrapper
 from remoting.protocol.namesrv import RegisterBrokerBody, RegisterBrokerRequestHeader, TopicRouteData
 from remoting.server import RemotingServer
+from tests.cluster.harness import silent_peer
 
 CLUSTER, BROKER, TOPIC = "DefaultCluster", "broker-a", "TopicTest"
 
@@ -184,3 +187,29 @@ async def test_update_namesrv_config_changes_every_name_server_and_refuses_black
     result = await cli("getNamesrvConfig", "-n", both)
     assert "/tmp/elsewhere" not in result.stdout
     assert result.stdout.count(kv_before) == 2
+
+
+async def test_a_name_server_that_does_not_answer_costs_a_read_the_hedge_not_the_command(env: Env) -> None:
+    """The first of the name servers takes connections and never answers (its host went dark):
+    reads ask the next one too after NAMESRV_HEDGE_S, and later reads of the same admin ask the
+    one that answered first. Before, each read waited out the call timeout on the silent one and
+    the command failed with it (only a refused connection moved on to the next name server)."""
+    async with silent_peer() as (silent, accepted):
+        admin = MQAdmin(env.client, f"{silent};{env.ns2}", timeout=3.0)
+        with trio.fail_after(2 * NAMESRV_HEDGE_S + 0.5):
+            route = await admin.examine_topic_route_info(TOPIC)
+            assert [b.brokerName for b in route.brokerDatas] == [BROKER]
+            assert BROKER in (await admin.examine_broker_cluster_info()).brokerAddrTable
+            assert TOPIC in (await admin.fetch_all_topic_list()).topicList
+        assert len(accepted) == 1  # asked once; the second read went to the live one first
+        # an error answer is the answer (not a reason to ask another name server)
+        with pytest.raises(AdminError) as err:
+            await admin.examine_topic_route_info("NoSuchTopic")
+        assert err.value.code == ResponseCode.TOPIC_NOT_EXIST
+
+        # the command line: a command with a silent first name server answers within the hedge
+        began = trio.current_time()
+        result = await cli("clusterList", "-n", f"{silent};{env.ns1}")
+        assert result.exit_code == 0, result.output
+        assert BROKER in result.output
+        assert trio.current_time() - began < 2.5  # the call timeout alone is 5 s (DEFAULT_TIMEOUT)
