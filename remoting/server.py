@@ -69,7 +69,9 @@ class Listener:
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        """``host:port`` as logs and banners show it (an IPv6 host in brackets: ``[::]:9876``)."""
+        host = self.host or "0.0.0.0"
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     def __repr__(self) -> str:
         return f"<Listener {self.name} {self.address}>"

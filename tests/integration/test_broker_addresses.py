@@ -129,6 +129,7 @@ mappedFileSizeCommitLog = 1048576
     proc = await start(config)
     try:
         await proc.read_until(re.compile(rb"^broker DualCluster_broker-dual_0 ", re.M))
+        assert f"\nnamesrv [::]:{port}\n".encode() in proc.stdout  # the banner brackets IPv6 hosts
         broker = f"127.0.0.1:{port + 1}"
         async with RemotingClient() as client:
             admin = MQAdmin(client, f"127.0.0.1:{port}")
