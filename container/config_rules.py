@@ -136,6 +136,10 @@ def _check_broker(spec: BrokerSpec, explicit: set[str]) -> None:
             raise InvalidConfig(f"{spec.source}: {key} must be positive, got {getattr(s, key)}")
     for key in PERIOD_KEYS:
         _check_period(spec.source, key, getattr(b if hasattr(b, key) else s, key))
+    try:
+        s.delay_levels_ms  # noqa: B018 -- parsed for its errors
+    except ValueError as exc:
+        raise InvalidConfig(f"{spec.source}: {exc}") from None
     if s.enableDLegerCommitLog:
         raise InvalidConfig(f"{spec.source}: enableDLegerCommitLog=true is not supported by rmq-container")
     if b.aclEnable:

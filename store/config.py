@@ -155,6 +155,18 @@ class MessageStoreConfig(msgspec.Struct, kw_only=True):
 
     @property
     def delay_levels_ms(self) -> list[int]:
-        """``messageDelayLevel`` parsed to milliseconds per level (level N is index N - 1)."""
+        """``messageDelayLevel`` parsed to milliseconds per level (level N is index N - 1).
+        Raises ValueError naming the first token that is not a number with a unit of s, m, h or d,
+        or when there is no level (upstream's broker does not start then either)."""
         units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-        return [int(tok[:-1]) * units[tok[-1]] for tok in self.messageDelayLevel.split()]
+        levels = []
+        for tok in self.messageDelayLevel.split():
+            unit = units.get(tok[-1])
+            if unit is None or not tok[:-1].isdigit():
+                raise ValueError(
+                    f"messageDelayLevel {self.messageDelayLevel!r}: {tok!r} is not a delay such as 5s, 2m, 1h or 1d"
+                )
+            levels.append(int(tok[:-1]) * unit)
+        if not levels:
+            raise ValueError("messageDelayLevel is empty: it needs at least one delay level, such as 1s")
+        return levels

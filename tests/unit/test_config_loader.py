@@ -491,6 +491,11 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
             "flushIntervalCommitLog is the period of a loop.* got 0",
         ),
         ("[[broker]]\nbrokerHeartbeatInterval = -1\n", "brokerHeartbeatInterval is the period .* got -1"),
+        (
+            "[[broker]]\nmessageDelayLevel = '1s 5x'\n",
+            "messageDelayLevel '1s 5x': '5x' is not a delay such as 5s",
+        ),
+        ("[[broker]]\nmessageDelayLevel = ''\n", "messageDelayLevel is empty"),
         ("[namesrv]\nscanNotActiveBrokerInterval = 0\n", "scanNotActiveBrokerInterval is the period"),
         (
             "[controller]\ncontrollerDLegerGroup='g'\ncontrollerDLegerPeers='n0-127.0.0.1:1'\n"
