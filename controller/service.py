@@ -34,6 +34,7 @@ from controller.raft.driver import RaftDriver
 from controller.raft_transport import RAFT_MESSAGE, RemotingRaftTransport, raft_message_handler
 from controller.replicas import ReplicasInfoManager
 from remoting.client import RemotingClient
+from remoting.clock import AwakeClock
 from remoting.command import RemotingCommand
 from remoting.connection import ProcessorTable
 from remoting.errors import RemotingError
@@ -129,6 +130,11 @@ class ControllerService:
         self.driver = driver
         self.run_driver = run_driver
         self.notifier = RoleChangeNotifier(send_oneway)
+        #: the manager's clock when none is given: trio's, less the spells this process did not
+        #: run (see :class:`~remoting.clock.AwakeClock`; :meth:`run` keeps it read)
+        self.awake: AwakeClock | None = None
+        if clock_ms is None:
+            self.awake = clock_ms = AwakeClock(lambda: trio.current_time() * 1000.0, self._paused)
         self.manager = ControllerManager(
             config, driver, replicas=replicas, clock_ms=clock_ms, notify=self.notifier.submit
         )
@@ -165,6 +171,14 @@ class ControllerService:
             self.closing = True
             log.info("controller peer stopping: brokers going inactive from now on trigger no election")
 
+    @staticmethod
+    def _paused(ms: float) -> None:
+        log.warning(
+            "this controller did not run for %.1f s (its process stopped, its event loop blocked or its "
+            "machine paused): that time does not count against the brokers' heartbeats",
+            ms / 1000,
+        )
+
     def _broker_inactive(self, identity: BrokerIdentityInfo) -> None:
         if self.closing:
             return
@@ -181,6 +195,8 @@ class ControllerService:
         async with trio.open_nursery() as nursery:
             if self.run_driver:
                 await nursery.start(self.driver.run)
+            if self.awake is not None:
+                nursery.start_soon(self.awake.run)
             await nursery.start(self.notifier.run)
             await nursery.start(self.manager.run)
             nursery.start_soon(self._heartbeat_scan_loop)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 import trio
 import trio.testing
@@ -13,6 +14,7 @@ from controller.raft.storage import MemoryStorage
 from controller.raft.transport import MemoryNetwork
 from controller.replicas import ReplicasInfoManager
 from controller.service import ControllerService, RoleChangeNotifier, raft_timing
+from remoting.clock import AWAKE_PAUSE_MS, AWAKE_TICK_MS, AwakeClock
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.errors import RemotingConnectError
@@ -301,3 +303,74 @@ async def test_lagging_peer_catches_up_from_a_controller_snapshot(
         assert lagging_sm.replica_info(B).all_brokers() == {1, 2, 3, 4, 5, 6}
         assert lagging_sm.sync_state_info(B).masterBrokerId == 1
         nursery.cancel_scope.cancel()
+
+
+# ---------------------------------------------------------------------------------------------
+# A controller back from a pause
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_awake_clock_leaves_out_the_spells_nobody_read_it() -> None:
+    now = [1000.0]
+    pauses: list[float] = []
+    clock = AwakeClock(lambda: now[0], pauses.append)
+    assert clock() == 1000.0
+    for _ in range(10):  # read every tick: runs as the base does
+        now[0] += AWAKE_TICK_MS
+        clock()
+    assert clock() == 1000.0 + 10 * AWAKE_TICK_MS
+    now[0] += AWAKE_PAUSE_MS  # a reading this late is still running time (a busy loop)
+    assert clock() == 1000.0 + 10 * AWAKE_TICK_MS + AWAKE_PAUSE_MS
+    assert pauses == []
+    now[0] += 20_000  # stopped for 20 s: one tick of it counts
+    assert clock() == 1000.0 + 11 * AWAKE_TICK_MS + AWAKE_PAUSE_MS
+    assert pauses == [20_000 - AWAKE_TICK_MS]
+
+
+async def test_a_controller_back_from_a_pause_does_not_expire_the_brokers_it_could_not_hear(
+    nursery: trio.Nursery,
+) -> None:
+    """The controller's process does not run for 2 s (stopped, as by a shell's Ctrl-Z; here its
+    event loop is blocked) right after a broker's heartbeat: the broker, which could not be heard
+    meanwhile, is not expired at the controller's next scan -- before, every broker was, and
+    elections were tried for masters that were alive -- but it still expires when it stays silent
+    while the controller runs."""
+    config = ControllerConfig(
+        controllerDLegerGroup="g",
+        controllerDLegerPeers="n0-127.0.0.1:9878",
+        controllerDLegerSelfId="n0",
+        scanNotActiveBrokerInterval=100,
+        rmqRaftHeartbeatIntervalMillis=50,
+        rmqRaftElectionTimeoutMillis=150,
+    )
+    net = MemoryNetwork()
+    replicas = ReplicasInfoManager()
+    driver = RaftDriver(
+        "n0", config.peers, None, net.transport("n0"), replicas, storage=MemoryStorage(), rng=random.Random(0)
+    )
+    net.attach("n0", driver.receive)
+
+    async def send_oneway(address: str, cmd: RemotingCommand, timeout: float) -> None:
+        pass
+
+    service = ControllerService(config, driver, replicas=replicas, send_oneway=send_oneway, run_driver=True)
+    await nursery.start(service.run)
+    ext = {
+        "clusterName": C,
+        "brokerName": B,
+        "brokerAddr": baddr(1),
+        "brokerId": 1,
+        "heartbeatTimeoutMills": 1000,
+        "epoch": 0,
+        "maxOffset": 0,
+    }
+    await service.manager.handle(_Ctx(1), request(RequestCode.BROKER_HEARTBEAT, ext))
+    await trio.sleep(0.3)  # a few scans: heard 0.3 s ago, alive
+    assert service.manager.heartbeats.live_info(C, B, 1) is not None
+    time.sleep(2.0)  # noqa: ASYNC251 -- on purpose: the whole process stands still
+    await trio.sleep(0.3)  # the scans after it
+    assert service.manager.heartbeats.live_info(C, B, 1) is not None
+    assert service.manager.is_alive(C, B, 1)
+    with trio.fail_after(3):  # silent while the controller runs: expired after its 1 s timeout
+        while service.manager.heartbeats.live_info(C, B, 1) is not None:
+            await trio.sleep(0.05)
