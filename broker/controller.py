@@ -29,7 +29,7 @@ from broker.persist import MetadataWriter, PersistedFile
 from broker.replication import Replication
 from broker.stats import BrokerStats
 from broker.topics import DeletedTopics, TopicConfigManager
-from remoting.clock import monotonic_ms, wall_clock_ms
+from remoting.clock import AwakeClock, monotonic_ms, wall_clock_ms
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection, ProcessorTable
@@ -84,7 +84,7 @@ class BrokerController:
         *,
         client: object,
         now_ms: Callable[[], int] = wall_clock_ms,
-        liveness_ms: Callable[[], int] = monotonic_ms,
+        liveness_ms: Callable[[], float] | None = None,
         transport_configs: Sequence[msgspec.Struct] = (),
     ) -> None:
         self.broker_config = broker_config
@@ -97,8 +97,14 @@ class BrokerController:
         #: the clock of the clients' heartbeats and the rebalance locks' renewals: a lock or a
         #: client expires when this much time passed, whatever the wall clock did meanwhile
         #: (upstream measures it on the wall clock: a step forward -- NTP, a laptop resumed --
-        #: expired every client at once, a step back kept a dead client's queue locks for as long)
-        self.liveness_ms = liveness_ms
+        #: expired every client at once, a step back kept a dead client's queue locks for as long);
+        #: by default the monotonic clock less the spells this process did not run (a Ctrl-Z of
+        #: minutes expired every client and lock at once, see remoting.clock.AwakeClock; run()
+        #: keeps it read)
+        self.awake: AwakeClock | None = None
+        if liveness_ms is None:
+            self.awake = liveness_ms = AwakeClock(monotonic_ms)
+        self.liveness_ms: Callable[[], float] = liveness_ms
         bc = broker_config
         if store_config.brokerRole == BrokerRole.SLAVE and bc.brokerId <= 0 and not bc.enableControllerMode:
             raise ValueError(f"broker {bc.brokerName}: slave broker id must be > 0 (got {bc.brokerId})")
@@ -431,6 +437,8 @@ class BrokerController:
                 await nursery.start(self.replication.run)
                 if self.replicas_manager is not None:
                     await nursery.start(self.replicas_manager.run)
+                if self.awake is not None:
+                    nursery.start_soon(self.awake.run)
                 nursery.start_soon(self._register_loop)
                 nursery.start_soon(self._heartbeat_loop)
                 nursery.start_soon(self._persist_loop)

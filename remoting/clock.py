@@ -41,7 +41,7 @@ class AwakeClock:
         self._base = base
         self._on_pause = on_pause
         self._last: float | None = None
-        self._lost = 0.0
+        self._lost: float = 0
 
     def __call__(self) -> float:
         now = self._base()

@@ -338,3 +338,30 @@ async def test_a_step_of_the_wall_clock_expires_no_client_and_no_lock(
         assert await c2.lock(env, [0]) == []  # c1's lock lives
         await trio.sleep(0.4)  # c1 renewed nothing for longer than the lock's life
         assert await c2.lock(env, [0]) == [0]
+
+
+async def test_time_the_broker_process_did_not_run_expires_no_client_and_no_lock(
+    tmp_path: os.PathLike[str],
+) -> None:
+    # the broker's process does not run for 1.5 s (stopped, as by a shell's Ctrl-Z; here its event
+    # loop is blocked) with a client heard just before: neither the client nor its queue lock,
+    # both with a life of 1 s, expire for the time the broker could not hear them -- they did,
+    # all at once, and the groups' members dropped their queues until their next heartbeat --
+    # but both still expire when the client stays silent while the broker runs
+    async with (
+        broker_env(tmp_path, channelExpiredTimeout=1000) as env,
+        member("c1") as c1,
+        member("c2") as c2,
+    ):
+        env.broker.locks.max_live_ms = 1000
+        assert (await c1.heartbeat(env)).code == ResponseCode.SUCCESS
+        assert await c1.lock(env, [0]) == [0]
+        time.sleep(1.5)  # noqa: ASYNC251 -- on purpose: the whole process stands still
+        await trio.sleep(0.2)
+        await env.broker.expire_clients()
+        assert ids_of(await consumer_ids(env)) == ["c1"]
+        assert await c2.lock(env, [0]) == []  # c1's lock lives
+        await trio.sleep(1.1)  # silent while the broker runs: past both lives
+        await env.broker.expire_clients()
+        assert (await consumer_ids(env)).code != ResponseCode.SUCCESS  # no member left
+        assert await c2.lock(env, [0]) == [0]
