@@ -44,6 +44,7 @@ from container.port_offset import port_taken_hint
 from container.watchdog import LoopWatchdog
 from namesrv.controller import NamesrvController
 from remoting.client import PEER_UNACKED_TIMEOUT, RemotingClient
+from remoting.clock import AwakeClock, monotonic_ms
 from remoting.connection import ProcessorTable
 from remoting.server import Listener, RemotingServer
 from store.errors import StoreOpenError
@@ -88,6 +89,9 @@ class ProcessContext:
     server: RemotingServer
     client: RemotingClient
     bind_host: str
+    #: the process's liveness clock (its brokers' clients and locks, its controller's broker
+    #: heartbeats): one for all of them, read by one task of the process (see :meth:`_serve`)
+    awake: AwakeClock = field(default_factory=lambda: AwakeClock(monotonic_ms, _process_paused))
 
     async def listen(self, port: int, table: ProcessorTable, *, name: str) -> Listener:
         """Bind ``bind_host:port`` (0 = ephemeral) for ``name``; raises :class:`StartupError`."""
@@ -100,6 +104,14 @@ class ProcessContext:
 
 
 ComponentFactory = Callable[[ProcessContext], Awaitable[list[HostedComponent]]]
+
+
+def _process_paused(ms: float) -> None:
+    log.warning(
+        "this process did not run for %.1f s (stopped, its event loop blocked, or its machine paused): "
+        "that time does not count against the brokers' and clients' heartbeats it could not hear",
+        ms / 1000,
+    )
 
 
 # --- factories ------------------------------------------------------------------------------------
@@ -132,7 +144,7 @@ async def start_controller(ctx: ProcessContext) -> list[HostedComponent]:
 
     self_id = cfg.controllerDLegerSelfId or ""
     address = cfg.self_address
-    peer = ControllerPeer(cfg, ctx.client)
+    peer = ControllerPeer(cfg, ctx.client, clock_ms=ctx.awake)
     await ctx.listen(_port_of(address), peer.processor_table(), name=f"controller.{self_id}")
     log.info("controller %s: raft log under %s", self_id, cfg.store_path)
     banner = f"controller {self_id} {address} group {cfg.controllerDLegerGroup} peers {len(cfg.peers)}"
@@ -169,6 +181,7 @@ async def start_brokers(ctx: ProcessContext) -> list[HostedComponent]:
                 spec.broker,
                 spec.store,
                 client=ctx.client,
+                liveness_ms=ctx.awake,
                 transport_configs=(ctx.config.nettyServer, ctx.config.nettyClient),
             )
         except ValueError as exc:  # a value the config checks let through: one line, not a traceback
@@ -287,6 +300,7 @@ class ContainerProcess:
             await _release_listeners(server)
             raise
         async with trio.open_nursery() as components:
+            components.start_soon(ctx.awake.run)
             for hosted in self.components:
                 log.debug("starting %s", hosted.name)
                 try:
