@@ -86,6 +86,7 @@ class BrokerController:
         now_ms: Callable[[], int] = wall_clock_ms,
         liveness_ms: Callable[[], float] | None = None,
         transport_configs: Sequence[msgspec.Struct] = (),
+        store_ip: str | None = None,
     ) -> None:
         self.broker_config = broker_config
         self.store_config = store_config
@@ -114,8 +115,9 @@ class BrokerController:
         self.log = logging.getLogger(f"broker.{self.name}")
         self.addr = f"{bc.brokerIP1}:{bc.listenPort}"
         #: brokerIP1's address (it may be a host name, as upstream's may: the name is registered,
-        #: the address is the STOREHOST of every stored record and in every offset message id)
-        self.store_ip = ip_of(bc.brokerIP1)
+        #: the address is the STOREHOST of every stored record and in every offset message id);
+        #: resolved here unless given (a host process resolves it off its event loop)
+        self.store_ip = store_ip or ip_of(bc.brokerIP1)
         self.ha_port = store_config.haListenPort if store_config.haListenPort > 0 else bc.listenPort + 1
         self.ha_addr = f"{bc.brokerIP2}:{self.ha_port}"
         config_dir = store_config.config_dir

@@ -47,6 +47,7 @@ from remoting.client import PEER_UNACKED_TIMEOUT, RemotingClient
 from remoting.clock import AwakeClock, monotonic_ms
 from remoting.connection import ProcessorTable
 from remoting.server import Listener, RemotingServer
+from remoting.sockets import ip_of
 from store.errors import StoreOpenError
 
 log = logging.getLogger(PROCESS_LOGGER)
@@ -177,12 +178,15 @@ async def start_brokers(ctx: ProcessContext) -> list[HostedComponent]:
     hosted: list[HostedComponent] = []
     for spec in ctx.config.brokers:
         try:
+            # a host name's lookup may take a while: not on the loop the name server already serves
+            store_ip = await trio.to_thread.run_sync(ip_of, spec.broker.brokerIP1)
             broker = BrokerController(
                 spec.broker,
                 spec.store,
                 client=ctx.client,
                 liveness_ms=ctx.awake,
                 transport_configs=(ctx.config.nettyServer, ctx.config.nettyClient),
+                store_ip=store_ip,
             )
         except ValueError as exc:  # a value the config checks let through: one line, not a traceback
             raise StartupError(f"broker {spec.broker.broker_display_name} ({spec.source}): {exc}") from exc
