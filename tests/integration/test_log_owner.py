@@ -10,7 +10,9 @@ import logging
 import trio
 
 from container.logs import setup_logging
+from container.process import _process_paused
 from remoting.client import RemotingClient
+from remoting.clock import AwakeClock
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand, request
 from remoting.connection import RequestContext
@@ -83,3 +85,28 @@ async def test_tasks_threads_and_connections_name_their_owner() -> None:
         assert f"[broker.{name}] its own logger says it already" in got
     assert "[store.test_owner] nobody's" in got
     assert "[store.test_owner Cluster_broker-c_0] served a request" in got
+
+
+def test_the_process_pause_line_is_the_process_s_whoever_noticed_the_pause() -> None:
+    # the process's liveness clock notices a pause at its first reading after it, in whichever
+    # task reads first -- often a broker's: the line belongs to the whole process, not that broker
+    out = io.StringIO()
+    root_level = logging.getLogger().level
+    setup_logging("INFO", stream=out)
+    clock = AwakeClock(lambda: now[0], _process_paused)
+    now = [0.0]
+    try:
+        clock()
+        set_log_owner("Cluster_broker-b_1")
+        now[0] += 15_000
+        clock()
+        STORE_LOG.info("the broker's own record")
+    finally:
+        set_log_owner("")
+        logging.getLogger().setLevel(root_level)
+        logging.getLogger().handlers[:] = [
+            h for h in logging.getLogger().handlers if not getattr(h, "_rmq_container", False)
+        ]
+    got = lines(out)
+    assert got[0].startswith("[container] this process did not run for 14.9 s"), got
+    assert "[store.test_owner Cluster_broker-b_1] the broker's own record" in got
