@@ -46,7 +46,6 @@ from namesrv.controller import NamesrvController
 from remoting.client import PEER_UNACKED_TIMEOUT, RemotingClient
 from remoting.clock import AwakeClock, monotonic_ms
 from remoting.connection import ProcessorTable
-from remoting.log_owner import LOG_OWNER
 from remoting.server import Listener, RemotingServer
 from remoting.sockets import ip_of
 from store.errors import StoreOpenError
@@ -109,17 +108,11 @@ ComponentFactory = Callable[[ProcessContext], Awaitable[list[HostedComponent]]]
 
 
 def _process_paused(ms: float) -> None:
-    # said by whichever task read the clock first after the pause: the whole process's record,
-    # not that task's broker's
-    token = LOG_OWNER.set("")
-    try:
-        log.warning(
-            "this process did not run for %.1f s (stopped, its event loop blocked, or its machine paused): "
-            "that time does not count against the brokers' and clients' heartbeats it could not hear",
-            ms / 1000,
-        )
-    finally:
-        LOG_OWNER.reset(token)
+    log.warning(
+        "this process did not run for %.1f s (stopped, its event loop blocked, or its machine paused): "
+        "that time does not count against the brokers' and clients' heartbeats it could not hear",
+        ms / 1000,
+    )
 
 
 # --- factories ------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import trio
 
+from remoting.log_owner import LOG_OWNER
+
 
 def wall_clock_ms() -> int:
     """Milliseconds since the epoch (stored and shown timestamps)."""
@@ -35,7 +37,9 @@ class AwakeClock:
     :meth:`run` reads the clock every ``AWAKE_TICK_MS``; a reading more than ``AWAKE_PAUSE_MS``
     after the previous one (by anyone) leaves the excess out. Without :meth:`run` any quiet spell
     longer than that would be left out too: only a component that runs it may use the clock.
-    ``on_pause(ms)`` is told of every spell left out."""
+    ``on_pause(ms)`` is told of every spell left out -- in whichever task read the clock first
+    after it, so with no log owner (:mod:`remoting.log_owner`): the record is the process's, not
+    that task's broker's."""
 
     def __init__(self, base: Callable[[], float], on_pause: Callable[[float], None] | None = None) -> None:
         self._base = base
@@ -50,7 +54,11 @@ class AwakeClock:
             lost = now - last - AWAKE_TICK_MS
             self._lost += lost
             if self._on_pause is not None:
-                self._on_pause(lost)
+                token = LOG_OWNER.set("")
+                try:
+                    self._on_pause(lost)
+                finally:
+                    LOG_OWNER.reset(token)
         self._last = now
         return now - self._lost
 
