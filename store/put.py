@@ -206,6 +206,8 @@ class PutPaths:
         ``tags_code`` / ``keys`` / ``uniq_key`` (the record's TAGS hash and KEYS / UNIQ_KEY
         properties) let dispatch skip decoding; when ``tags_code`` is None the record is decoded.
         With SYNC_FLUSH (and ``wait_store_msg_ok``) waits for the group commit covering it.
+        The record's own SYSFLAG decides its layout (the IPv6 host bits move STORETIMESTAMP and
+        BODY) and its transaction type; ``sys_flag`` may lack the IPv6 bits (a client's flags).
         """
         if self._plain:
             done = self.try_put_message(encoded, topic, queue_id, sys_flag, tags_code, keys, uniq_key)
