@@ -221,10 +221,9 @@ def raise_open_file_limit() -> tuple[int, int]:
     """Raise this process's soft limit of open files to its hard limit, as the JVM does for an
     upstream broker (``-XX:+MaxFDLimit``, on by default), and return (before, after).
 
-    Every mapped store file holds a descriptor while it is mapped (CPython's ``mmap`` keeps a
-    duplicate of the file's): a consume-queue file per queue that has messages, per replica. With
-    the common soft limit of 1,024 a dev cluster ran out after ~450 topics. Logs the change, and
-    warns when the limit stays below :data:`FEW_OPEN_FILES`."""
+    Every connection holds a descriptor (clients, replicas, the name server's brokers), as do the
+    index files; mapped store files do not (:func:`store.mapped_file.map_file`). Logs the change,
+    and warns when the limit stays below :data:`FEW_OPEN_FILES`."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
     after = soft
@@ -237,9 +236,8 @@ def raise_open_file_limit() -> tuple[int, int]:
             log.warning("could not raise the open-file limit from %d to %d: %s", soft, target, exc)
     if after != resource.RLIM_INFINITY and after < FEW_OPEN_FILES:
         log.warning(
-            "open-file limit %d is low: every mapped store file (a consume queue's, the commit log's, "
-            "an index's) holds a descriptor, so a process with many queues runs out; raise the hard "
-            "limit (ulimit -Hn, systemd LimitNOFILE)",
+            "open-file limit %d is low: every client and replica connection holds a descriptor, so a "
+            "process serving many clients runs out; raise the hard limit (ulimit -Hn, systemd LimitNOFILE)",
             after,
         )
     return soft, after

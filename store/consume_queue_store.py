@@ -102,8 +102,9 @@ class ConsumeQueueStore:
                 soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
                 raise StoreOpenError(
                     f"cannot map the files of consume queue {topic}/{qid} in {self.root_dir}: {exc.strerror}. "
-                    f"Every mapped store file holds a descriptor, this store has {len(on_disk)} consume queues "
-                    f"(each a file or more), and the process may open {soft} files. Raise the limit "
+                    f"The process may open {soft} files and has no descriptor left (this store has "
+                    f"{len(on_disk)} consume queues; a map holds no descriptor, but opening a file takes "
+                    "one for a moment, and connections and index files hold theirs). Raise the limit "
                     "(ulimit -Hn / systemd LimitNOFILE; the process raises its soft limit to the hard one), "
                     "or delete unused topics (rmq-admin deleteTopic; with the data directory of a dev cluster, "
                     "deleting the whole directory starts it afresh)"

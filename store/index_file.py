@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import mmap
 import os
 import struct
 import time
 from typing import NamedTuple
 
 from remoting.protocol.message import java_string_hash
+from store.mapped_file import map_file
 
 log = logging.getLogger("store.index")
 
@@ -111,7 +111,7 @@ class IndexFile:
                 raise IndexCorruptError(
                     f"size {size} != {self.file_size} expected for {slot_num} slots / {index_num} entries"
                 )
-            self.map = mmap.mmap(self.fd, self.file_size)
+            self.map = map_file(self.fd, self.file_size)
         except BaseException:
             os.close(self.fd)
             if create:

@@ -26,6 +26,7 @@ import errno
 import logging
 import mmap
 import os
+import sys
 from collections.abc import Callable
 
 from store.errors import StoreOpenError
@@ -53,6 +54,63 @@ try:
     _libc.msync.restype = ctypes.c_int
 except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
     _libc = None
+
+
+#: Python 3.13's ``mmap(..., trackfd=False)``: the map keeps no descriptor of the file
+_HAS_TRACKFD = sys.version_info >= (3, 13)
+#: where CPython 3.11 / 3.12 keep an mmap object's members ``data``, ``size`` and ``fd`` (after
+#: ``PyObject_HEAD``: ``char *data``, ``Py_ssize_t size, pos``, ``off_t offset``, ``Py_ssize_t
+#: exports``, ``int fd``); :func:`map_file` checks ``data`` and ``size`` on every map before it
+#: touches ``fd``
+_PTR = ctypes.sizeof(ctypes.c_void_p)
+_SSIZE = ctypes.sizeof(ctypes.c_ssize_t)
+_MMAP_DATA_AT = object.__basicsize__
+_MMAP_SIZE_AT = _MMAP_DATA_AT + _PTR
+_MMAP_FD_AT = _MMAP_SIZE_AT + 2 * _SSIZE + 8 + _SSIZE
+
+
+def map_file(fd: int, size: int) -> mmap.mmap:
+    """``mmap.mmap(fd, size)`` -- shared, read-write -- that keeps no descriptor of the file.
+
+    CPython's map keeps a duplicate of ``fd`` until it is closed (for ``size()`` and
+    ``resize()``, which the store never calls), so every mapped file held a descriptor: a process
+    with ~20,000 consume-queue files (5,000 topics of 4 queues on two replicas) reached a common
+    hard limit of open files and could accept no connection, open no file and dispatch no
+    message. Upstream's broker holds one too (a ``FileChannel`` per file). Python 3.13 has
+    ``trackfd=False`` for this; on 3.11 / 3.12 the duplicate is closed and the map's member set to
+    -1, as ``trackfd=False`` leaves it -- only where the object's ``data`` and ``size`` members
+    are where this module expects them and the member names a descriptor of the same file (else
+    the map keeps its descriptor, as before). The caller closes ``fd`` as usual."""
+    if _HAS_TRACKFD:
+        return mmap.mmap(fd, size, trackfd=False)  # type: ignore[call-arg,unused-ignore]
+    mm = mmap.mmap(fd, size)
+    try:
+        _drop_duplicate_fd(mm, fd, size)
+    except BaseException:
+        mm.close()
+        raise
+    return mm
+
+
+def _drop_duplicate_fd(mm: mmap.mmap, fd: int, size: int) -> None:
+    base = id(mm)
+    if (
+        ctypes.c_void_p.from_address(base + _MMAP_DATA_AT).value != _address_of(mm)
+        or ctypes.c_ssize_t.from_address(base + _MMAP_SIZE_AT).value != size
+    ):
+        return
+    member = ctypes.c_int.from_address(base + _MMAP_FD_AT)
+    dup = member.value
+    if dup < 0 or dup == fd:
+        return
+    try:
+        ours, theirs = os.fstat(fd), os.fstat(dup)
+    except OSError:
+        return
+    if (ours.st_dev, ours.st_ino) != (theirs.st_dev, theirs.st_ino):
+        return
+    member.value = -1
+    os.close(dup)
 
 
 def file_name_of(offset: int) -> str:
@@ -253,7 +311,7 @@ class MappedFile:
                     if exc.errno == errno.ENOSPC:
                         raise
                     log.debug("posix_fallocate unsupported for %s: %s", path, exc)
-            mm = mmap.mmap(fd, file_size)
+            mm = map_file(fd, file_size)
         except OSError:
             if made:
                 # a full disk, say: no empty file is left behind (nor the blocks a failed

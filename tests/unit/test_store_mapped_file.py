@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from store.index_file import IndexFile
 from store.mapped_file import (
     MappedFile,
     MappedFileQueue,
@@ -142,3 +143,32 @@ def test_zeroing_helpers_clear_exactly_the_range(tmp_path: Path) -> None:
     assert mf.mm[6000:] == bytes(SIZE - 6000)
     assert clear_nonzero_tail_sync(mf, 6000) == 0
     mf.close()
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_mapped_files_hold_no_descriptor(tmp_path: Path) -> None:
+    """A map keeps no descriptor of its file (CPython's ``mmap`` keeps a duplicate unless told not
+    to): a process with tens of thousands of consume-queue files ran out of descriptors. The maps
+    still read and write the file, flush and close."""
+    before = _open_descriptors()
+    q = _queue(tmp_path / "log", 40)
+    index = IndexFile(str(tmp_path / "index"), 16, 16, create=True)
+    assert _open_descriptors() == before + 1  # the index file's own descriptor, for fallocate
+    for i, mf in enumerate(q.files):
+        assert bytes(mf.view[:4]) == bytes([i + 1]) * 4
+    mf = q.files[7]
+    mf.view[8:13] = b"hello"
+    mf.mm.flush()
+    mf.flush_range_sync(0, SIZE)
+    with open(mf.path, "rb") as f:
+        assert f.read(13)[8:] == b"hello"
+    view = mf.view[0:4]
+    assert not mf.close()  # live views still keep it mapped
+    view.release()
+    assert mf.close()
+    q.close_all()
+    index.close()
+    assert _open_descriptors() == before
