@@ -27,6 +27,7 @@ scopes (the instance opens its nursery in ``start``); ``async with`` does that f
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import logging
 import math
@@ -109,6 +110,15 @@ class ConsumerHook(Protocol):
     def master_moved(self, broker_name: str) -> None: ...
 
 
+def _without_cancelled(exc: BaseException) -> BaseException | None:
+    """``exc`` less its :class:`trio.Cancelled` parts; None when nothing else is left."""
+    if isinstance(exc, trio.Cancelled):
+        return None
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1]
+    return exc
+
+
 class ClientInstance:
     """Shared client machinery (see the module docstring)."""
 
@@ -146,8 +156,10 @@ class ClientInstance:
         self._route_wakeup = trio.Event()
         self._unreachable_refresh_at = -math.inf
         self._namesrv_index = 0
-        self._stack: AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
+        self._host_stop: trio.Event | None = None
+        self._host_done: trio.Event | None = None
+        self._crash: BaseException | None = None
         self._heartbeat_lock = trio.Lock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -164,63 +176,122 @@ class ClientInstance:
         return self._nursery
 
     async def start(self) -> None:
-        """Open the remoting client and start the heartbeat and route-refresh loops."""
-        if self._stack is not None:
+        """Open the remoting client and start the heartbeat and route-refresh loops.
+
+        The instance's background work runs in a task of its own (a trio system task), not in the
+        caller's: ``start()`` and ``shutdown()`` may be called from different tasks, and an
+        instance that is never shut down -- a test that failed before reaching its
+        ``shutdown()`` -- is stopped when the trio run ends. (It used to open its nursery in the
+        caller's task, and a run that ended with it open reported trio's "Nursery stack
+        corrupted" or "internal error in Trio" instead of the error that ended it.)"""
+        if self._host_stop is not None:
             raise MQClientError(f"client instance {self.client_id} is already started")
-        stack = AsyncExitStack()
+        ready, stop, done = trio.Event(), trio.Event(), trio.Event()
+        failed: list[BaseException] = []
+        self._host_stop, self._host_done, self._crash = stop, done, None
+        trio.lowlevel.spawn_system_task(
+            self._host,
+            ready,
+            stop,
+            done,
+            failed,
+            name=f"client instance {self.client_id}",
+            context=contextvars.copy_context(),
+        )
         try:
-            if self._external_remoting is None:
-                table = ProcessorTable()
-                table.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_consumer_ids_changed)
-                table.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
-                table.register(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
-                self.remoting = await stack.enter_async_context(
-                    RemotingClient(
-                        processors=table,
-                        on_connect_failure=self.broker_unreachable,
-                        close_on_timeout=True,
-                        on_call_timeout=self.route_may_be_stale,
-                        unacked_timeout=PEER_UNACKED_TIMEOUT,
-                    )
-                )
-            else:
-                self._external_remoting.processors.register(
-                    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_consumer_ids_changed
-                )
-                self._external_remoting.processors.register(
-                    RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info
-                )
-                self._external_remoting.processors.register(
-                    RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset
-                )
-            self._nursery = await stack.enter_async_context(trio.open_nursery())
-            remoting = self._remoting()
-            remoting.connect_listeners.append(self.broker_connected)
-            stack.callback(remoting.connect_listeners.remove, self.broker_connected)
-            remoting.close_listeners.append(self.broker_disconnected)
-            stack.callback(remoting.close_listeners.remove, self.broker_disconnected)
+            await ready.wait()
         except BaseException:
-            await stack.aclose()
+            stop.set()
+            with trio.CancelScope(shield=True):  # one host at a time: it clears the shared state
+                await done.wait()
+            self._host_stop = self._host_done = None
             raise
-        self._stack = stack
-        self._nursery.start_soon(self._heartbeat_loop)
-        self._nursery.start_soon(self._route_loop)
+        if failed:
+            self._host_stop = self._host_done = None
+            raise failed[0]
         log.info("client instance %s started (name servers %s)", self.client_id, ";".join(self.namesrv_addrs))
 
-    async def shutdown(self) -> None:
-        """Stop background work and close connections (producers/consumers unregister first)."""
-        stack, self._stack = self._stack, None
-        if stack is None:
-            return
-        assert self._nursery is not None
-        self._nursery.cancel_scope.cancel()
+    async def _open(self, stack: AsyncExitStack) -> trio.Nursery:
+        """The remoting client, its listeners and the nursery of the background work, entered
+        on ``stack``."""
+        if self._external_remoting is None:
+            table = ProcessorTable()
+            table.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_consumer_ids_changed)
+            table.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
+            table.register(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
+            self.remoting = await stack.enter_async_context(
+                RemotingClient(
+                    processors=table,
+                    on_connect_failure=self.broker_unreachable,
+                    close_on_timeout=True,
+                    on_call_timeout=self.route_may_be_stale,
+                    unacked_timeout=PEER_UNACKED_TIMEOUT,
+                )
+            )
+        else:
+            self._external_remoting.processors.register(
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_consumer_ids_changed
+            )
+            self._external_remoting.processors.register(
+                RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info
+            )
+            self._external_remoting.processors.register(
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset
+            )
+        remoting = self._remoting()
+        remoting.connect_listeners.append(self.broker_connected)
+        stack.callback(remoting.connect_listeners.remove, self.broker_connected)
+        remoting.close_listeners.append(self.broker_disconnected)
+        stack.callback(remoting.close_listeners.remove, self.broker_disconnected)
+        return await stack.enter_async_context(trio.open_nursery())
+
+    async def _host(
+        self, ready: trio.Event, stop: trio.Event, done: trio.Event, failed: list[BaseException]
+    ) -> None:
+        """The system task of a started instance: holds its remoting client and nursery until
+        :meth:`shutdown` (or the end of the trio run, which cancels it). A crash of the
+        background work is logged and raised by :meth:`shutdown`, never out of this task (a
+        system task's exception ends the whole run)."""
         try:
-            await stack.aclose()
+            async with AsyncExitStack() as stack:
+                try:
+                    nursery = await self._open(stack)
+                except BaseException as exc:  # handed to start()'s caller
+                    failed.append(exc)
+                    return
+                self._nursery = nursery
+                ready.set()
+                nursery.start_soon(self._heartbeat_loop)
+                nursery.start_soon(self._route_loop)
+                await stop.wait()
+                nursery.cancel_scope.cancel()
+        except BaseException as exc:
+            crash = _without_cancelled(exc)
+            if crash is None:
+                raise  # the run is ending: cancelled
+            log.error("client instance %s: background work failed: %r", self.client_id, crash)
+            self._crash = crash
         finally:
             self._nursery = None
             if self._external_remoting is None:
                 self.remoting = None
+            ready.set()
+            done.set()
+
+    async def shutdown(self) -> None:
+        """Stop background work and close connections (producers/consumers unregister first).
+        Raises what made the background work fail, if anything did."""
+        stop, done = self._host_stop, self._host_done
+        if stop is None or done is None:
+            return
+        stop.set()
+        with trio.CancelScope(shield=True):  # as in start(): the next start() needs it gone
+            await done.wait()
+        self._host_stop = self._host_done = None
         log.info("client instance %s stopped", self.client_id)
+        crash, self._crash = self._crash, None
+        if crash is not None:
+            raise crash
 
     async def __aenter__(self) -> Self:
         await self.start()
