@@ -21,8 +21,9 @@ once to a broker whenever it connects to it (a restarted broker knows no client;
 :meth:`ClientInstance.broker_connected`), and routes NOTIFY_CONSUMER_IDS_CHANGED from a broker to
 the consumer of that group.
 
-``start()``/``shutdown()`` must be called from the same task and nest with other cancel
-scopes (the instance opens its nursery in ``start``); ``async with`` does that for you.
+The background work runs in a trio system task of the instance's own: ``start()`` and
+``shutdown()`` may be called from any tasks of the run, and an instance never shut down stops
+when the run ends (``async with`` shuts it down for you).
 """
 
 from __future__ import annotations
