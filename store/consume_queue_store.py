@@ -97,6 +97,11 @@ class ConsumeQueueStore:
             try:
                 found = cq.load_sync()
             except OSError as exc:
+                if exc.errno == errno.ENOMEM:  # the process's memory maps (store.mapped_file.MapBudget)
+                    raise StoreOpenError(
+                        f"cannot load consume queue {topic}/{qid}: this store has {len(on_disk)} consume "
+                        f"queues and {exc.strerror}"
+                    ) from exc
                 if exc.errno not in (errno.EMFILE, errno.ENFILE):
                     raise
                 soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]

@@ -111,7 +111,7 @@ class IndexFile:
                 raise IndexCorruptError(
                     f"size {size} != {self.file_size} expected for {slot_num} slots / {index_num} entries"
                 )
-            self.map = map_file(self.fd, self.file_size)
+            self.map = map_file(self.fd, self.file_size, path)
         except BaseException:
             os.close(self.fd)
             if create:

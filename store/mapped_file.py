@@ -27,6 +27,7 @@ import logging
 import mmap
 import os
 import sys
+import threading
 from collections.abc import Callable
 
 from store.errors import StoreOpenError
@@ -69,7 +70,77 @@ _MMAP_SIZE_AT = _MMAP_DATA_AT + _PTR
 _MMAP_FD_AT = _MMAP_SIZE_AT + 2 * _SSIZE + 8 + _SSIZE
 
 
-def map_file(fd: int, size: int) -> mmap.mmap:
+#: memory maps left to the rest of the process -- the allocator's arenas, thread stacks,
+#: libraries; a dev cluster's process has ~400 -- when store files are mapped: once the process
+#: has ``vm.max_map_count`` maps, no allocation of it succeeds (a dev cluster at the limit died of
+#: MemoryError raised in whichever task allocated next), so a store file is refused this many
+#: maps short of it
+MAP_RESERVE = 4096
+MAX_MAP_COUNT_PATH = "/proc/sys/vm/max_map_count"
+_SELF_MAPS = "/proc/self/maps"
+
+
+class MapBudget:
+    """Keeps the process's memory maps :data:`MAP_RESERVE` short of ``vm.max_map_count``.
+
+    A check reads the sysctl (so a changed limit counts at once) and counts the maps made since
+    the last exact count (``/proc/self/maps``, one line a map); it recounts only once that
+    estimate comes within twice the reserve of the limit -- and then on every check, so maps
+    closed meanwhile count at once."""
+
+    def __init__(self, limit_path: str = MAX_MAP_COUNT_PATH) -> None:
+        self.limit_path = limit_path
+        self._lock = threading.Lock()
+        self._counted = 0  # maps of the process at the last exact count
+        self._made = 0  # maps made by map_file since
+        self._limit: int | None = None
+
+    def _read_limit(self) -> int | None:
+        try:
+            with open(self.limit_path, "rb") as f:
+                return int(f.read())
+        except (OSError, ValueError):  # not Linux, or no procfs: nothing to keep to
+            return None
+
+    def check(self, path: str) -> None:
+        """Raise ``OSError(ENOMEM)`` naming the limit and the ways out when mapping one more file
+        would leave the process fewer than :data:`MAP_RESERVE` maps."""
+        with self._lock:
+            self._limit = self._read_limit()  # every time (~10 us): a changed sysctl counts at once
+            if self._limit is None or self._counted + self._made + 2 * MAP_RESERVE < self._limit:
+                return
+            self._counted, self._made = count_maps(), 0
+            if self._counted + MAP_RESERVE < self._limit:
+                return
+            raise OSError(
+                errno.ENOMEM,
+                f"cannot map {path}: the process has {self._counted} memory maps and vm.max_map_count is "
+                f"{self._limit} (every store file is one: a consume-queue file per queue, per replica; "
+                f"{MAP_RESERVE} are kept for the rest of the process). Raise it (sysctl -w "
+                "vm.max_map_count=655360, as upstream's bin/os.sh does), or delete unused topics "
+                "(rmq-admin deleteTopic; with a dev cluster's data directory, deleting the whole directory "
+                "starts it afresh)",
+            )
+
+    def made(self) -> None:
+        with self._lock:
+            self._made += 1
+
+
+def count_maps() -> int:
+    """The process's memory maps now (lines of ``/proc/self/maps``); blocking, ~1 ms per 3,000."""
+    n = 0
+    with open(_SELF_MAPS, "rb") as f:
+        while chunk := f.read(1 << 16):
+            n += chunk.count(b"\n")
+    return n
+
+
+#: the process's budget, shared by every store of it
+MAP_BUDGET = MapBudget()
+
+
+def map_file(fd: int, size: int, path: str = "") -> mmap.mmap:
     """``mmap.mmap(fd, size)`` -- shared, read-write -- that keeps no descriptor of the file.
 
     CPython's map keeps a duplicate of ``fd`` until it is closed (for ``size()`` and
@@ -80,15 +151,21 @@ def map_file(fd: int, size: int) -> mmap.mmap:
     ``trackfd=False`` for this; on 3.11 / 3.12 the duplicate is closed and the map's member set to
     -1, as ``trackfd=False`` leaves it -- only where the object's ``data`` and ``size`` members
     are where this module expects them and the member names a descriptor of the same file (else
-    the map keeps its descriptor, as before). The caller closes ``fd`` as usual."""
+    the map keeps its descriptor, as before). The caller closes ``fd`` as usual.
+
+    Refused (``OSError(ENOMEM)``, see :class:`MapBudget`) when the process is near
+    ``vm.max_map_count``; ``path`` names the file in that error."""
+    MAP_BUDGET.check(path or f"descriptor {fd}")
     if _HAS_TRACKFD:
-        return mmap.mmap(fd, size, trackfd=False)  # type: ignore[call-arg,unused-ignore]
-    mm = mmap.mmap(fd, size)
-    try:
-        _drop_duplicate_fd(mm, fd, size)
-    except BaseException:
-        mm.close()
-        raise
+        mm = mmap.mmap(fd, size, trackfd=False)  # type: ignore[call-arg,unused-ignore]
+    else:
+        mm = mmap.mmap(fd, size)
+        try:
+            _drop_duplicate_fd(mm, fd, size)
+        except BaseException:
+            mm.close()
+            raise
+    MAP_BUDGET.made()
     return mm
 
 
@@ -311,7 +388,7 @@ class MappedFile:
                     if exc.errno == errno.ENOSPC:
                         raise
                     log.debug("posix_fallocate unsupported for %s: %s", path, exc)
-            mm = map_file(fd, file_size)
+            mm = map_file(fd, file_size, path)
         except OSError:
             if made:
                 # a full disk, say: no empty file is left behind (nor the blocks a failed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from pathlib import Path
@@ -10,10 +11,13 @@ import pytest
 
 from store.index_file import IndexFile
 from store.mapped_file import (
+    MAP_BUDGET,
+    MAP_RESERVE,
     MappedFile,
     MappedFileQueue,
     StoreLayoutError,
     clear_nonzero_tail_sync,
+    count_maps,
     file_name_of,
     offset_of_name,
     zero_file_range_sync,
@@ -172,3 +176,44 @@ def test_mapped_files_hold_no_descriptor(tmp_path: Path) -> None:
     q.close_all()
     index.close()
     assert _open_descriptors() == before
+
+
+def test_a_store_file_is_refused_short_of_max_map_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``vm.max_map_count`` maps no allocation of the process succeeds (a dev cluster with
+    ~37,000 store files died of MemoryError); a store file is refused MAP_RESERVE maps short of
+    it, with the limit and the ways out, and a raised limit counts at once. (The sysctl is the
+    machine's, so the budget reads a file of the test's.)"""
+    limit_file = tmp_path / "max_map_count"
+    monkeypatch.setattr(MAP_BUDGET, "limit_path", str(limit_file))
+    limit = count_maps() + MAP_RESERVE + 3
+    limit_file.write_text(f"{limit}\n")
+    q = MappedFileQueue(str(tmp_path / "log"), SIZE, prefault=True)
+
+    def fill() -> None:
+        for _ in range(1000):
+            q.install(q.create_file_sync(q.next_offset()))
+
+    with pytest.raises(OSError, match="max_map_count") as refused:
+        fill()
+    assert refused.value.errno == errno.ENOMEM
+    made = len(q.files)
+    assert 0 < made <= 3
+    refused_path = str(tmp_path / "log" / file_name_of(made * SIZE))
+    text = str(refused.value)
+    assert f"cannot map {refused_path}" in text
+    assert f"vm.max_map_count is {limit}" in text
+    assert "sysctl -w vm.max_map_count=" in text
+    assert not os.path.exists(refused_path)  # no empty file left for recovery to find
+    limit_file.write_text(f"{limit + 100}\n")  # raised: the next file maps, no restart
+    q.install(q.create_file_sync(q.next_offset()))
+    assert len(q.files) == made + 1
+    q.close_all()
+
+
+def test_without_the_sysctl_nothing_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(MAP_BUDGET, "limit_path", str(tmp_path / "absent"))
+    q = _queue(tmp_path / "log", 3)
+    assert len(q.files) == 3
+    q.close_all()
