@@ -455,6 +455,9 @@ class DefaultMessageStore(PutPaths):
                         await self.create_cq_file(need.cq, need.queue_offset)
                     except OSError as exc:
                         self._dispatch_blocked = True
+                        # the dispatch loop retries -- also when this call was not the loop's (it
+                        # may be waiting for the next append, which may never come)
+                        self._dispatch_wakeup.set()
                         self._dispatch_repeats.log(
                             "cq",
                             logging.ERROR,

@@ -21,6 +21,7 @@ from remoting.protocol.message import (
     tags_hash_code,
 )
 from store.config import BrokerRole, FlushDiskType
+from store.mapped_file import MAP_BUDGET, MAP_RESERVE, count_maps
 from store.message_store import DefaultMessageStore
 from store.results import BoundaryType, GetMessageStatus, PutMessageResult, PutMessageStatus, TagsCodeFilter
 from tests.integration.storekit import STORE_HOST, Clock, encode, put, read_queue, running_store, small_config
@@ -339,6 +340,36 @@ async def test_controller_mode_makes_a_queues_first_file_at_put_and_survives_fai
             while store.get_max_offset_in_queue("TopicB", 0) < 1:
                 await trio.sleep(0.001)
         assert [decode_message(b).body for b in read_queue(store, "TopicB", 0)] == [b"second"]
+
+
+async def test_new_queues_past_the_map_budget_are_stored_and_dispatched_once_the_limit_is_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Near ``vm.max_map_count`` a new queue's file is refused: the sends still succeed (the
+    messages are in the commit log), dispatch stops with the limit and the ways out in the log,
+    and goes on once the limit is raised -- the process stays up (it died of MemoryError). No
+    append follows the refusals: dispatch retries on its own (a refusal met by a put's own
+    dispatch call left the dispatch task waiting for the next append)."""
+    limit_file = tmp_path / "max_map_count"
+    monkeypatch.setattr(MAP_BUDGET, "limit_path", str(limit_file))
+    async with running_store(small_config(tmp_path / "store"), background=True) as store:
+        r = await put(store, "Topic0", 0, b"m0")  # its queue's file exists before the limit
+        limit_file.write_text(f"{count_maps() + MAP_RESERVE}\n")
+        results = [await put(store, f"Topic{i}", 0, f"m{i}".encode()) for i in range(1, 6)]
+        assert all(x.status == PutMessageStatus.PUT_OK for x in results)
+        with trio.fail_after(5):
+            while "vm.max_map_count" not in caplog.text:
+                await trio.sleep(0.01)
+        assert "dispatch stopped at commit-log offset" in caplog.text
+        assert store.get_max_offset_in_queue("Topic5", 0) == 0
+        assert r.status == PutMessageStatus.PUT_OK
+        limit_file.write_text("655360\n")
+        with trio.fail_after(5):
+            while store.get_max_offset_in_queue("Topic5", 0) < 1:
+                await trio.sleep(0.01)
+        for i in range(1, 6):
+            assert [decode_message(b).body for b in read_queue(store, f"Topic{i}", 0)] == [f"m{i}".encode()]
+        assert [decode_message(b).body for b in read_queue(store, "Topic0", 0)] == [b"m0"]
 
 
 async def test_new_queue_needs_a_file_and_still_reads_its_first_message(tmp_path: Path) -> None:
