@@ -54,6 +54,9 @@ CQ_UNIT_SIZE = 20
 FILLER_SIZE = 2**31 - 1
 CQ_UNIT = struct.Struct(">qiq")
 FILLER_UNIT = CQ_UNIT.pack(0, FILLER_SIZE, 0)
+#: bytes at the start of a queue's last file read in (GIL released) before its load scans them:
+#: all the units of a queue with up to 3,276 in that file
+LOAD_READ_IN = 64 * 1024
 #: the first reservation of a file beyond the unit that needed it, and the smallest step
 RESERVE_MIN = 16 * 1024
 #: the largest reservation step (52,428 units)
@@ -142,7 +145,10 @@ class ConsumeQueue:
         problems = self.mfq.load_sync()
         files = self.mfq.files
         if files:
+            # what this scan and the recovery's min-offset check read first, without the GIL
+            files[0].read_in_sync(0, PAGE_SIZE)
             last = files[-1]
+            last.read_in_sync(0, LOAD_READ_IN)
             valid = 0
             for off, size, _tags in CQ_UNIT.iter_unpack(last.view):
                 if off < 0 or size <= 0:
@@ -430,6 +436,10 @@ class ConsumeQueue:
         """Move ``min_logic_offset`` to the first unit whose message is still in the commit log
         (upstream ``correctMinOffset``)."""
         lo, hi = self.min_offset, self.max_offset
+        if lo < hi:
+            first = self.unit(lo)
+            if first is not None and first[1] != FILLER_SIZE and first[0] >= min_phys:
+                return  # nothing of it expired: the search would end where it starts
         while lo < hi:
             mid = (lo + hi) // 2
             unit = self.unit(mid)

@@ -113,6 +113,9 @@ class DefaultMessageStore(PutPaths):
         self.epoch_file = EpochFile(config.epoch_file_path)
         self.cl_flusher = CommitLogFlusher(self.commit_log, self.epoch_file)
         self.maintenance_lock = trio.Lock()
+        #: the commit log's min offset at the last retention visit of the queues (-1: none yet;
+        #: see :func:`store.truncation.delete_expired_logics`)
+        self.expired_logics_below = -1
         self.logics_flusher = LogicsFlusher(
             self.queues,
             self.index,

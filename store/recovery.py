@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("store.recovery")
 
 _SIZE_MAGIC = struct.Struct(">ii")
+#: longest stretch the recovery spends on the queues without yielding to the event loop
+RECOVERY_SLICE_S = 0.02
 
 
 class RecoveryReport(msgspec.Struct, kw_only=True):
@@ -257,9 +259,15 @@ async def recover(store: DefaultMessageStore, abnormal: bool) -> RecoveryReport:
 
     # --- dispatch state, topic queue table, confirm offset, epochs ---
     dispatcher.reput_offset = min(st.reput, end)
-    for cq in store.queues:
+    since = time.perf_counter()
+    for cq in list(store.queues):
         cq.correct_min_offset(cl.min_offset)
         cq.next_offset = max(cq.max_offset, st.tail_qo.get((cq.topic, cq.queue_id), 0))
+        if time.perf_counter() - since > RECOVERY_SLICE_S:
+            # the process's other brokers, name server and controller run meanwhile (36,000
+            # queues whose pages are not in memory take seconds)
+            await trio.lowlevel.checkpoint()
+            since = time.perf_counter()
     for (topic, qid), nxt in st.tail_qo.items():
         cq = store.queues.get_or_create(topic, qid)
         cq.next_offset = max(cq.next_offset, nxt)

@@ -6,8 +6,11 @@ import os
 import time
 from pathlib import Path
 
+import trio
+
 from remoting.protocol.message import decode_message
 from store.results import GetMessageStatus, PutMessageStatus
+from store.truncation import EXPIRE_PASS_CHUNK
 from tests.integration.storekit import Clock, put, read_queue, running_store, small_config
 
 HOUR = 3_600_000
@@ -140,3 +143,45 @@ async def test_epoch_file_prefix_follows_retention(tmp_path: Path) -> None:
         assert first is not None
         assert first.epoch == 1
         assert first.start_offset == store.min_phy_offset
+
+
+async def test_queues_are_visited_when_the_commit_log_min_offset_went_up_and_the_visit_yields(
+    tmp_path: Path,
+) -> None:
+    """As upstream's CleanConsumeQueueService: the queues are visited once after the start and
+    then only when the commit log's min offset went up (a visit of 36,000 queues every
+    cleanResourceInterval took a quarter of an idle process's CPU, and the first one blocked its
+    event loop for seconds); a visit lets other tasks run between chunks of queues."""
+    cfg = small_config(tmp_path, fileReservedTime=0, deleteWhen=";".join(f"{h:02d}" for h in range(24)))
+    async with running_store(cfg, disk_space=Disk()) as store:
+        for i in range(3 * EXPIRE_PASS_CHUNK):
+            await put(store, f"Topic{i}", 0, b"x" * 100)
+        assert len(store.commit_log.mfq.files) >= 3
+        ticks = 0
+        visiting = True
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while visiting:
+                ticks += 1
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            await trio.lowlevel.checkpoint()
+            before = ticks
+            await store.delete_expired_logics()  # the first visit
+            visiting = False
+        assert ticks - before >= 3  # it yielded between its chunks
+        assert store.expired_logics_below == store.commit_log.min_offset
+        # nothing changed: no visit (it would wait for the maintenance lock)
+        async with store.maintenance_lock:
+            with trio.fail_after(2):
+                await store.delete_expired_logics()
+        # the oldest commit-log file goes: the next round visits the queues
+        assert await store.run_clean_once()
+        assert store.expired_logics_below == store.commit_log.min_offset > 0
+        assert store.get_min_offset_in_queue("Topic0", 0) == 1  # its message is gone
+        last = f"Topic{3 * EXPIRE_PASS_CHUNK - 1}"
+        assert store.get_min_offset_in_queue(last, 0) == 0  # in the file that stays
+        assert len(read_queue(store, last, 0)) == 1
