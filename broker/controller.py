@@ -87,12 +87,18 @@ class BrokerController:
         liveness_ms: Callable[[], float] | None = None,
         transport_configs: Sequence[msgspec.Struct] = (),
         store_ip: str | None = None,
+        join_after: trio.Event | None = None,
     ) -> None:
         self.broker_config = broker_config
         self.store_config = store_config
         #: the process's NettyServerConfig and NettyClientConfig (container.netty_config): shown
         #: and updated by GET/UPDATE_BROKER_CONFIG with the broker's own, as upstream's broker does
         self.transport_configs = tuple(transport_configs)
+        #: controller mode: the replica group is joined (registered with the controller) once this
+        #: is set -- a container sets it when all its brokers have started, so that a process
+        #: restarted on large stores does not have a replica that loaded first elected in place of
+        #: its recorded master still loading (a needless master change and epoch)
+        self.join_after = join_after
         self.client = client  # remoting.client.RemotingClient shared by the process
         self.now_ms = now_ms
         #: the clock of the clients' heartbeats and the rebalance locks' renewals: a lock or a

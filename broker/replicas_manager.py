@@ -179,6 +179,8 @@ class ReplicasManager:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 task_status.started()
+                if self.broker.join_after is not None:
+                    await self.broker.join_after.wait()
                 while not await self.start_basic_service():
                     # a pass that only waited for the recorded master to report is no failure
                     level = logging.INFO if self._waited_for_master else logging.WARNING

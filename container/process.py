@@ -9,7 +9,9 @@ Lifecycle (:class:`ContainerProcess`):
    components from the config, binds their listeners through :meth:`ProcessContext.listen` and
    returns them as :class:`HostedComponent` values with their banner lines. Nothing is served yet;
    a bind failure is a :class:`StartupError` naming the component and address.
-3. Start every component (``await nursery.start(component.run)``), then start serving.
+3. Start serving, then every component in order (``await nursery.start(component.run)``); a
+   component's listeners accept once it has started (the name server and the controller answer
+   while the brokers load their stores).
 4. Report the banner (``task_status.started(lines)``; each line is also logged).
 5. On :meth:`ContainerProcess.stop`: tell the components that asked (``HostedComponent.on_stop``;
    a controller peer stops electing, so the process's own brokers going away are not taken for
@@ -80,6 +82,8 @@ class HostedComponent:
     #: upstream's start line for this kind of server ("The Name Server boot success. ..."), logged
     #: once the process serves (scripts and test fixtures wait for it)
     boot_line: str | None = None
+    #: its listeners (bound by :meth:`ProcessContext.listen`): they accept once it has started
+    listeners: list[Listener] = field(default_factory=list)
 
 
 @dataclass
@@ -93,11 +97,16 @@ class ProcessContext:
     #: the process's liveness clock (its brokers' clients and locks, its controller's broker
     #: heartbeats): one for all of them, read by one task of the process (see :meth:`_serve`)
     awake: AwakeClock = field(default_factory=lambda: AwakeClock(monotonic_ms, _process_paused))
+    #: set once every component has started: the brokers join their replica groups then (see
+    #: ``BrokerController.join_after``)
+    components_started: trio.Event = field(default_factory=trio.Event)
 
     async def listen(self, port: int, table: ProcessorTable, *, name: str) -> Listener:
-        """Bind ``bind_host:port`` (0 = ephemeral) for ``name``; raises :class:`StartupError`."""
+        """Bind ``bind_host:port`` (0 = ephemeral) for ``name``; raises :class:`StartupError`. The
+        listener accepts once its component has started (list it in the component's
+        :attr:`HostedComponent.listeners`)."""
         try:
-            return await self.server.add_listener(self.bind_host, port, table, name=name)
+            return await self.server.add_listener(self.bind_host, port, table, name=name, held=True)
         except OSError as e:
             raise StartupError(
                 f"{name}: cannot listen on {self.bind_host}:{port}: {e.strerror or e}{port_taken_hint(e)}"
@@ -126,7 +135,11 @@ async def start_namesrv(ctx: ProcessContext) -> list[HostedComponent]:
     namesrv = NamesrvController(cfg)
     listener = await ctx.listen(cfg.listenPort, namesrv.processor_table, name="namesrv")
     boot = f"The Name Server boot success. serializeType=JSON, address {listener.address}"
-    return [HostedComponent("namesrv", namesrv, [f"namesrv {listener.address}"], boot_line=boot)]
+    return [
+        HostedComponent(
+            "namesrv", namesrv, [f"namesrv {listener.address}"], boot_line=boot, listeners=[listener]
+        )
+    ]
 
 
 async def start_controller(ctx: ProcessContext) -> list[HostedComponent]:
@@ -146,11 +159,15 @@ async def start_controller(ctx: ProcessContext) -> list[HostedComponent]:
     self_id = cfg.controllerDLegerSelfId or ""
     address = cfg.self_address
     peer = ControllerPeer(cfg, ctx.client, clock_ms=ctx.awake)
-    await ctx.listen(_port_of(address), peer.processor_table(), name=f"controller.{self_id}")
+    listener = await ctx.listen(_port_of(address), peer.processor_table(), name=f"controller.{self_id}")
     log.info("controller %s: raft log under %s", self_id, cfg.store_path)
     banner = f"controller {self_id} {address} group {cfg.controllerDLegerGroup} peers {len(cfg.peers)}"
     boot = "The ControllerManager boot success. serializeType=JSON"
-    return [HostedComponent(f"controller.{self_id}", peer, [banner], on_stop=peer.close, boot_line=boot)]
+    return [
+        HostedComponent(
+            f"controller.{self_id}", peer, [banner], on_stop=peer.close, boot_line=boot, listeners=[listener]
+        )
+    ]
 
 
 def _port_of(address: str) -> int:
@@ -187,6 +204,7 @@ async def start_brokers(ctx: ProcessContext) -> list[HostedComponent]:
                 liveness_ms=ctx.awake,
                 transport_configs=(ctx.config.nettyServer, ctx.config.nettyClient),
                 store_ip=store_ip,
+                join_after=ctx.components_started,
             )
         except ValueError as exc:  # a value the config checks let through: one line, not a traceback
             raise StartupError(f"broker {spec.broker.broker_display_name} ({spec.source}): {exc}") from exc
@@ -198,7 +216,11 @@ async def start_brokers(ctx: ProcessContext) -> list[HostedComponent]:
             f"broker {broker.name} {broker.addr} ({role}) ha {broker.ha_addr} "
             f"store {spec.store.storePathRootDir}"
         )
-        hosted.append(HostedComponent(broker.name, broker, [banner], before_stop=broker.prepare_stop))
+        hosted.append(
+            HostedComponent(
+                broker.name, broker, [banner], before_stop=broker.prepare_stop, listeners=[listener]
+            )
+        )
     return hosted
 
 
@@ -303,20 +325,30 @@ class ContainerProcess:
             raise
         async with trio.open_nursery() as components:
             components.start_soon(ctx.awake.run)
-            for hosted in self.components:
-                log.debug("starting %s", hosted.name)
-                try:
-                    await components.start(hosted.component.run)
-                except* (StoreOpenError, OSError) as group:
-                    # a store refused as configured (file sizes that do not match the store on
-                    # disk, a data directory another process uses), or a data directory that cannot
-                    # be made or written (read-only file system, no permission) -- possibly raised
-                    # inside the component's own nurseries: one line, not a traceback
-                    refusal = _leaves(group)[0]
-                    await _release_listeners(server)
-                    raise StartupError(f"{hosted.name}: {_describe_refusal(refusal)}") from refusal
             async with trio.open_nursery() as transport:
+                # The transport runs from the start, and each component's listeners accept once it
+                # has started: the name server and the controller answer while the brokers still
+                # load their stores (with 36,000 queues a broker took a minute, and the process's
+                # controller answered no broker of it -- nor of other processes -- meanwhile).
                 await transport.start(server.run)
+                for hosted in self.components:
+                    log.debug("starting %s", hosted.name)
+                    try:
+                        await components.start(hosted.component.run)
+                    except* (StoreOpenError, OSError) as group:
+                        # a store refused as configured (file sizes that do not match the store on
+                        # disk, a data directory another process uses), or a data directory that
+                        # cannot be made or written (read-only file system, no permission) --
+                        # possibly raised inside the component's own nurseries: one line, not a
+                        # traceback
+                        refusal = _leaves(group)[0]
+                        await _release_listeners(server)
+                        raise StartupError(f"{hosted.name}: {_describe_refusal(refusal)}") from refusal
+                    for listener in hosted.listeners:
+                        await server.serve(listener)
+                for listener in list(server.listeners):  # any a component did not list
+                    await server.serve(listener)
+                ctx.components_started.set()
                 lines = self.banner()
                 for line in lines:
                     log.info("%s", line)

@@ -63,6 +63,9 @@ class Listener:
         self._sockets = sockets
         self._scope: trio.CancelScope | None = None
         self.closed = False
+        #: bound but not accepting (connections wait in the kernel's backlog) until
+        #: :meth:`RemotingServer.serve` -- its component is still starting
+        self.held = False
         #: the bound port (the ephemeral one when 0 was asked for)
         self.port: int = sockets[0].socket.getsockname()[1]
         self.name = name or self.address
@@ -111,17 +114,29 @@ class RemotingServer:
             self._opaque = itertools.count(1)
         return o
 
-    async def add_listener(self, host: str, port: int, table: ProcessorTable, *, name: str = "") -> Listener:
-        """Bind ``host:port`` (0 = ephemeral) and serve it with ``table`` (now, or once ``run`` starts)."""
+    async def add_listener(
+        self, host: str, port: int, table: ProcessorTable, *, name: str = "", held: bool = False
+    ) -> Listener:
+        """Bind ``host:port`` (0 = ephemeral) and serve it with ``table`` (now, or once ``run``
+        starts; with ``held``, once :meth:`serve` is called for it)."""
         if self._shutting_down:
             raise RuntimeError(f"server {self.name} is shutting down")
         sockets = await open_tcp_listeners(port, host)
         listener = Listener(name, host, table, sockets)
+        listener.held = held
         self.listeners.append(listener)
-        if self._nursery is not None:
+        if self._nursery is not None and not held:
             await self._nursery.start(self._accept_loop, listener)
         self._log.info("listening on %s (%s)", listener.address, listener.name)
         return listener
+
+    async def serve(self, listener: Listener) -> None:
+        """Start accepting on a listener added ``held`` (now, or once ``run`` starts)."""
+        if not listener.held:
+            return
+        listener.held = False
+        if self._nursery is not None and not listener.closed:
+            await self._nursery.start(self._accept_loop, listener)
 
     async def remove_listener(self, listener: Listener) -> None:
         """Stop accepting on ``listener`` and close its connections."""
@@ -173,7 +188,8 @@ class RemotingServer:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
                     for listener in self.listeners:
-                        await nursery.start(self._accept_loop, listener)
+                        if not listener.held:
+                            await nursery.start(self._accept_loop, listener)
                     if self.idle_timeout > 0:
                         nursery.start_soon(self._close_idle_connections)
                     task_status.started()

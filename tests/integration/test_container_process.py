@@ -24,6 +24,8 @@ from container.process import (
     StartupError,
     run_process,
     start_brokers,
+    start_controller,
+    start_namesrv,
 )
 from namesrv.config import NamesrvConfig
 from remoting.client import RemotingClient
@@ -444,6 +446,99 @@ async def test_a_broker_value_the_config_checks_let_through_is_a_one_line_startu
     assert (
         str(err.value) == f"broker DefaultCluster_broker-v_0 ({conf}:1): file size must be positive, got -1"
     )
+
+
+class SlowStarter:
+    """A component whose start takes until ``go`` is set (a broker loading a large store)."""
+
+    def __init__(self) -> None:
+        self.go = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await self.go.wait()
+        task_status.started()
+        await trio.sleep_forever()
+
+
+async def test_the_name_server_answers_while_a_later_component_still_starts(tmp_path: Path) -> None:
+    """The transport runs from the start and a component's listener accepts once it has started:
+    the name server (and the controller) answered nothing while a broker loaded its store -- a
+    minute for 36,000 queues."""
+    cfg = _config()
+    cfg.namesrv = NamesrvConfig(listenPort=0, kvConfigPath=str(tmp_path / "kv.json"))
+    slow = SlowStarter()
+    slow_ports: list[int] = []
+
+    async def slow_factory(ctx: ProcessContext) -> list[HostedComponent]:
+        listener = await ctx.listen(0, ProcessorTable(), name="slow")
+        slow_ports.append(listener.port)
+        return [HostedComponent("slow", slow, ["slow"], listeners=[listener])]
+
+    process = ContainerProcess(cfg, [start_namesrv, slow_factory])
+    async with trio.open_nursery() as nursery, RemotingClient() as client:
+        nursery.start_soon(process.run)
+        with trio.fail_after(5):
+            while not slow_ports:
+                await trio.sleep(0.01)
+        namesrv = next(lst for lst in process.server.listeners if lst.name == "namesrv")
+        response = await client.invoke(
+            f"127.0.0.1:{namesrv.port}", request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), timeout=2.0
+        )
+        assert response.code == ResponseCode.SUCCESS
+        # the starting component's port takes connections (the backlog) but serves nothing yet
+        slow_addr = f"127.0.0.1:{slow_ports[0]}"
+        with trio.move_on_after(0.5) as waited:
+            await client.invoke(slow_addr, request(RequestCode.GET_BROKER_CONFIG), timeout=5.0)
+        assert waited.cancelled_caught
+        slow.go.set()
+        response = await client.invoke(slow_addr, request(RequestCode.GET_BROKER_CONFIG), timeout=2.0)
+        assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED  # served: its (empty) table answers
+        process.stop()
+
+
+async def test_brokers_join_their_replica_groups_once_every_component_has_started(tmp_path: Path) -> None:
+    """A replica that loaded its store first waits for the process's other components before it
+    registers with the controller: otherwise it was elected in place of its recorded master still
+    loading (a master change and epoch for a mere restart of a process with large stores)."""
+    from broker.replicas_manager import State
+    from tests.cluster.harness import free_ports
+
+    ns_port, ctl_port, broker_port = free_ports(3, pairs=True)
+    conf = tmp_path / "process.toml"
+    conf.write_text(
+        "[nettyServer]\nbindAddress = '127.0.0.1'\n"
+        f"[namesrv]\nlistenPort = {ns_port}\nkvConfigPath = '${{rmq.data.dir}}/namesrv/kv.json'\n"
+        f"[controller]\ncontrollerDLegerGroup = 'join'\ncontrollerDLegerPeers = 'n0-127.0.0.1:{ctl_port}'\ncontrollerDLegerSelfId = 'n0'\n"
+        "controllerStorePath = '${rmq.data.dir}/controller'\nrmqRaftElectionTimeoutMillis = 300\n"
+        f"[[broker]]\nbrokerName = 'broker-j'\nlistenPort = {broker_port}\nbrokerIP1 = '127.0.0.1'\n"
+        f"namesrvAddr = '127.0.0.1:{ns_port}'\nstorePathRootDir = '${{rmq.data.dir}}/broker-j'\n"
+        f"enableControllerMode = true\ncontrollerAddr = '127.0.0.1:{ctl_port}'\n"
+    )
+    cfg = load_process_config(conf, data_dir=str(tmp_path / "data"))
+    slow = SlowStarter()
+
+    async def slow_factory(ctx: ProcessContext) -> list[HostedComponent]:
+        return [HostedComponent("slow", slow, ["slow"])]
+
+    process = ContainerProcess(cfg, [start_namesrv, start_controller, start_brokers, slow_factory])
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(process.run)
+        with trio.fail_after(10):
+            while len(process.components) < 4:
+                await trio.sleep(0.01)
+        broker = process.components[2].component
+        assert broker.replicas_manager is not None
+        with trio.fail_after(10):
+            while broker.listener is None or broker.listener.held:  # started and serving
+                await trio.sleep(0.01)
+        await trio.sleep(1.0)  # the controller led long ago (300 ms) and answers
+        assert broker.replicas_manager.state == State.INITIAL  # it has not asked to join
+        slow.go.set()
+        with trio.fail_after(10):
+            while broker.replicas_manager.state != State.RUNNING:
+                await trio.sleep(0.01)
+        assert broker.replicas_manager.view.is_master
+        process.stop()
 
 
 async def test_run_process_stops_on_sigterm_with_exit_code_0(tmp_path: Path) -> None:
