@@ -128,7 +128,8 @@ class MapBudget:
 
 
 def count_maps() -> int:
-    """The process's memory maps now (lines of ``/proc/self/maps``); blocking, ~1 ms per 3,000."""
+    """The process's memory maps now (lines of ``/proc/self/maps``); blocking (it reads a line
+    for every map: as many as the store files, near the limit)."""
     n = 0
     with open(_SELF_MAPS, "rb") as f:
         while chunk := f.read(1 << 16):
@@ -510,22 +511,24 @@ class MappedFile:
         """Bring the pages of [start, end) into memory and map them (``MADV_POPULATE_READ``),
         GIL released, before Python code reads them: a read of a page that is not in the page
         cache waits for the disk with the GIL held, stopping every thread of the process --
-        the event loop too (a cold start of 36,000 consume queues blocked it for 15 s).
-        Blocking; best effort (a kernel without the advice reads at the first touch)."""
-        start -= start % PAGE_SIZE
-        end = min(end, self.file_size)
-        if _libc is None or end <= start or self.mm.closed:
-            return
-        guard = self.view[start:end]
-        try:
-            _libc.madvise(_address_of(self.mm) + start, end - start, _MADV_POPULATE_READ)
-        finally:
-            guard.release()
+        the event loop too (a cold start of 36,000 consume queues blocked it for 15 s). Unlike
+        :meth:`populate_read_sync`, also below the write position. Blocking; best effort (a
+        kernel without the advice reads at the first touch)."""
+        self._populate(start, end, _MADV_POPULATE_READ, None, skip_written=False)
 
-    def _populate(self, start: int, end: int, advice: int, keep_going: Callable[[], bool] | None) -> int:
+    def _populate(
+        self,
+        start: int,
+        end: int,
+        advice: int,
+        keep_going: Callable[[], bool] | None,
+        *,
+        skip_written: bool = True,
+    ) -> int:
         """``madvise(advice)`` over [start, end) -- in :data:`POPULATE_CHUNK` steps when
         ``keep_going`` is given, else in one call -- skipping pages below the write position
-        (read without a lock: it only ever moves the start forward). Returns how far it got."""
+        (read without a lock: it only ever moves the start forward) unless not ``skip_written``.
+        Returns how far it got."""
         start -= start % PAGE_SIZE
         end = min(end, self.file_size)
         if _libc is None or end <= start or self.mm.closed:
@@ -540,7 +543,7 @@ class MappedFile:
         try:
             base = _address_of(self.mm)
             while pos < end:
-                wrote = self.wrote_position
+                wrote = self.wrote_position if skip_written else 0
                 if wrote > pos:
                     pos = min(end, wrote - wrote % PAGE_SIZE)
                     if pos >= end:
