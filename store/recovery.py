@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import trio
 
+from remoting.clock import TimeSlice
 from remoting.protocol.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, MessageFormatError, dispatch_info
 from store.dispatch import DispatchNeedsFile, gets_queue_unit
 from store.flush import fsync_paths_sync
@@ -259,15 +260,13 @@ async def recover(store: DefaultMessageStore, abnormal: bool) -> RecoveryReport:
 
     # --- dispatch state, topic queue table, confirm offset, epochs ---
     dispatcher.reput_offset = min(st.reput, end)
-    since = time.perf_counter()
+    # the process's other brokers, name server and controller run meanwhile (36,000 queues
+    # whose pages are not in memory take seconds)
+    share = TimeSlice(RECOVERY_SLICE_S)
     for cq in list(store.queues):
         cq.correct_min_offset(cl.min_offset)
         cq.next_offset = max(cq.max_offset, st.tail_qo.get((cq.topic, cq.queue_id), 0))
-        if time.perf_counter() - since > RECOVERY_SLICE_S:
-            # the process's other brokers, name server and controller run meanwhile (36,000
-            # queues whose pages are not in memory take seconds)
-            await trio.lowlevel.checkpoint()
-            since = time.perf_counter()
+        await share.tick()
     for (topic, qid), nxt in st.tail_qo.items():
         cq = store.queues.get_or_create(topic, qid)
         cq.next_offset = max(cq.next_offset, nxt)

@@ -17,12 +17,12 @@ is the state the caller started from.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
 
+from remoting.clock import TimeSlice
 from store.flush import fsync_paths_sync
 from store.mapped_file import MappedFile, delete_paths_sync, zero_file_range_sync
 
@@ -162,15 +162,12 @@ async def delete_expired_logics(store: DefaultMessageStore) -> None:
     if min_phys > store.expired_logics_below:
         async with store.maintenance_lock:
             min_phys = cl.min_offset
-            queues = list(store.queues)
-            since = time.perf_counter()
-            for i, cq in enumerate(queues, 1):
+            share = TimeSlice(EXPIRE_PASS_SLICE_S, EXPIRE_PASS_CHUNK)
+            for cq in list(store.queues):
                 gone = cq.detach_expired(min_phys)
                 paths.extend(cq.mfq.retire(gone))
                 cq.correct_min_offset(min_phys)
-                if not i % EXPIRE_PASS_CHUNK or time.perf_counter() - since > EXPIRE_PASS_SLICE_S:
-                    await trio.lowlevel.checkpoint()
-                    since = time.perf_counter()
+                await share.tick()
             store.expired_logics_below = min_phys
     for cq in store.queues:
         if cq.mfq.closing:
