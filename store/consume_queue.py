@@ -29,6 +29,11 @@ once costs a TLB miss and a page walk per message (about 0.7 us here with 10,000
 staging buffer costs one cache line. Units staged when the process dies are rebuilt from the
 commit log by recovery, which re-dispatches from the checkpoint's ``logicsFlushedOffset`` (taken
 only after the flusher materialized them).
+
+Page cache: most of a queue file is a hole, so its map reads only the page a fault needs
+(``random_access``; by default a fault reads the device's readahead window around it, which
+zero-filled whole files); the load reads the pages that hold units before scanning them, and a
+reader behind the writer asks for :data:`READ_AHEAD` bytes of units at once (:meth:`read_units`).
 """
 
 from __future__ import annotations
@@ -54,9 +59,14 @@ CQ_UNIT_SIZE = 20
 FILLER_SIZE = 2**31 - 1
 CQ_UNIT = struct.Struct(">qiq")
 FILLER_UNIT = CQ_UNIT.pack(0, FILLER_SIZE, 0)
-#: bytes at the start of a queue's last file read in (GIL released) before its load scans them:
-#: all the units of a queue with up to 3,276 in that file
-LOAD_READ_IN = 64 * 1024
+#: bytes of a queue's last file its load reads in (GIL released) before scanning them, at first
+#: (the units of a queue with up to 204 in that file); each further step twice the last, up to
+#: :data:`LOAD_READ_IN_MAX`: only about as much as holds units is read (a page of zeros past them)
+LOAD_READ_IN = PAGE_SIZE
+LOAD_READ_IN_MAX = 1024 * 1024
+#: bytes of written units read ahead of a reader of the queue (:meth:`ConsumeQueue.read_units`):
+#: the maps read no more than a fault's page (see ``store.mapped_file._no_read_around``)
+READ_AHEAD = 256 * 1024
 #: the first reservation of a file beyond the unit that needed it, and the smallest step
 RESERVE_MIN = 16 * 1024
 #: the largest reservation step (52,428 units)
@@ -104,7 +114,11 @@ class ConsumeQueue:
         self.file_size = cq_file_size(file_size)
         # a lost directory entry of a new queue file is repaired by the manifest's rebuild
         self.mfq = MappedFileQueue(
-            self.dir, self.file_size, sync_dir=False, size_key="mappedFileSizeConsumeQueue"
+            self.dir,
+            self.file_size,
+            sync_dir=False,
+            size_key="mappedFileSizeConsumeQueue",
+            random_access=True,
         )
         self.max_offset = 0
         self.next_offset = 0
@@ -145,15 +159,10 @@ class ConsumeQueue:
         problems = self.mfq.load_sync()
         files = self.mfq.files
         if files:
-            # what this scan and the recovery's min-offset check read first, without the GIL
+            # what the recovery's min-offset check reads first, without the GIL
             files[0].read_in_sync(0, PAGE_SIZE)
             last = files[-1]
-            last.read_in_sync(0, LOAD_READ_IN)
-            valid = 0
-            for off, size, _tags in CQ_UNIT.iter_unpack(last.view):
-                if off < 0 or size <= 0:
-                    break
-                valid += CQ_UNIT_SIZE
+            valid = self._scan_units(last)
             last.set_positions(valid)
             # pages holding units have blocks; beyond them the file may be sparse
             last.reserved = _units_below(min(_page_ceil(valid), last.file_size), last.file_size)
@@ -162,6 +171,27 @@ class ConsumeQueue:
             self.min_logic_offset = self.mfq.min_offset
             self.max_physic_offset = self._last_unit_end()
         return problems
+
+    @staticmethod
+    def _scan_units(mf: MappedFile) -> int:
+        """Bytes of valid units (offset >= 0, size > 0) at the start of ``mf``, each part read in
+        before it is scanned (:data:`LOAD_READ_IN`)."""
+        valid = 0
+        read = 0
+        step = LOAD_READ_IN
+        size = mf.file_size
+        while read < size:
+            end = min(size, read + step)
+            mf.read_in_sync(read, end)
+            read = end
+            # whole units only: one cut by ``end`` is scanned with the next part
+            stop = valid + (read - valid) // CQ_UNIT_SIZE * CQ_UNIT_SIZE
+            for off, size_, _tags in CQ_UNIT.iter_unpack(mf.view[valid:stop]):
+                if off < 0 or size_ <= 0:
+                    return valid
+                valid += CQ_UNIT_SIZE
+            step = min(step * 2, LOAD_READ_IN_MAX)
+        return valid
 
     def _attach(self) -> None:
         last = self.mfq.last
@@ -341,9 +371,14 @@ class ConsumeQueue:
         if mf is None:
             return None
         pos = byte - mf.file_from_offset
-        end = min(mf.wrote_position, pos + max_units * CQ_UNIT_SIZE)
+        wrote = mf.wrote_position
+        end = min(wrote, pos + max_units * CQ_UNIT_SIZE)
         if pos >= end:
             return None
+        if end > mf.read_ahead_end and wrote - end >= PAGE_SIZE:
+            # a reader a page or more behind the writer (whose last page is in memory) may be
+            # reading from the disk: the units from here on are asked for together
+            mf.read_ahead(pos, min(wrote, pos + READ_AHEAD))
         return mf.mm[pos:end]
 
     def iter_units(self, start: int, stop: int) -> Iterator[tuple[int, int, int, int]]:

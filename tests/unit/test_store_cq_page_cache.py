@@ -1,0 +1,154 @@
+"""Consume-queue files and the page cache: a queue reads and writes the pages that hold its units,
+not the sparse rest of its 5.7 MB file (store.mapped_file._no_read_around), and a reader behind
+the writer has the units ahead of it read together (ConsumeQueue.read_units).
+
+Page residency is the kernel's own (``mincore`` of a map of the file); the cases that first drop a
+file's pages from the page cache are skipped where the file system keeps them (tmpfs)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from store.consume_queue import CQ_UNIT_SIZE, LOAD_READ_IN_MAX, READ_AHEAD, ConsumeQueue, cq_file_size
+from store.mapped_file import PAGE_SIZE
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+_PROT_READ, _MAP_SHARED = 1, 1
+
+#: upstream's consume-queue file: 300,000 units
+FULL = cq_file_size(300_000 * CQ_UNIT_SIZE)
+PAGE_UNITS = PAGE_SIZE // CQ_UNIT_SIZE  # 204 whole units a page (the 205th straddles two)
+
+
+def resident(path: str) -> list[int]:
+    """Page numbers of ``path`` in the page cache."""
+    size = os.path.getsize(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = _libc.mmap(None, size, _PROT_READ, _MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+    finally:
+        os.close(fd)
+    try:
+        pages = -(-size // PAGE_SIZE)
+        vec = ctypes.create_string_buffer(pages)
+        assert _libc.mincore(addr, size, vec) == 0, ctypes.get_errno()
+        return [i for i in range(pages) if vec.raw[i] & 1]
+    finally:
+        _libc.munmap(addr, size)
+
+
+def drop_pages(path: str) -> None:
+    """Write the file back and drop its pages from the page cache; skip where they stay."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    if resident(path):
+        pytest.skip("this file system keeps the file's pages in memory (tmpfs?)")
+
+
+def _put(cq: ConsumeQueue, qo: int, phys: int, size: int = 100) -> None:
+    """What the store's dispatch does: a new file, or more room in the current one, when needed."""
+    while not cq.put(phys, size, 7, qo):
+        if cq.needs_room():
+            assert cq.cur is not None
+            cq.cur.reserved = cq.reserve_sync(cq.cur, cq.cur.wrote_position + CQ_UNIT_SIZE)
+        else:
+            cq.install_file(cq.create_file_sync(cq.file_needed(qo), qo), qo)
+
+
+def _filled(tmp_path: Path, units: int, file_size: int = FULL) -> ConsumeQueue:
+    cq = ConsumeQueue("T", 0, str(tmp_path), file_size)
+    for i in range(units):
+        _put(cq, i, 1000 + i * 100)
+    return cq
+
+
+def _file(tmp_path: Path, index: int = 0, file_size: int = FULL) -> str:
+    return str(tmp_path / "T" / "0" / f"{index * file_size:020d}")
+
+
+def test_loading_a_queue_reads_only_the_page_that_holds_its_units(tmp_path: Path) -> None:
+    _filled(tmp_path, 10).close()
+    path = _file(tmp_path)
+    drop_pages(path)
+    cq = ConsumeQueue("T", 0, str(tmp_path), FULL)
+    cq.load_sync()
+    # before: the load read 64 KiB in, and a fault read the device's readahead window around
+    # its page (here the whole sparse file: 1,465 pages)
+    assert resident(path) == [0]
+    assert cq.max_offset == 10
+    assert cq.unit(9) == (1000 + 9 * 100, 100, 7)
+    cq.close()
+
+
+def test_writing_into_a_new_page_reads_nothing_around_it(tmp_path: Path) -> None:
+    cq = _filled(tmp_path, PAGE_UNITS + 100)  # units on pages 0 and 1
+    path = _file(tmp_path)
+    # before: the write into page 1, a hole, read (zero-filled) the readahead window around it
+    assert resident(path) == [0, 1]
+    cq.close()
+
+
+@pytest.mark.parametrize(
+    "units",
+    [0, 1, PAGE_UNITS, PAGE_UNITS + 1, 2 * PAGE_UNITS + 1, 3_277, 60_000, FULL // CQ_UNIT_SIZE],
+)
+def test_reload_finds_every_unit_whichever_page_it_ends_on(tmp_path: Path, units: int) -> None:
+    """The load reads the last file in growing steps (a page, then twice as much each time, up to
+    LOAD_READ_IN_MAX) and scans each step: a unit cut by a step's end is scanned with the next."""
+    _filled(tmp_path, units).close()
+    cq = ConsumeQueue("T", 0, str(tmp_path), FULL)
+    cq.load_sync()
+    assert cq.max_offset == units
+    if units:
+        assert cq.unit(units - 1) == (1000 + (units - 1) * 100, 100, 7)
+        assert cq.max_physic_offset == 1000 + units * 100
+    assert LOAD_READ_IN_MAX < FULL  # the last case scans several steps of the largest size
+    cq.close()
+
+
+def test_a_reader_behind_the_writer_has_the_units_ahead_read_together(tmp_path: Path) -> None:
+    """The maps read no more than a fault's page; ``read_units`` asks for READ_AHEAD bytes of
+    written units at once, never the holes past them."""
+    size = 1024 * CQ_UNIT_SIZE * 20  # 400 KiB files (100 pages): the first full, the second not
+    units = size // CQ_UNIT_SIZE + 3 * PAGE_UNITS
+    _filled(tmp_path, units, size).close()
+    first, second = _file(tmp_path, 0, size), _file(tmp_path, 1, size)
+    drop_pages(first)
+    drop_pages(second)
+    cq = ConsumeQueue("T", 0, str(tmp_path), size)
+    cq.load_sync()
+    assert resident(first) == [0]  # the min-offset check's page; nothing else was read yet
+    start = 10 * PAGE_UNITS + 5
+    chunk = cq.read_units(start, 32)
+    assert chunk is not None
+    assert len(chunk) == 32 * CQ_UNIT_SIZE
+    want = set(range(start * CQ_UNIT_SIZE // PAGE_SIZE, (start * CQ_UNIT_SIZE + READ_AHEAD) // PAGE_SIZE))
+    deadline = time.monotonic() + 10
+    while not want <= set(resident(first)) and time.monotonic() < deadline:
+        time.sleep(0.01)  # asked for, not waited for
+    assert want <= set(resident(first))
+    # the second file: its units were read by the load; the holes past them were not
+    written_pages = -(-3 * PAGE_UNITS * CQ_UNIT_SIZE // PAGE_SIZE)
+    assert max(resident(second)) < written_pages
+    cq.close()
