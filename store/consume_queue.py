@@ -65,7 +65,7 @@ FILLER_UNIT = CQ_UNIT.pack(0, FILLER_SIZE, 0)
 LOAD_READ_IN = PAGE_SIZE
 LOAD_READ_IN_MAX = 1024 * 1024
 #: bytes of written units read ahead of a reader of the queue (:meth:`ConsumeQueue.read_units`):
-#: the maps read no more than a fault's page (see ``store.mapped_file._no_read_around``)
+#: the maps read no more than a fault's page (see ``store.mapped_file.no_read_around``)
 READ_AHEAD = 256 * 1024
 #: the first reservation of a file beyond the unit that needed it, and the smallest step
 RESERVE_MIN = 16 * 1024

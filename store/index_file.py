@@ -15,7 +15,7 @@ import time
 from typing import NamedTuple
 
 from remoting.protocol.message import java_string_hash
-from store.mapped_file import map_file
+from store.mapped_file import map_file, no_read_around, read_in_range
 
 log = logging.getLogger("store.index")
 
@@ -112,6 +112,10 @@ class IndexFile:
                     f"size {size} != {self.file_size} expected for {slot_num} slots / {index_num} entries"
                 )
             self.map = map_file(self.fd, self.file_size, path)
+            # lookups go to one slot and its chain's entries, anywhere in the file: a fault reads
+            # its page, not the device's readahead window around it (8 MiB on the development
+            # VM's disk: a query of a cold file read that much per entry)
+            no_read_around(self.map)
         except BaseException:
             os.close(self.fd)
             if create:
@@ -134,6 +138,12 @@ class IndexFile:
         self.dirty = create
         #: entries numbered below this fit below :attr:`reserved`
         self.entry_limit = self._entry_limit()
+
+    def read_in_slots_sync(self) -> None:
+        """Bring the hash-slot table into memory (blocking, GIL released): the file written next
+        updates slots anywhere in it, and without read-around each first touch of a page would
+        wait for the disk on the store's thread."""
+        read_in_range(self.map, self.slots_pos, self.entries_pos, self.path)
 
     def _entry_limit(self) -> int:
         return min(self.index_num, (self.reserved - self.entries_pos) // INDEX_ENTRY_SIZE)

@@ -295,7 +295,35 @@ def clear_nonzero_tail_sync(mf: MappedFile, start: int) -> int:
     return rewritten
 
 
-def _no_read_around(mm: mmap.mmap) -> None:
+def madvise_range(mm: mmap.mmap, start: int, end: int, advice: int, path: str = "") -> bool:
+    """``madvise(advice)`` over bytes [start, end) of ``mm`` (``start`` a page boundary), GIL
+    released; False when the call failed (logged at DEBUG: advice is best effort), the map is
+    closed or there is no libc. The map cannot be closed while the call runs (it holds an export,
+    so ``close()`` fails and is retried by its owner)."""
+    if _libc is None or end <= start or mm.closed:
+        return False
+    try:
+        guard = memoryview(mm)[start:end]
+    except ValueError:  # closed since the check
+        return False
+    try:
+        if _libc.madvise(_address_of(mm) + start, end - start, advice) != 0:
+            log.debug("madvise(%d) failed (errno %d) for %s", advice, ctypes.get_errno(), path or "a map")
+            return False
+        return True
+    finally:
+        guard.release()
+
+
+def read_in_range(mm: mmap.mmap, start: int, end: int, path: str = "") -> None:
+    """Bring bytes [start, end) of ``mm`` into memory and map them, their reads asked for at once
+    (``MADV_WILLNEED``, then ``MADV_POPULATE_READ``); blocking, GIL released, best effort."""
+    start -= start % PAGE_SIZE
+    if madvise_range(mm, start, end, _MADV_WILLNEED, path):
+        madvise_range(mm, start, end, _MADV_POPULATE_READ, path)
+
+
+def no_read_around(mm: mmap.mmap) -> None:
     """``MADV_RANDOM`` over the whole map: a fault reads the page it needs and nothing around it.
 
     A fault on a page of a file map that is not in the page cache otherwise reads the device's
@@ -419,7 +447,7 @@ class MappedFile:
                     log.debug("posix_fallocate unsupported for %s: %s", path, exc)
             mm = map_file(fd, file_size, path)
             if random_access:
-                _no_read_around(mm)
+                no_read_around(mm)
         except OSError:
             if made:
                 # a full disk, say: no empty file is left behind (nor the blocks a failed
@@ -546,8 +574,7 @@ class MappedFile:
         asked for at once first (``MADV_WILLNEED``), so that a map without read-around
         (``random_access``) does not wait for them page by page. Blocking; best effort (a
         kernel without the advice reads at the first touch)."""
-        self._populate(start, end, _MADV_WILLNEED, None, skip_written=False)
-        self._populate(start, end, _MADV_POPULATE_READ, None, skip_written=False)
+        read_in_range(self.mm, start, min(end, self.file_size), self.path)
 
     def read_ahead(self, start: int, end: int) -> None:
         """Ask the kernel to read [start, end) of the file into the page cache, not waiting for
@@ -577,32 +604,22 @@ class MappedFile:
         end = min(end, self.file_size)
         if _libc is None or end <= start or self.mm.closed:
             return start
-        # an export of the map while the call runs: close() fails (and is retried) meanwhile
-        try:
-            guard = self.view[start:end]
-        except ValueError:  # closed since the check
-            return start
         write = advice == _MADV_POPULATE_WRITE
         pos = start
-        try:
-            base = _address_of(self.mm)
-            while pos < end:
-                wrote = self.wrote_position if skip_written else 0
-                if wrote > pos:
-                    pos = min(end, wrote - wrote % PAGE_SIZE)
-                    if pos >= end:
-                        break
-                if keep_going is not None and not keep_going():
-                    return pos
-                n = end - pos if keep_going is None else min(POPULATE_CHUNK, end - pos)
-                if _libc.madvise(base + pos, n, advice) != 0:
-                    log.debug("madvise(%d) failed (errno %d) for %s", advice, ctypes.get_errno(), self.path)
-                    return pos
-                pos += n
-                if write and pos > self.write_ahead_end:
-                    self.write_ahead_end = pos
-        finally:
-            guard.release()
+        while pos < end:
+            wrote = self.wrote_position if skip_written else 0
+            if wrote > pos:
+                pos = min(end, wrote - wrote % PAGE_SIZE)
+                if pos >= end:
+                    break
+            if keep_going is not None and not keep_going():
+                return pos
+            n = end - pos if keep_going is None else min(POPULATE_CHUNK, end - pos)
+            if not madvise_range(self.mm, pos, pos + n, advice, self.path):
+                return pos
+            pos += n
+            if write and pos > self.write_ahead_end:
+                self.write_ahead_end = pos
         if write and end > self.write_ahead_end:
             self.write_ahead_end = end
         return end

@@ -1,6 +1,8 @@
-"""Consume-queue files and the page cache: a queue reads and writes the pages that hold its units,
-not the sparse rest of its 5.7 MB file (store.mapped_file._no_read_around), and a reader behind
-the writer has the units ahead of it read together (ConsumeQueue.read_units).
+"""Consume-queue and index files and the page cache: a queue reads and writes the pages that hold
+its units, not the sparse rest of its 5.7 MB file (store.mapped_file.no_read_around), and a
+reader behind the writer has the units ahead of it read together (ConsumeQueue.read_units); an
+index query reads the pages of the slot and entries it looks at, and the index file written next
+has its slot table read in at load.
 
 Page residency is the kernel's own (``mincore`` of a map of the file); the cases that first drop a
 file's pages from the page cache are skipped where the file system keeps them (tmpfs)."""
@@ -15,7 +17,10 @@ from pathlib import Path
 import pytest
 
 from store.consume_queue import CQ_UNIT_SIZE, LOAD_READ_IN_MAX, READ_AHEAD, ConsumeQueue, cq_file_size
+from store.index import IndexService
+from store.index_file import IndexFile, index_key_hash
 from store.mapped_file import PAGE_SIZE
+from tests.unit.test_store_index import Clock, req
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -152,3 +157,50 @@ def test_a_reader_behind_the_writer_has_the_units_ahead_read_together(tmp_path: 
     written_pages = -(-3 * PAGE_UNITS * CQ_UNIT_SIZE // PAGE_SIZE)
     assert max(resident(second)) < written_pages
     cq.close()
+
+
+#: the dev profile's index files (42 MB: 500,000 slots, 2,000,000 entries)
+SLOTS, ENTRIES = 500_000, 2_000_000
+
+
+def _indexed(tmp_path: Path, messages: int) -> tuple[IndexService, str]:
+    svc = IndexService(
+        str(tmp_path / "index"), max_hash_slot_num=SLOTS, max_index_num=ENTRIES, now_ms=Clock()
+    )
+    svc.load(True, 0)
+    for i in range(messages):
+        svc.put(req(i * 100, keys=f"k{i % 10}", uniq=f"U{i}"))
+    svc.flush()
+    (name,) = svc.file_names
+    svc.close()
+    return svc, str(tmp_path / "index" / name)
+
+
+def test_a_query_of_a_cold_index_file_reads_the_pages_it_looks_at(tmp_path: Path) -> None:
+    _svc, path = _indexed(tmp_path, 2000)
+    drop_pages(path)
+    f = IndexFile(path, SLOTS, ENTRIES, create=False)
+    try:
+        out: list[int] = []
+        f.select(out, set(), index_key_hash("T#k3"), 64, 0, 2**62)
+        assert out == [i * 100 for i in range(1993, 1993 - 64 * 10, -10)]
+        # the header, the slot, and the pages of the 64 entries of the chain (4,000 entries of
+        # 20 bytes: up to 20 pages); before, each fault read the readahead window around it
+        assert len(resident(path)) <= 1 + 1 + 20
+    finally:
+        f.close()
+
+
+def test_loading_reads_in_the_slot_table_of_the_index_file_written_next(tmp_path: Path) -> None:
+    _svc, path = _indexed(tmp_path, 100)
+    drop_pages(path)
+    svc = IndexService(
+        str(tmp_path / "index"), max_hash_slot_num=SLOTS, max_index_num=ENTRIES, now_ms=Clock()
+    )
+    svc.load(True, 0)
+    try:
+        slot_pages = set(range(40 // PAGE_SIZE, (40 + SLOTS * 4) // PAGE_SIZE))
+        assert slot_pages <= set(resident(path))
+        assert svc.query("T", "U42", 4, 0, 2**62).phy_offsets == [4200]
+    finally:
+        svc.close()
