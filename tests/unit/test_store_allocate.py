@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from store.allocate import MAX_PREPARED_FILES, MIN_LEAD, FileAllocator, IdleWorker, WritePace
-from store.mapped_file import PAGE_SIZE, MappedFileQueue
+from store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue
 
 T = TypeVar("T")
 MIB = 1024 * 1024
@@ -147,6 +147,54 @@ async def test_small_file_is_mapped_writable_whole_and_published_without_the_idl
         assert await alloc.get(SIZE) is nf
         nursery.cancel_scope.cancel()
     mfq.install(nf)
+    mfq.close_all()
+
+
+class _GatedFile(MappedFile):
+    """A mapped file whose population waits for ``GATE`` (and says when it is done)."""
+
+    __slots__ = ()
+    GATE = threading.Event()
+    POPULATED = threading.Event()
+
+    def populate_write_sync(self, start: int, end: int, keep_going: Callable[[], bool] | None = None) -> int:
+        self.GATE.wait(30)
+        try:
+            return super().populate_write_sync(start, end, keep_going)
+        finally:
+            self.POPULATED.set()
+
+
+class _GatedQueue(MappedFileQueue):
+    def create_file_sync(self, offset: int) -> MappedFile:
+        mf = super().create_file_sync(offset)
+        mf.__class__ = _GatedFile
+        return mf
+
+
+async def test_a_roll_takes_a_small_file_while_it_is_being_populated(tmp_path: Path) -> None:
+    # a small file is populated at normal priority, outside the allocator's lock: a roll that
+    # needs it meanwhile takes it at once (it waited for the population: 3.6 ms a roll at 4 MiB)
+    _GatedFile.GATE.clear()
+    _GatedFile.POPULATED.clear()
+    mfq = _GatedQueue(str(tmp_path), SIZE, prefault=True)
+    mfq.install(mfq.create_file_sync(0))
+    alloc = FileAllocator(mfq, dirty_ahead=SIZE, idle=_StarvedIdle())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(alloc.run)
+        alloc.request_prepare()
+        await _until(lambda: alloc.populating is not None, 10)
+        with trio.fail_after(5):  # the population waits for the gate: get() must not
+            mf = await alloc.get(SIZE)
+        assert mf.file_from_offset == SIZE
+        assert alloc.populating is None
+        mfq.install(mf)
+        _GatedFile.GATE.set()
+        await trio.to_thread.run_sync(_GatedFile.POPULATED.wait, 10)
+        await trio.sleep(0.05)
+        assert not mf.closed  # taken, so neither discarded...
+        assert mf not in mfq.prepared  # ...nor published
+        nursery.cancel_scope.cancel()
     mfq.close_all()
 
 
