@@ -31,6 +31,9 @@ Cases (each against a baseline measured in the same run, alternating rounds, bes
 * **read path**: ``get_message`` of 32 x 1 KiB from a warm queue, microseconds per call, against
   the minimum (unpack 32 consume-queue units, slice 32 views).
 
+The process's GIL switch interval is the one ``rmq-container`` sets
+(:func:`container.process.shorten_gil_switch_interval`).
+
 Standalone: ``python -m bench.store [quick]`` prints the table (``bin/bench store`` for the runner).
 """
 
@@ -51,6 +54,7 @@ from typing import Any
 import trio
 
 from bench.common import markdown_table, row
+from container.process import shorten_gil_switch_interval
 from remoting.crc import crc32
 from remoting.protocol.message import UniqIdGenerator, encode_message, tags_hash_code
 from store.config import MessageStoreConfig
@@ -530,6 +534,7 @@ def bench_read(work: str, quick: bool) -> list[dict[str, Any]]:
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     logging.getLogger("store").setLevel(logging.ERROR)
+    shorten_gil_switch_interval()  # as the rmq-container process runs its stores
     work = tempfile.mkdtemp(prefix="bench-store-")
     try:
         rows: list[dict[str, Any]] = []

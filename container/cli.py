@@ -24,7 +24,7 @@ from container.config_render import render_toml
 from container.data_dir_lock import DataDirInUse, DataDirLock
 from container.logs import PROCESS_LOGGER, LogLevelError, parse_log_levels, setup_logging
 from container.port_offset import default_port_offset
-from container.process import StartupError, raise_open_file_limit, run_process
+from container.process import StartupError, raise_open_file_limit, run_process, shorten_gil_switch_interval
 
 DEFAULT_CONFIG = PROJECT_ROOT / "conf" / "dev-cluster.toml"
 
@@ -129,6 +129,7 @@ def main(
             click.echo(f"rmq-container: {e}", err=True)
             sys.exit(1)
     raise_open_file_limit()
+    shorten_gil_switch_interval()
     try:
         code = trio.run(lambda: run_process(config, on_started=_print_banner))
     except* StartupError as group:
