@@ -327,13 +327,13 @@ def no_read_around(mm: mmap.mmap) -> None:
     """``MADV_RANDOM`` over the whole map: a fault reads the page it needs and nothing around it.
 
     A fault on a page of a file map that is not in the page cache otherwise reads the device's
-    readahead window around it (the device's ``read_ahead_kb``: 128 KiB by default, 8 MiB on the
-    virtual disk of the development VM), holes included, each zero-filled. A consume-queue file is a sparse 5.7 MB
-    file whose data is a few pages at the front for most queues: loading a queue from a cold page
-    cache, or writing the first unit of a new page, zero-filled the whole file -- 1.4 ms of system
-    time and 5.7 MB of page cache per queue (a 5,000-queue store took 23 s to load, 60 % of it
-    in ``memset``). Whole map, one call: advice on part of a map splits it into several of the
-    process's memory maps (:class:`MapBudget`)."""
+    readahead window around it (its ``read_ahead_kb``: 128 KiB by default, 8 MiB on the virtual
+    disk of the development VM), holes included, each zero-filled. A consume-queue file is a
+    sparse 5.7 MB file whose data is a few pages at the front for most queues: loading a queue
+    from a cold page cache, or writing the first unit of a new page, zero-filled the whole file --
+    1.4 ms of system time and 5.7 MB of page cache per queue (a 5,000-queue store took 23 s to
+    load, 60 % of it in ``memset``). Whole map, one call: advice on part of a map splits it into
+    several of the process's memory maps (:class:`MapBudget`)."""
     advice = getattr(mmap, "MADV_RANDOM", None)
     if advice is None:  # pragma: no cover - platforms without madvise
         return
@@ -581,9 +581,9 @@ class MappedFile:
         it (``MADV_WILLNEED``: the reads of a range go to the disk together), and remember that
         it was asked (:attr:`read_ahead_end`). For a map without read-around, whose reader
         would otherwise wait for the disk once per page; the range should hold written data
-        (a hole would be read as a page of zeros too). Never blocks on the disk."""
-        self._populate(start, end, _MADV_WILLNEED, None, skip_written=False)
+        (a hole would be read as a page of zeros too). Does not wait for the reads."""
         end = min(self.file_size, end + (-end % PAGE_SIZE))  # the advice takes whole pages
+        madvise_range(self.mm, start - start % PAGE_SIZE, end, _MADV_WILLNEED, self.path)
         if end > self.read_ahead_end:
             self.read_ahead_end = end
 
