@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import mmap
 import os
 import struct
 import subprocess
@@ -179,6 +181,40 @@ def mapped_pages(mf: MappedFile, start: int, end: int) -> list[bool]:
     finally:
         os.close(fd)
     return [bool(e >> 63) for e in struct.unpack(f"<{count}Q", raw)]
+
+
+def cached_pages(path: str, start: int = 0, end: int | None = None) -> list[bool]:
+    """Whether each page of [start, end) of the file (to its end by default) is in the page cache
+    (``mincore`` of a fresh read-only map of it, which tells whether or not any process maps the
+    page); skips the test where the calls fail."""
+    size = os.path.getsize(path) if end is None else end
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        base = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    finally:
+        os.close(fd)
+    if base in (None, ctypes.c_void_p(-1).value):
+        pytest.skip(f"mmap failed (errno {ctypes.get_errno()})")
+    try:
+        count = -(-(size - start) // PAGE_SIZE)
+        vec = (ctypes.c_ubyte * count)()
+        if libc.mincore(base + start, size - start, vec) != 0:
+            pytest.skip(f"mincore failed (errno {ctypes.get_errno()})")
+        return [bool(v & 1) for v in vec]
+    finally:
+        libc.munmap(base, size)
 
 
 # --- a disk that fills up ------------------------------------------------------------------------------

@@ -5,8 +5,6 @@ the pages ahead of the writer stay mapped."""
 
 from __future__ import annotations
 
-import ctypes
-import mmap
 import os
 from pathlib import Path
 
@@ -14,42 +12,10 @@ import pytest
 
 from store import mapped_file
 from store.mapped_file import PAGE_SIZE, MappedFile
-from tests.integration.storekit import mapped_pages
+from tests.integration.storekit import cached_pages, mapped_pages
 
 MIB = 1024 * 1024
 CHUNK = MIB  # populate chunk size in these tests (the real one is larger)
-
-
-def _cached(path: str, start: int, end: int) -> list[bool]:
-    """Whether each page of [start, end) of the file is in the page cache (``mincore`` of a fresh
-    read-only map, which tells whether or not any process maps the page)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_long,
-    ]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        base = libc.mmap(None, end, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-    finally:
-        os.close(fd)
-    if base in (None, ctypes.c_void_p(-1).value):
-        pytest.skip(f"mmap failed (errno {ctypes.get_errno()})")
-    try:
-        count = (end - start) // PAGE_SIZE
-        vec = (ctypes.c_ubyte * count)()
-        if libc.mincore(base + start, end - start, vec) != 0:
-            pytest.skip(f"mincore failed (errno {ctypes.get_errno()})")
-        return [bool(v & 1) for v in vec]
-    finally:
-        libc.munmap(base, end)
 
 
 def _new(tmp_path: Path, size: int) -> MappedFile:
@@ -133,7 +99,7 @@ def test_range_flush_unmaps_written_pages_keeps_their_data_and_the_window(tmp_pa
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
-        cached = _cached(mf.path, 0, 4 * MIB)
+        cached = cached_pages(mf.path, 0, 4 * MIB)
         assert sum(cached[: 2 * MIB // PAGE_SIZE]) < MIB // PAGE_SIZE // 10, (
             "synced pages stayed in the cache"
         )

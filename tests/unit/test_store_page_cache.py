@@ -9,7 +9,6 @@ file's pages from the page cache are skipped where the file system keeps them (t
 
 from __future__ import annotations
 
-import ctypes
 import os
 import time
 from pathlib import Path
@@ -20,21 +19,8 @@ from store.consume_queue import CQ_UNIT_SIZE, LOAD_READ_IN_MAX, READ_AHEAD, Cons
 from store.index import IndexService
 from store.index_file import IndexFile, index_key_hash
 from store.mapped_file import PAGE_SIZE
+from tests.integration.storekit import cached_pages
 from tests.unit.test_store_index import Clock, req
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [
-    ctypes.c_void_p,
-    ctypes.c_size_t,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_long,
-]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-_PROT_READ, _MAP_SHARED = 1, 1
 
 #: upstream's consume-queue file: 300,000 units
 FULL = cq_file_size(300_000 * CQ_UNIT_SIZE)
@@ -43,20 +29,7 @@ PAGE_UNITS = PAGE_SIZE // CQ_UNIT_SIZE  # 204 whole units a page (the 205th stra
 
 def resident(path: str) -> list[int]:
     """Page numbers of ``path`` in the page cache."""
-    size = os.path.getsize(path)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = _libc.mmap(None, size, _PROT_READ, _MAP_SHARED, fd, 0)
-        assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
-    finally:
-        os.close(fd)
-    try:
-        pages = -(-size // PAGE_SIZE)
-        vec = ctypes.create_string_buffer(pages)
-        assert _libc.mincore(addr, size, vec) == 0, ctypes.get_errno()
-        return [i for i in range(pages) if vec.raw[i] & 1]
-    finally:
-        _libc.munmap(addr, size)
+    return [i for i, cached in enumerate(cached_pages(path)) if cached]
 
 
 def drop_pages(path: str) -> None:
