@@ -97,9 +97,14 @@ class MapBudget:
         self._limit: int | None = None
 
     def _read_limit(self) -> int | None:
+        # three system calls (a file object makes six): a worker thread takes the GIL back after
+        # each, which waits while the event loop is busy
         try:
-            with open(self.limit_path, "rb") as f:
-                return int(f.read())
+            fd = os.open(self.limit_path, os.O_RDONLY)
+            try:
+                return int(os.read(fd, 64))
+            finally:
+                os.close(fd)
         except (OSError, ValueError):  # not Linux, or no procfs: nothing to keep to
             return None
 
