@@ -146,6 +146,10 @@ class ConsumeQueueStore:
 
     # --- manifest --------------------------------------------------------------------------------
 
+    def has_unrecorded(self) -> bool:
+        """Whether queues wait for their manifest line."""
+        return bool(self._unrecorded)
+
     def take_unrecorded(self) -> list[tuple[str, int]]:
         """Queues created since the last call, to append to the manifest."""
         out, self._unrecorded = self._unrecorded, []
