@@ -30,7 +30,7 @@ from store.deletion_marks import DeletionMarks
 from store.dispatch import Dispatcher
 from store.epoch import EpochFile
 from store.index import IndexService
-from store.mapped_file import PAGE_SIZE, fsync_dir, fsync_path
+from store.mapped_file import PAGE_SIZE, drop_pages_below, fsync_dir, fsync_path
 
 log = logging.getLogger("store.flush")
 
@@ -222,12 +222,20 @@ class LogicsFlusher:
             complete = len(chosen) == len(dirty)
             manifest = self.queues.take_unrecorded()
             paths = [mf.path for mf, _ in chosen]
+            # the pages each file's writer finished since its last flush (see drop_pages_below)
+            finished = [
+                (mf.mm, mf.flushed_position, w, mf.path)
+                for mf, w in chosen
+                if w // PAGE_SIZE > mf.flushed_position // PAGE_SIZE
+            ]
             index = self.index
             queues = self.queues
 
             def job() -> int:
                 if manifest:
                     queues.record_sync(manifest)
+                for mm, start, end, path in finished:
+                    drop_pages_below(mm, start, end, path)
                 _fsync_paths(paths)
                 return index.flush() if index is not None else 0
 

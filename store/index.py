@@ -485,7 +485,8 @@ class IndexService:
     # --- durability ------------------------------------------------------------------------------
 
     def flush(self) -> int:
-        """fsync every file written since the last flush; returns the end timestamp of the newest
+        """fsync every file written since the last flush, its written entries' pages unmapped
+        first (:meth:`IndexFile.drop_written_entries_sync`); returns the end timestamp of the newest
         file as of the start of the flush, which is durable once this returns (the store records it
         as the checkpoint's ``indexMsgTimestamp``). Blocking: call from a worker thread.
 
@@ -497,6 +498,8 @@ class IndexService:
             for f in self._files:
                 if f.dirty:
                     f.dirty = False
+                    # before the fsync, and under the lock: no file closes meanwhile
+                    f.drop_written_entries_sync()
                     fds.append(os.dup(f.fd))
         try:
             for fd in fds:

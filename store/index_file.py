@@ -15,7 +15,7 @@ import time
 from typing import NamedTuple
 
 from remoting.protocol.message import java_string_hash
-from store.mapped_file import map_file, no_read_around, read_in_range
+from store.mapped_file import PAGE_SIZE, drop_pages_below, map_file, no_read_around, read_in_range
 
 log = logging.getLogger("store.index")
 
@@ -138,6 +138,20 @@ class IndexFile:
         self.dirty = create
         #: entries numbered below this fit below :attr:`reserved`
         self.entry_limit = self._entry_limit()
+        #: the entries' pages below this are unmapped (see :meth:`drop_written_entries_sync`)
+        self.entries_dropped_to = -(-self.entries_pos // PAGE_SIZE) * PAGE_SIZE
+
+    def drop_written_entries_sync(self) -> None:
+        """Unmap the pages of the entries written so far (``store.mapped_file.drop_pages_below``:
+        entries are appended and never written again, queries map them back as they read them);
+        the hash-slot table, written anywhere, stays mapped, and so does the page it shares with
+        the first entries. Blocking, GIL released; the map must not be closed meanwhile (the
+        index service holds its file lock)."""
+        end = self.entries_pos + self.index_count * INDEX_ENTRY_SIZE
+        whole = end - end % PAGE_SIZE
+        if whole > self.entries_dropped_to:
+            drop_pages_below(self.map, self.entries_dropped_to, whole, self.path)
+            self.entries_dropped_to = whole
 
     def read_in_slots_sync(self) -> None:
         """Bring the hash-slot table into memory (blocking, GIL released): the file written next

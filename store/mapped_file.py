@@ -320,6 +320,24 @@ def madvise_range(mm: mmap.mmap, start: int, end: int, advice: int, path: str = 
         guard.release()
 
 
+def drop_pages_below(mm: mmap.mmap, start: int, end: int, path: str = "") -> None:
+    """Unmap from this process the pages holding bytes of [start, end) that lie wholly below
+    ``end`` (``MADV_DONTNEED``), for a file written sequentially up to ``end``: the writer is done
+    with them. For a shared file mapping that moves their dirty bits to the page cache and loses
+    nothing; they stay cached, and a later access maps them again (a minor fault). Blocking, GIL
+    released, best effort.
+
+    Call it before making the range durable: writeback write-protects each page it cleans, which
+    for a page still mapped costs a TLB-shootdown IPI to every CPU running this process (see
+    :meth:`MappedFile.flush_range_sync`). And pages left mapped count in the process's resident
+    set: a consume queue or index file keeps every page it ever wrote mapped (its units and
+    entries grow 20 bytes a message each), which grew a long-running broker's RSS without bound."""
+    lo = start - start % PAGE_SIZE
+    hi = end - end % PAGE_SIZE
+    if hi > lo:
+        madvise_range(mm, lo, hi, _MADV_DONTNEED, path)
+
+
 def read_in_range(mm: mmap.mmap, start: int, end: int, path: str = "") -> None:
     """Bring bytes [start, end) of ``mm`` into memory and map them, their reads asked for at once
     (``MADV_WILLNEED``, then ``MADV_POPULATE_READ``); blocking, GIL released, best effort."""

@@ -1,21 +1,26 @@
-"""The logics flusher's periodic rounds (``store.flush.LogicsFlusher``) on a real store.
+"""The logics flusher's rounds (``store.flush.LogicsFlusher``) on a real store.
 
 A periodic round that finds the store as the last round found it skips its scan of every queue's
 files; what these tests pin down is that it never skips work: every unit appended before, or while,
-a round runs is flushed by the next one, and a thorough round always looks at every file.
+a round runs is flushed by the next one, and a thorough round always looks at every file. A round
+also unmaps the pages of consume-queue units and index entries it makes durable, which their
+writers are done with: the process's resident set does not grow with every message stored.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import trio
 import trio.testing
 
+from remoting.protocol.message import decode_message
 from store.config import MessageStoreConfig
 from store.consume_queue import ConsumeQueue
+from store.mapped_file import PAGE_SIZE
 from store.message_store import DefaultMessageStore
-from tests.integration.storekit import put, running_store, small_config
+from tests.integration.storekit import put, read_queue, running_store, small_config
 
 #: a periodic round's threshold: files with at least this many dirty pages are flushed
 LEAST_PAGES = 1
@@ -95,3 +100,50 @@ async def test_units_appended_while_a_round_runs_are_flushed_by_the_next(tmp_pat
         await flusher.flush(LEAST_PAGES)
         assert mf.flushed_position == 2 * UNITS * 20
         assert store.checkpoint.data.logicsFlushedOffset == reput
+
+
+def _mapped_bytes(path: str) -> int:
+    """Bytes of ``path``'s map that this process has in its page tables (``Rss`` in smaps)."""
+    rss = 0
+    mapping = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+                mapping = fields[-1] == path
+            elif mapping and fields[0] == "Rss:":
+                rss += int(fields[1]) * 1024
+    return rss
+
+
+async def test_a_round_unmaps_the_pages_of_units_and_entries_it_made_durable(tmp_path: Path) -> None:
+    cfg = small_config(
+        tmp_path,
+        mappedFileSizeConsumeQueue=1000 * 20,
+        mappedFileSizeCommitLog=1024 * 1024,
+        maxHashSlotNum=1000,  # header and slots in the first page
+        maxIndexNum=4000,
+    )
+    async with running_store(cfg) as store:
+        for i in range(UNITS):
+            assert (await put(store, "FlushTopic", 0, b"x" * 64, keys=f"K{i}", uniq=f"U{i}")).is_ok
+        await store.flush()
+        assert store.index is not None
+        store.index.drain()
+        queue_path = _queue(store).mfq.files[0].path
+        index_path = os.path.join(cfg.index_dir, store.index.file_names[0])
+        # written: 300 units (6,000 bytes) and 600 entries (12,000 bytes), all mapped
+        assert _mapped_bytes(queue_path) >= 2 * PAGE_SIZE
+        assert _mapped_bytes(index_path) >= 3 * PAGE_SIZE
+        await store.logics_flusher.flush(LEAST_PAGES)
+        # only the page each writer still writes to stays: the queue's second, the index file's
+        # first (header, slots) and its last entries' page
+        assert _mapped_bytes(queue_path) == PAGE_SIZE
+        assert _mapped_bytes(index_path) <= 2 * PAGE_SIZE
+        # ... and everything reads as before, mapped again on demand
+        assert len(read_queue(store, "FlushTopic", 0)) == UNITS
+        found = store.query_message("FlushTopic", "K7", 10, 0, 2**62)
+        assert [decode_message(v).keys for v in found.message_views] == ["K7"]
+        del found  # its views of the log
+        await _fill(store, 10, UNITS)  # the writers carry on
+        assert _queue(store).max_offset == UNITS + 10
