@@ -89,6 +89,11 @@ class CommitLogFlusher:
                 epoch.persist()
             for mf, start, end in ranges:
                 mf.flush_range_sync(start, end)
+                if end >= mf.file_size and start > 0:
+                    # a file now complete: unmap also the pages reads mapped again since earlier
+                    # flushes (replication to a slave, a slave's dispatch, consumers), which
+                    # otherwise stayed in the process's resident set with every file kept
+                    drop_pages_below(mf.mm, 0, start, mf.path)
             if new_files:
                 fsync_dir(os.path.dirname(new_files[0].path))
 

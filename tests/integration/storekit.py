@@ -168,14 +168,16 @@ def place_batch(
     return slot, units
 
 
-def mapped_pages(mf: MappedFile, start: int, end: int) -> list[bool]:
-    """Whether each page of [start, end) is mapped in this process (``/proc/self/pagemap`` bit 63)."""
+def mapped_pages(mf: MappedFile | mmap.mmap, start: int, end: int) -> list[bool]:
+    """Whether each page of [start, end) of a file's map is mapped in this process
+    (``/proc/self/pagemap`` bit 63)."""
+    mm = mf.mm if isinstance(mf, MappedFile) else mf
     try:
         fd = os.open("/proc/self/pagemap", os.O_RDONLY)
     except OSError:
         pytest.skip("no /proc/self/pagemap here")
     try:
-        first = (_address_of(mf.mm) + start) // PAGE_SIZE
+        first = (_address_of(mm) + start) // PAGE_SIZE
         count = (end - start) // PAGE_SIZE
         raw = os.pread(fd, 8 * count, 8 * first)
     finally:

@@ -9,7 +9,6 @@ writers are done with: the process's resident set does not grow with every messa
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import trio
@@ -20,7 +19,7 @@ from store.config import MessageStoreConfig
 from store.consume_queue import ConsumeQueue
 from store.mapped_file import PAGE_SIZE
 from store.message_store import DefaultMessageStore
-from tests.integration.storekit import put, read_queue, running_store, small_config
+from tests.integration.storekit import mapped_pages, put, read_queue, running_store, small_config
 
 #: a periodic round's threshold: files with at least this many dirty pages are flushed
 LEAST_PAGES = 1
@@ -102,20 +101,6 @@ async def test_units_appended_while_a_round_runs_are_flushed_by_the_next(tmp_pat
         assert store.checkpoint.data.logicsFlushedOffset == reput
 
 
-def _mapped_bytes(path: str) -> int:
-    """Bytes of ``path``'s map that this process has in its page tables (``Rss`` in smaps)."""
-    rss = 0
-    mapping = False
-    with open("/proc/self/smaps") as smaps:
-        for line in smaps:
-            fields = line.split()
-            if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
-                mapping = fields[-1] == path
-            elif mapping and fields[0] == "Rss:":
-                rss += int(fields[1]) * 1024
-    return rss
-
-
 async def test_a_round_unmaps_the_pages_of_units_and_entries_it_made_durable(tmp_path: Path) -> None:
     cfg = small_config(
         tmp_path,
@@ -130,16 +115,20 @@ async def test_a_round_unmaps_the_pages_of_units_and_entries_it_made_durable(tmp
         await store.flush()
         assert store.index is not None
         store.index.drain()
-        queue_path = _queue(store).mfq.files[0].path
-        index_path = os.path.join(cfg.index_dir, store.index.file_names[0])
-        # written: 300 units (6,000 bytes) and 600 entries (12,000 bytes), all mapped
-        assert _mapped_bytes(queue_path) >= 2 * PAGE_SIZE
-        assert _mapped_bytes(index_path) >= 3 * PAGE_SIZE
+        queue = _queue(store).mfq.files[0]
+        index = store.index._files[0]
+        # written: 300 units (6,000 bytes: 2 pages) and 600 entries (12,000 bytes from byte 4,040,
+        # behind the header and the slots: 4 pages)
+        queue_pages = 2
+        index_pages = (index.entries_pos + index.index_count * 20) // PAGE_SIZE + 1
+        assert index_pages == 4
+        assert mapped_pages(queue, 0, queue_pages * PAGE_SIZE) == [True, True]
+        assert all(mapped_pages(index.map, 0, index_pages * PAGE_SIZE))
         await store.logics_flusher.flush(LEAST_PAGES)
         # only the page each writer still writes to stays: the queue's second, the index file's
-        # first (header, slots) and its last entries' page
-        assert _mapped_bytes(queue_path) == PAGE_SIZE
-        assert _mapped_bytes(index_path) <= 2 * PAGE_SIZE
+        # first (header, slots, first entries) and its last entries' page
+        assert mapped_pages(queue, 0, queue_pages * PAGE_SIZE) == [False, True]
+        assert mapped_pages(index.map, 0, index_pages * PAGE_SIZE) == [True, False, False, True]
         # ... and everything reads as before, mapped again on demand
         assert len(read_queue(store, "FlushTopic", 0)) == UNITS
         found = store.query_message("FlushTopic", "K7", 10, 0, 2**62)

@@ -116,6 +116,30 @@ def test_range_flush_keeps_data_and_guards_the_map(tmp_path: Path) -> None:
     mf.populate_write_sync(0, size)
 
 
+async def test_a_completed_file_leaves_the_resident_set_at_its_last_flush(tmp_path: Path) -> None:
+    """The flush unmaps the pages it makes durable; pages mapped again by reads since (a slave's
+    replication, consumers) go when the file's last flush completes it."""
+    size = 64 * 1024
+    cfg = small_config(tmp_path, mappedFileSizeCommitLog=size)
+    async with running_store(cfg) as store:
+        cl = store.commit_log
+        for i in range(20):
+            await put(store, "T", 0, f"m{i}".encode() * 100)
+        await store.flush()
+        first = cl.current
+        assert first is not None
+        assert read_queue(store, "T", 0)  # maps the pages it reads again
+        assert any(mapped_pages(first, 0, first.wrote_position - first.wrote_position % PAGE_SIZE))
+        i = 20
+        while cl.current is first:
+            await put(store, "T", 0, f"m{i}".encode() * 100)
+            i += 1
+        await store.flush()
+        assert first.flushed_position == size
+        assert not any(mapped_pages(first, 0, size))
+        assert len(read_queue(store, "T", 0)) == i  # and reads map them again
+
+
 async def test_files_prepared_ahead_survive_a_restart_and_a_crash_as_empty_tail(tmp_path: Path) -> None:
     """Small commit-log files are prepared several ahead (store.allocate.MAX_PREPARED_FILES): a
     restart, clean or after a crash, finds empty files after the last message; the log ends at
