@@ -208,7 +208,7 @@ class LogicsFlusher:
         A periodic round (``least_pages`` > 0) that finds the store as the last round left it
         returns at once: it would find no file it did not leave dirty on purpose, and write the
         same checkpoint. Idle, a store of 20,000 queues scanned every queue's files each second
-        for nothing (half the CPU an idle many-topic dev cluster used). A thorough round
+        for nothing (a third of the CPU an idle dev cluster of 10,000 topics used). A thorough round
         (``least_pages`` 0: every ``flushConsumeQueueThoroughInterval`` and at shutdown) always
         looks at every file."""
         if least_pages > 0 and self._settled is not None and self._state() == self._settled:

@@ -561,11 +561,9 @@ class MappedFile:
         except ValueError:  # closed since the check
             return
         try:
-            addr = _address_of(self.mm)
-            whole = end - end % PAGE_SIZE  # the page holding ``end`` may still be written to
-            if whole > start and _libc.madvise(addr + start, whole - start, _MADV_DONTNEED) != 0:
-                log.debug("MADV_DONTNEED failed (errno %d) for %s", ctypes.get_errno(), self.path)
-            if _libc.msync(addr + start, end - start, _MS_SYNC) != 0:
+            # the page holding ``end`` may still be written to: it stays
+            drop_pages_below(self.mm, start, end, self.path)
+            if _libc.msync(_address_of(self.mm) + start, end - start, _MS_SYNC) != 0:
                 err = ctypes.get_errno()
                 raise OSError(err, f"msync of {self.path} [{start}, {end}): {os.strerror(err)}")
         finally:
