@@ -7,6 +7,11 @@ the loop stamps the time every fifth of the threshold; a daemon thread looks at 
 it is older than the threshold, logs the stack the loop's thread is in at that moment (and, when
 the loop runs again, how long the stall lasted). The thread needs the GIL to look: a stall inside
 C code that holds it is reported when the code returns, with its length but a later stack.
+
+The report also names where the process's other threads are. A loop shown inside a call that
+releases the GIL (``epoll``, a socket call) is most often not blocked there but waiting for the
+GIL to come back from another thread -- a worker thread preempted while holding it, say, when
+every core is busy -- and that thread's innermost frames say which.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ log = logging.getLogger(f"{PROCESS_LOGGER}.watchdog")
 #: the default; was 50 ms whatever the threshold: 40 wakeups a second of an idle process), at least
 #: this often (seconds)
 MIN_TICK = 0.005
+#: frames of each other thread a stall report shows (innermost first)
+OTHER_FRAMES = 4
 #: stamps older than this are a stall (seconds); ``RMQ_LOOP_STALL_MS`` in the environment sets it
 #: for a process (the broker benchmark uses 100 ms)
 DEFAULT_THRESHOLD = 0.5
@@ -87,9 +94,10 @@ class LoopWatchdog:
                 reported_at = stamp
                 self.stalls += 1
                 log.warning(
-                    "event loop blocked for %.0f ms so far; its thread is in:\n%s",
+                    "event loop blocked for %.0f ms so far; its thread is in:\n%s\nthe other threads:\n%s",
                     lag * 1000,
                     self._loop_stack(),
+                    self._other_threads(),
                 )
 
     def _loop_stack(self) -> str:
@@ -97,3 +105,20 @@ class LoopWatchdog:
         if frame is None:
             return "  (the loop's thread is gone)"
         return "".join(traceback.format_stack(frame)[-12:]).rstrip()
+
+    def _other_threads(self) -> str:
+        """One line per other thread of the process (not this one): its name and its innermost
+        frames, innermost first."""
+        frames = sys._current_frames()
+        names = {t.ident: t.name for t in threading.enumerate()}
+        me = threading.get_ident()
+        lines = []
+        for ident, frame in frames.items():
+            if ident in (me, self._loop_thread):
+                continue
+            innermost = traceback.StackSummary.extract(
+                traceback.walk_stack(frame), limit=OTHER_FRAMES, lookup_lines=False
+            )
+            where = " < ".join(f"{fs.name} ({os.path.basename(fs.filename)}:{fs.lineno})" for fs in innermost)
+            lines.append(f"  {names.get(ident, ident)}: {where}")
+        return "\n".join(sorted(lines)) or "  (none)"

@@ -4,6 +4,7 @@ lasted once the loop runs again, and stays quiet while the loop runs."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pytest
@@ -35,6 +36,36 @@ async def test_a_blocked_loop_is_reported_with_its_stack(caplog: pytest.LogCaptu
     assert len(resumed) == 1
     stall_ms = float(resumed[0].rsplit("of ", 1)[1].split(" ms")[0])
     assert 500 <= stall_ms < 2000
+
+
+def _a_worker_waiting(event: threading.Event) -> None:
+    event.wait()
+
+
+async def test_a_stall_report_names_where_the_other_threads_are(caplog: pytest.LogCaptureFixture) -> None:
+    # a loop waiting for the GIL shows in a call that releases it; the thread holding the GIL is
+    # one of the others, so the report lists them
+    caplog.set_level(logging.WARNING, logger="container.watchdog")
+    release = threading.Event()
+    worker = threading.Thread(target=_a_worker_waiting, args=(release,), name="store-flush-worker")
+    worker.start()
+    try:
+        dog = LoopWatchdog(threshold=0.1)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(dog.run)
+            _block_the_loop_for(0.4)
+            await trio.sleep(0.1)
+            nursery.cancel_scope.cancel()
+    finally:
+        release.set()
+        worker.join()
+    blocked = [r.getMessage() for r in caplog.records if "blocked for" in r.getMessage()]
+    assert len(blocked) == 1
+    others = blocked[0].split("the other threads:\n", 1)[1]
+    line = next(ln for ln in others.splitlines() if "store-flush-worker" in ln)
+    assert "wait (threading.py" in line
+    assert "_a_worker_waiting (test_container_watchdog.py" in line
+    assert "loop-watchdog" not in others  # the watcher itself is left out
 
 
 async def test_a_running_loop_is_not_reported(caplog: pytest.LogCaptureFixture) -> None:
