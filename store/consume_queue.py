@@ -49,6 +49,7 @@ from store.mapped_file import (
     MappedFile,
     MappedFileQueue,
     offset_of_name,
+    page_ceil,
     reserve_sync,
     touch_page_sync,
 )
@@ -165,7 +166,7 @@ class ConsumeQueue:
             valid = self._scan_units(last)
             last.set_positions(valid)
             # pages holding units have blocks; beyond them the file may be sparse
-            last.reserved = _units_below(min(_page_ceil(valid), last.file_size), last.file_size)
+            last.reserved = _units_below(min(page_ceil(valid), last.file_size), last.file_size)
         self._attach()
         if files:
             self.min_logic_offset = self.mfq.min_offset
@@ -297,9 +298,9 @@ class ConsumeQueue:
         """Reserve the next step of ``mf``'s blocks, at least through byte ``need``; blocking,
         raises OSError (ENOSPC). Returns the new value for ``mf.reserved`` (set it on the store's
         thread)."""
-        have = min(_page_ceil(mf.reserved), mf.file_size)
+        have = min(page_ceil(mf.reserved), mf.file_size)
         step = min(RESERVE_MAX, max(RESERVE_MIN, have))
-        end = min(mf.file_size, max(_page_ceil(need), have + step))
+        end = min(mf.file_size, max(page_ceil(need), have + step))
         reserve_sync(mf.path, have, end)
         return _units_below(end, mf.file_size)
 
@@ -334,7 +335,7 @@ class ConsumeQueue:
         try:
             # blocks from the start (units before the first are written as fillers) through the
             # first unit's page and a step beyond: see the module docstring
-            end = min(self.file_size, _page_ceil(pos + CQ_UNIT_SIZE) + RESERVE_MIN)
+            end = min(self.file_size, page_ceil(pos + CQ_UNIT_SIZE) + RESERVE_MIN)
             reserve_sync(mf.path, 0, end)
             touch_page_sync(
                 mf.path, pos - pos % PAGE_SIZE, min(PAGE_SIZE, self.file_size - pos + pos % PAGE_SIZE)
@@ -510,10 +511,6 @@ class ConsumeQueue:
         self.materialize()
         self.cur = None
         self.mfq.close_all()
-
-
-def _page_ceil(n: int) -> int:
-    return -(-n // PAGE_SIZE) * PAGE_SIZE
 
 
 def _units_below(end: int, file_size: int) -> int:

@@ -15,7 +15,7 @@ import time
 from typing import NamedTuple
 
 from remoting.protocol.message import java_string_hash
-from store.mapped_file import PAGE_SIZE, drop_pages_below, map_file, no_read_around, read_in_range
+from store.mapped_file import PAGE_SIZE, drop_pages_below, map_file, no_read_around, page_ceil, read_in_range
 
 log = logging.getLogger("store.index")
 
@@ -139,7 +139,7 @@ class IndexFile:
         #: entries numbered below this fit below :attr:`reserved`
         self.entry_limit = self._entry_limit()
         #: the entries' pages below this are unmapped (see :meth:`drop_written_entries_sync`)
-        self.entries_dropped_to = -(-self.entries_pos // PAGE_SIZE) * PAGE_SIZE
+        self.entries_dropped_to = page_ceil(self.entries_pos)
 
     def drop_written_entries_sync(self) -> None:
         """Unmap the pages of the entries written so far (``store.mapped_file.drop_pages_below``:

@@ -35,6 +35,7 @@ from store.errors import StoreOpenError
 log = logging.getLogger("store.mapped_file")
 
 PAGE_SIZE = mmap.PAGESIZE
+
 _MADV_WILLNEED = 3
 _MADV_DONTNEED = 4
 _MADV_POPULATE_READ = 22
@@ -79,6 +80,11 @@ _MMAP_FD_AT = _MMAP_SIZE_AT + 2 * _SSIZE + 8 + _SSIZE
 MAP_RESERVE = 4096
 MAX_MAP_COUNT_PATH = "/proc/sys/vm/max_map_count"
 _SELF_MAPS = "/proc/self/maps"
+
+
+def page_ceil(n: int) -> int:
+    """``n`` rounded up to a whole number of pages."""
+    return -(-n // PAGE_SIZE) * PAGE_SIZE
 
 
 class MapBudget:
