@@ -1,19 +1,19 @@
-"""Creating commit-log files ahead of need, and dirtying their pages ahead of the writer, off
-the event loop.
+"""Creating commit-log files ahead of need, and bringing their pages into memory ahead of the
+writer, off the event loop.
 
 Upstream: ``AllocateMappedFileService``. The file after the current one is created (blocks
 reserved) in a worker thread as soon as the log rolls, so the send path finds it ready.
 :meth:`FileAllocator.get` is the one way to obtain a file: it hands out the prepared one or creates
 it on the spot (serialized with preparation, so a file is never created twice). Bringing the
 prepared file's pages into memory is CPU work (zero-filling 512 MiB costs 55 ms to over 1 s of
-CPU here) that must not compete with the writer, so it runs in :class:`IdleWorker`'s thread at
-the lowest CPU priority and stops as soon as the file is taken.
+CPU here) that must not compete with the writer: :class:`IdleWorker`'s thread hands it to the
+page helper process (:mod:`store.page_helper`), which runs at the lowest CPU priority, and stops
+as soon as the file is taken.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
@@ -31,30 +31,19 @@ log = logging.getLogger("store.allocate")
 T = TypeVar("T")
 
 
-def _lowest_priority() -> None:
-    """Put the calling thread in ``SCHED_IDLE`` (Linux scheduling is per thread): it then runs
-    only when a CPU has nothing else to do."""
-    policy = getattr(os, "SCHED_IDLE", None)
-    if policy is None:
-        log.debug("no SCHED_IDLE here: idle work runs at normal priority")
-        return
-    try:
-        os.sched_setscheduler(0, policy, os.sched_param(0))
-    except OSError as exc:
-        log.debug("could not enter SCHED_IDLE: %s", exc)
-
-
 class IdleWorker:
-    """One daemon thread that runs blocking jobs, one at a time, at the lowest CPU priority
-    (``SCHED_IDLE``): a job gets a CPU only when no other thread wants it, so it never delays the
-    writer (nor other processes). For best-effort work that nobody needs soon -- a job may wait
-    indefinitely on a busy machine, so it must be cheap to abandon (see ``on_cancel``).
+    """One daemon thread that runs blocking jobs, one at a time: best-effort work that nobody
+    needs soon -- a job may wait indefinitely on a busy machine, so it must be cheap to abandon
+    (see ``on_cancel``).
 
-    A separate thread (not trio's worker threads) because an unprivileged thread cannot leave
-    ``SCHED_IDLE`` again: a trio worker thread, reused for fsyncs, must never enter it. Jobs
-    should spend their time in calls that release the GIL (ctypes ``madvise``) and hold it only
-    briefly between them: a thread this low, preempted while holding the GIL, would stall the
-    others until it gets a CPU again.
+    Its jobs hand their CPU work to the page helper process, which runs in ``SCHED_IDLE``: it
+    gets a CPU only when no other thread wants one, so it never delays the writer (nor other
+    processes). The thread itself runs at normal priority and spends its time waiting for the
+    helper, GIL released. (Until 2026-12-07 the thread itself was ``SCHED_IDLE`` and did the
+    ``madvise`` calls: preempted while it held the GIL, or while the event loop waited to hand
+    it over, it stopped the loop for 23-40 ms at a time under load -- a priority inversion no
+    thread of this process can avoid. A separate thread, not trio's worker threads, so that a
+    job that waits long for the helper never holds up an fsync.)
     """
 
     def __init__(self, name: str = "store-idle") -> None:
@@ -64,7 +53,6 @@ class IdleWorker:
         self._start_lock = threading.Lock()
 
     def _loop(self) -> None:
-        _lowest_priority()
         while True:
             self._jobs.get()()
 
@@ -170,7 +158,7 @@ class WritePace:
 #: the no-roll rate (160,000-append rounds of bench.store); with 8, 0.79-0.82
 MAX_PREPARED_FILES = 8
 
-#: the process's idle-priority thread (shared by every store: idle work is never urgent)
+#: the process's idle-work thread (shared by every store: idle work is never urgent)
 IDLE = IdleWorker()
 
 
@@ -369,20 +357,24 @@ class FileAllocator:
         return False
 
     async def populate(self, mf: MappedFile) -> int:
-        """Bring ``mf`` into memory in the idle thread: its first ``dirty_ahead`` bytes mapped
-        writable (so a roll starts fault-free), the rest read-populated (zero-filled page cache:
-        the writer's first touch of a page then costs a write-protect fault, or nothing once the
-        write-ahead window reached it). Stops between chunks once ``mf`` is no longer
-        :attr:`populating` (taken by :meth:`get`: the write-ahead window goes on from there) or
-        on cancellation. Returns how far it got."""
+        """Bring ``mf`` into memory from the idle thread: read-populated by the page helper
+        (zero-filled page cache: the writer's first touch of a page then costs a minor fault, or
+        nothing once the write-ahead window reached it), then its first ``dirty_ahead`` bytes
+        mapped writable here (cheap once they are in the page cache; a roll then starts
+        fault-free). Stops between chunks once ``mf`` is no longer :attr:`populating` (taken by
+        :meth:`get`: the write-ahead window goes on from there) or on cancellation. Returns how
+        far it got."""
 
         dirty = min(self._dirty_now(), mf.file_size)
         end = max(dirty, self._read_end(mf, 0))
 
         def job(keep_going: Callable[[], bool]) -> int:
+            reached = mf.populate_read_sync(0, end, keep_going)
+            if reached < end:
+                return reached
             if dirty and mf.populate_write_sync(0, dirty, keep_going) < dirty:
                 return 0
-            return mf.populate_read_sync(dirty, end, keep_going)
+            return end
 
         return await self._in_idle(job, lambda: self.populating is mf)
 

@@ -14,8 +14,8 @@ Pre-faulting (``prefault=True``) reserves the file's blocks (``posix_fallocate``
 through the map can never hit ENOSPC (a SIGBUS). Page tables are populated separately, through
 ctypes so the GIL is released: ahead of the writer (:meth:`MappedFile.populate_write_sync`, the
 commit log's write-ahead window), in idle time (:meth:`MappedFile.populate_read_sync`, the
-allocator's prepared file), or for the whole file when ``warm`` (upstream
-``warmMapedFileEnable``).
+allocator's prepared file: into the page cache, by the page helper process), or for the whole
+file when ``warm`` (upstream ``warmMapedFileEnable``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable
 
 from store.errors import StoreOpenError
+from store.page_helper import PAGE_HELPER
 
 log = logging.getLogger("store.mapped_file")
 
@@ -586,10 +587,14 @@ class MappedFile:
         return self._populate(start, end, _MADV_POPULATE_WRITE, keep_going)
 
     def populate_read_sync(self, start: int, end: int, keep_going: Callable[[], bool]) -> int:
-        """Bring pages [start, end) into the page cache and map them read-only
-        (``MADV_POPULATE_READ``: for a new file that is zero-filling them, the bulk of the cost
-        of a first touch), checking ``keep_going()`` between chunks; blocking, GIL released, best
-        effort. Returns the end of the populated range."""
+        """Bring pages [start, end) into the page cache (for a new file that is zero-filling
+        them, the bulk of the cost of a first touch), checking ``keep_going()`` between chunks;
+        blocking, GIL released, best effort. Returns the end of the populated range.
+
+        The pages are faulted in by the page helper process (:mod:`store.page_helper`) at the
+        lowest CPU priority, through its own map: this process maps them at its first touch or
+        through the write-ahead window. Where the helper cannot run, by ``MADV_POPULATE_READ``
+        here (the pages are then also mapped read-only)."""
         return self._populate(start, end, _MADV_POPULATE_READ, keep_going)
 
     def read_in_sync(self, start: int, end: int) -> None:
@@ -642,7 +647,7 @@ class MappedFile:
             if keep_going is not None and not keep_going():
                 return pos
             n = end - pos if keep_going is None else min(POPULATE_CHUNK, end - pos)
-            if not madvise_range(self.mm, pos, pos + n, advice, self.path):
+            if not self._advise(pos, pos + n, advice):
                 return pos
             pos += n
             if write and pos > self.write_ahead_end:
@@ -650,6 +655,17 @@ class MappedFile:
         if write and end > self.write_ahead_end:
             self.write_ahead_end = end
         return end
+
+    def _advise(self, start: int, end: int, advice: int) -> bool:
+        """One step of :meth:`_populate`: read-population through the page helper (this process
+        only when there is none), the rest by ``madvise`` here."""
+        if advice == _MADV_POPULATE_READ:
+            answer = PAGE_HELPER.populate(self.path, start, end)
+            if answer is not None:
+                if answer:
+                    log.debug("page helper: populating %s failed (errno %d)", self.path, -answer)
+                return answer == 0
+        return madvise_range(self.mm, start, end, advice, self.path)
 
 
 class StoreLayoutError(StoreOpenError):
