@@ -146,7 +146,7 @@ class PageHelper:
     def _stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is None or self._owner != os.getpid():
-            return  # a forked child leaves its parent's helper alone
+            return  # a forked child leaves its parent's helper alone (see forget_after_fork)
         for pipe in (proc.stdin, proc.stdout):
             if pipe is not None:
                 pipe.close()
@@ -176,6 +176,17 @@ class PageHelper:
                 self._stop()
             return -errno.EPIPE
 
+    def forget_after_fork(self) -> None:
+        """In a forked child: drop the parent's helper (its pipes closed here, not the helper),
+        and the lock, which the fork may have copied held; the child starts its own helper."""
+        self._lock = threading.Lock()
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.returncode = 0  # the parent's child: nothing for this process to wait for
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+
     def close(self) -> None:
         """Stop the helper (at exit; a later request starts another)."""
         with self._lock:
@@ -184,6 +195,7 @@ class PageHelper:
 
 #: the process's helper (shared by every store)
 PAGE_HELPER = PageHelper()
+os.register_at_fork(after_in_child=PAGE_HELPER.forget_after_fork)
 
 
 if __name__ == "__main__":

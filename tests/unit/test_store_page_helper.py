@@ -123,3 +123,29 @@ def test_without_a_helper_a_file_populates_itself(tmp_path: Path, monkeypatch: p
         assert all(mapped_pages(mf, 0, 2 * MIB))  # by this process's own madvise
     finally:
         assert mf.close()
+
+
+def test_a_forked_child_starts_its_own_helper_and_leaves_the_parents(
+    tmp_path: Path, helper: PageHelper
+) -> None:
+    mf = _file(tmp_path, MIB)
+    try:
+        assert helper.populate(mf.path, 0, PAGE_SIZE) == 0
+        parent_helper = helper.pid
+        with helper._lock:  # a fork while a request is in flight copies the lock held
+            pid = os.fork()
+            if pid == 0:  # the child: must not wait for the copied lock, nor use the parent's helper
+                code = 1
+                try:
+                    helper.forget_after_fork()  # what os.register_at_fork does for PAGE_HELPER
+                    ok = helper.populate(mf.path, 0, MIB) == 0
+                    code = 0 if ok and helper.pid not in (None, parent_helper) else 2
+                    helper.close()
+                finally:
+                    os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert helper.pid == parent_helper  # the parent's helper untouched and still serving
+        assert helper.populate(mf.path, 0, MIB) == 0
+    finally:
+        assert mf.close()
