@@ -217,9 +217,17 @@ class FileAllocator:
     async def get(self, offset: int) -> MappedFile:
         """The file starting at ``offset``: the prepared one (or the one being populated), or a
         new one. Raises OSError when it cannot be created (e.g. ENOSPC). Never waits for page
-        population, only for a creation (reserving blocks and mapping: milliseconds)."""
+        population, only for a creation (reserving blocks and mapping: milliseconds); returns
+        without a checkpoint unless it has to create the file."""
         mf = self.mfq.take_next(offset)
         if mf is not None:  # published: no need to wait for a preparation in progress
+            return mf
+        mf = self.populating
+        if mf is not None and mf.file_from_offset == offset:
+            # created, being populated: taken without the lock too (the roll that asks must not
+            # yield -- see PutPaths._append_rolling); the idle job stops at its next chunk
+            self.populating = None
+            self.populate_later(mf)
             return mf
         async with self._lock:
             mf = self.mfq.take_next(offset)

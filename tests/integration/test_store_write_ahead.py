@@ -11,6 +11,7 @@ import resource
 from pathlib import Path
 
 import trio
+import trio.lowlevel
 
 from remoting.protocol.message import decode_message
 from store.allocate import MIN_LEAD
@@ -69,6 +70,40 @@ async def test_window_follows_the_writer_across_files(tmp_path: Path) -> None:
                 await trio.sleep(0.005)
         assert cl.current.file_from_offset == file_size
         assert cl.current.write_ahead_end > cl.current.wrote_position
+        assert len(read_queue(store, "T", 0)) == store.get_max_offset_in_queue("T", 0)
+
+
+async def test_a_roll_to_a_ready_file_is_seen_by_no_other_append(tmp_path: Path) -> None:
+    # while an append waits for a roll every other append queues behind it and gets the roll lock
+    # one per scheduler batch: with 64 sends in flight the queue never drained and the broker ran
+    # at half its rate. A roll whose next file is ready (prepared or being populated) must not
+    # yield until it is done, so no other task ever finds the store rolling.
+    file_size = 256 * 1024
+    cfg = small_config(tmp_path, mappedFileSizeCommitLog=file_size)
+    async with running_store(cfg, background=True) as store:
+        cl = store.commit_log
+        body = b"r" * 900
+        seen: list[int] = []
+
+        async def watch() -> None:
+            while True:
+                seen.append(store._rolling)
+                await trio.lowlevel.checkpoint()
+
+        await put(store, "T", 0, body, tags="a")  # the first file: created for it (that yields)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            for _ in range(3):
+                current = cl.current.file_from_offset
+                with trio.fail_after(10):
+                    while cl.mfq.next_file is None and store.allocator.populating is None:
+                        await trio.sleep(0.005)
+                while cl.current.file_from_offset == current:
+                    await put(store, "T", 0, body, tags="a")
+            nursery.cancel_scope.cancel()
+        assert cl.current.file_from_offset == 3 * file_size
+        assert seen
+        assert set(seen) == {0}
         assert len(read_queue(store, "T", 0)) == store.get_max_offset_in_queue("T", 0)
 
 

@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import pytest
 import trio
+import trio.testing
 
 from store.allocate import MAX_PREPARED_FILES, MIN_LEAD, FileAllocator, IdleWorker, WritePace
 from store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue
@@ -96,7 +97,9 @@ async def test_roll_takes_the_file_being_populated_without_waiting(tmp_path: Pat
         alloc.request_prepare()
         await _until(lambda: alloc.populating is not None, 10)
         assert mfq.next_file is None  # not published while being populated
-        with trio.fail_after(5):  # the idle job gets no CPU: get() must not wait for it
+        # the idle job gets no CPU: get() must not wait for it, nor yield (a roll that yields
+        # has the appends behind it queue on the roll lock)
+        with trio.testing.assert_no_checkpoints():
             mf = await alloc.get(SIZE)
         assert mf.file_from_offset == SIZE
         assert alloc.populating is None
