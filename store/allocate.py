@@ -398,8 +398,8 @@ class FileAllocator:
                 await self.prepare(self.mfq.next_offset())
 
     async def _populate_in_use(self, mf: MappedFile) -> int:
-        """Read-populate ``mf`` from its write position (or from where the last call for it
-        stopped) to its end -- with a pace, to as far as the writer's rate asks for -- in the idle
+        """Read-populate ``mf`` from past its write-ahead window (or from where the last call for
+        it stopped) to its end -- with a pace, to as far as the writer's rate asks for -- in the idle
         thread (the write-ahead window then only has to map the pages writable); stops between
         chunks once ``mf`` is no longer the last file (a roll) or on cancellation. Returns how
         far it got."""
@@ -411,7 +411,11 @@ class FileAllocator:
         wrote = mf.wrote_position
         end = self._read_end(mf, wrote)
         asked_mf, asked = self._in_use_read
-        start = max(wrote, asked) if asked_mf is mf else wrote
+        # beyond the write-ahead window, which :class:`WriteAhead` maps at normal priority: the
+        # writer must never meet a page the idle helper is in the middle of bringing in
+        start = min(wrote + self._dirty_now(), end)
+        if asked_mf is mf:
+            start = max(start, asked)
         self._in_use_read = (mf, end)
         return await self._in_idle(lambda keep_going: mf.populate_read_sync(start, end, keep_going), in_use)
 

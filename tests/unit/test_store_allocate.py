@@ -18,6 +18,7 @@ import trio.testing
 
 from store.allocate import MAX_PREPARED_FILES, MIN_LEAD, FileAllocator, IdleWorker, WritePace
 from store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue
+from tests.integration.storekit import cached_pages
 
 T = TypeVar("T")
 MIB = 1024 * 1024
@@ -215,8 +216,13 @@ async def test_a_file_handed_out_unpopulated_is_populated_in_idle_time(tmp_path:
         nursery.start_soon(alloc.run)
         await _until(lambda: mfq.next_file is not None, 20)
         nursery.cancel_scope.cancel()
-    assert idle.results[0] == SIZE  # the file in use, to its end
+    assert idle.results[0] == SIZE  # the file in use, to its end...
     assert len(idle.results) == 2  # then the next file's own population
+    # ...from past the write-ahead window (WriteAhead's, at normal priority): the writer never
+    # meets a page the idle helper is bringing in (and the helper reads no page around its own)
+    window_end = mf.wrote_position + WINDOW
+    assert not any(cached_pages(mf.path, PAGE_SIZE * 3, window_end))
+    assert all(cached_pages(mf.path, window_end, SIZE))
     mfq.close_all()
 
 
@@ -234,7 +240,7 @@ async def test_population_of_a_file_in_use_stops_once_the_log_rolled_past_it(tmp
         idle.release.set()
         await _until(lambda: bool(idle.results), 10)
         nursery.cancel_scope.cancel()
-    assert idle.results[0] == 0  # stopped before its first chunk
+    assert idle.results[0] == WINDOW  # stopped before its first chunk (past the write-ahead window)
     mfq.close_all()
 
 

@@ -43,6 +43,8 @@ def test_the_helper_caches_pages_from_its_own_process_at_idle_priority(
         assert not any(cached_pages(mf.path, MIB, 3 * MIB))  # reserved blocks, nothing read
         assert helper.populate(mf.path, MIB, 3 * MIB) == 0
         assert all(cached_pages(mf.path, MIB, 3 * MIB))
+        # page by page, no readahead around them (which locks a window of pages a writer may wait on)
+        assert not any(cached_pages(mf.path, 3 * MIB, 4 * MIB))
         assert not any(mapped_pages(mf, 0, 4 * MIB))  # none of it mapped by this process
         pid = helper.pid
         assert pid is not None
