@@ -219,32 +219,36 @@ class FileAllocator:
         new one. Raises OSError when it cannot be created (e.g. ENOSPC). Never waits for page
         population, only for a creation (reserving blocks and mapping: milliseconds); returns
         without a checkpoint unless it has to create the file."""
-        mf = self.mfq.take_next(offset)
-        if mf is not None:  # published: no need to wait for a preparation in progress
-            return mf
-        mf = self.populating
-        if mf is not None and mf.file_from_offset == offset:
-            # created, being populated: taken without the lock too (the roll that asks must not
-            # yield -- see PutPaths._append_rolling); the idle job stops at its next chunk
-            self.populating = None
-            self.populate_later(mf)
+        mf = self._take_ready(offset)  # no need to wait for a preparation in progress
+        if mf is not None:
             return mf
         async with self._lock:
-            mf = self.mfq.take_next(offset)
+            mf = self._take_ready(offset)  # prepared meanwhile
             if mf is not None:
                 return mf
-            mf = self.populating
-            if mf is not None and mf.file_from_offset == offset:
-                self.populating = None  # the idle job stops at its next chunk
-            else:
-                try:
-                    mf = await trio.to_thread.run_sync(self.mfq.create_file_sync, offset)
-                except OSError as exc:
-                    self.creation_failed(offset, exc)
-                    raise
-                self._created(mf)
+            try:
+                mf = await trio.to_thread.run_sync(self.mfq.create_file_sync, offset)
+            except OSError as exc:
+                self.creation_failed(offset, exc)
+                raise
+            self._created(mf)
             self.populate_later(mf)
             return mf
+
+    def _take_ready(self, offset: int) -> MappedFile | None:
+        """The file for ``offset`` if it exists already: published, or created and being
+        populated (then taken from the population, which stops at its next chunk, and left to
+        :meth:`populate_later`). No checkpoint: a roll that takes it must not yield (see
+        ``PutPaths._append_rolling``)."""
+        mf = self.mfq.take_next(offset)
+        if mf is not None:
+            return mf
+        mf = self.populating
+        if mf is None or mf.file_from_offset != offset:
+            return None
+        self.populating = None
+        self.populate_later(mf)
+        return mf
 
     def populate_later(self, mf: MappedFile) -> None:
         """Have :meth:`run` bring the rest of ``mf`` -- a file in use that was not (fully)
