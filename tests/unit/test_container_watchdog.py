@@ -32,10 +32,52 @@ async def test_a_blocked_loop_is_reported_with_its_stack(caplog: pytest.LogCaptu
     assert len(blocked) == 1
     assert "_block_the_loop_for" in blocked[0]
     assert "time.sleep(seconds)" in blocked[0]
+    # what the kernel had the thread doing: asleep (in the nanosleep, where the stack is readable)
+    assert "its thread in the kernel: S (sleeping)" in blocked[0]
+    if "kernel stack:" in blocked[0]:
+        assert "nanosleep" in blocked[0].split("kernel stack:", 1)[1]
     resumed = [r.getMessage() for r in caplog.records if "ran again after a stall of" in r.getMessage()]
     assert len(resumed) == 1
-    stall_ms = float(resumed[0].rsplit("of ", 1)[1].split(" ms")[0])
+    stall_ms = float(resumed[0].split("stall of ", 1)[1].split(" ms")[0])
     assert 500 <= stall_ms < 2000
+    on_cpu, waiting = _spent(resumed[0])
+    assert on_cpu < 100  # asleep, not on a CPU
+    assert waiting < 100
+
+
+def _spent(resumed: str) -> tuple[float, float]:
+    """(ms on a CPU, ms waiting for one) from a "ran again" line."""
+    tail = resumed.split("its thread spent ", 1)[1]
+    on_cpu = float(tail.split(" ms on a CPU", 1)[0])
+    waiting = float(tail.split(" and ", 1)[1].split(" ms waiting", 1)[0])
+    return on_cpu, waiting
+
+
+def _spin_the_loop_for(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:  # a long computation on the event loop
+        pass
+
+
+async def test_a_busy_loop_is_reported_on_a_cpu(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="container.watchdog")
+    dog = LoopWatchdog(threshold=0.2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dog.run)
+        await trio.sleep(0.3)
+        _spin_the_loop_for(1.0)
+        await trio.sleep(0.2)
+        nursery.cancel_scope.cancel()
+    blocked = [r.getMessage() for r in caplog.records if "blocked for" in r.getMessage()]
+    assert len(blocked) == 1
+    assert "_spin_the_loop_for" in blocked[0]
+    assert "its thread in the kernel: R (running or waiting for a CPU)" in blocked[0]
+    resumed = [r.getMessage() for r in caplog.records if "ran again after a stall of" in r.getMessage()]
+    on_cpu, waiting = _spent(resumed[0])
+    # from the report (after ~0.25 s) to the end of the spin: ~0.75 s, spent on a CPU or waiting
+    # for one (the watcher itself takes a CPU now and then)
+    assert on_cpu + waiting > 500
+    assert on_cpu > 250
 
 
 def _a_worker_waiting(event: threading.Event) -> None:
