@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import trio
@@ -17,18 +18,28 @@ def _block_the_loop_for(seconds: float) -> None:
     time.sleep(seconds)  # a blocking call on the event loop: what the watchdog is for
 
 
-async def test_a_blocked_loop_is_reported_with_its_stack(caplog: pytest.LogCaptureFixture) -> None:
+async def _watch_a_stall(
+    caplog: pytest.LogCaptureFixture, block: Callable[[], None]
+) -> tuple[LoopWatchdog, list[str], list[str]]:
+    """Run ``block()`` on a watched loop; (the watchdog, its "blocked" and "ran again" lines)."""
     caplog.set_level(logging.WARNING, logger="container.watchdog")
     dog = LoopWatchdog(threshold=0.2)
     async with trio.open_nursery() as nursery:
         await nursery.start(dog.run)
         await trio.sleep(0.3)
         assert dog.stalls == 0
-        _block_the_loop_for(0.6)
+        block()
         await trio.sleep(0.2)  # the watcher notices the loop ran again
         nursery.cancel_scope.cancel()
+    messages = [r.getMessage() for r in caplog.records]
+    blocked = [m for m in messages if "blocked for" in m]
+    resumed = [m for m in messages if "ran again after a stall of" in m]
+    return dog, blocked, resumed
+
+
+async def test_a_blocked_loop_is_reported_with_its_stack(caplog: pytest.LogCaptureFixture) -> None:
+    dog, blocked, resumed = await _watch_a_stall(caplog, lambda: _block_the_loop_for(0.6))
     assert dog.stalls == 1
-    blocked = [r.getMessage() for r in caplog.records if "blocked for" in r.getMessage()]
     assert len(blocked) == 1
     assert "_block_the_loop_for" in blocked[0]
     assert "time.sleep(seconds)" in blocked[0]
@@ -36,7 +47,6 @@ async def test_a_blocked_loop_is_reported_with_its_stack(caplog: pytest.LogCaptu
     assert "its thread in the kernel: S (sleeping)" in blocked[0]
     if "kernel stack:" in blocked[0]:
         assert "nanosleep" in blocked[0].split("kernel stack:", 1)[1]
-    resumed = [r.getMessage() for r in caplog.records if "ran again after a stall of" in r.getMessage()]
     assert len(resumed) == 1
     stall_ms = float(resumed[0].split("stall of ", 1)[1].split(" ms")[0])
     assert 500 <= stall_ms < 2000
@@ -60,19 +70,10 @@ def _spin_the_loop_for(seconds: float) -> None:
 
 
 async def test_a_busy_loop_is_reported_on_a_cpu(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="container.watchdog")
-    dog = LoopWatchdog(threshold=0.2)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(dog.run)
-        await trio.sleep(0.3)
-        _spin_the_loop_for(1.0)
-        await trio.sleep(0.2)
-        nursery.cancel_scope.cancel()
-    blocked = [r.getMessage() for r in caplog.records if "blocked for" in r.getMessage()]
+    _, blocked, resumed = await _watch_a_stall(caplog, lambda: _spin_the_loop_for(1.0))
     assert len(blocked) == 1
     assert "_spin_the_loop_for" in blocked[0]
     assert "its thread in the kernel: R (running or waiting for a CPU)" in blocked[0]
-    resumed = [r.getMessage() for r in caplog.records if "ran again after a stall of" in r.getMessage()]
     on_cpu, waiting = _spent(resumed[0])
     # from the report (after ~0.25 s) to the end of the spin: ~0.75 s, spent on a CPU or waiting
     # for one (the watcher itself takes a CPU now and then)
