@@ -116,19 +116,17 @@ class PageHelper:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
-        #: the process that started :attr:`_proc` (a forked child starts its own)
-        self._owner = 0
         self._broken = False
         atexit.register(self.close)
+        os.register_at_fork(after_in_child=self.forget_after_fork)
 
     @property
     def pid(self) -> int | None:
         """The helper's process id, None when it is not running."""
-        proc = self._proc
-        return proc.pid if proc is not None and self._owner == os.getpid() else None
+        return self._proc.pid if self._proc is not None else None
 
     def _start(self) -> subprocess.Popen[bytes] | None:
-        if self._proc is not None and self._owner == os.getpid() and self._proc.poll() is None:
+        if self._proc is not None and self._proc.poll() is None:
             return self._proc
         self._stop()
         if self._broken:
@@ -144,14 +142,14 @@ class PageHelper:
             self._broken = True
             log.warning("cannot start the page helper (%s): new files are populated in this process", exc)
             return None
-        self._proc, self._owner = proc, os.getpid()
+        self._proc = proc
         log.debug("page helper started, pid %d", proc.pid)
         return proc
 
     def _stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or self._owner != os.getpid():
-            return  # a forked child leaves its parent's helper alone (see forget_after_fork)
+        if proc is None:
+            return
         for pipe in (proc.stdin, proc.stdout):
             if pipe is not None:
                 pipe.close()
@@ -182,8 +180,9 @@ class PageHelper:
             return -errno.EPIPE
 
     def forget_after_fork(self) -> None:
-        """In a forked child: drop the parent's helper (its pipes closed here, not the helper),
-        and the lock, which the fork may have copied held; the child starts its own helper."""
+        """In a forked child (``os.register_at_fork``): drop the parent's helper (its pipes
+        closed here, not the helper), and the lock, which the fork may have copied held; the
+        child starts its own helper."""
         self._lock = threading.Lock()
         proc, self._proc = self._proc, None
         if proc is not None:
@@ -200,7 +199,6 @@ class PageHelper:
 
 #: the process's helper (shared by every store)
 PAGE_HELPER = PageHelper()
-os.register_at_fork(after_in_child=PAGE_HELPER.forget_after_fork)
 
 
 if __name__ == "__main__":

@@ -139,7 +139,6 @@ def test_a_forked_child_starts_its_own_helper_and_leaves_the_parents(
             if pid == 0:  # the child: must not wait for the copied lock, nor use the parent's helper
                 code = 1
                 try:
-                    helper.forget_after_fork()  # what os.register_at_fork does for PAGE_HELPER
                     ok = helper.populate(mf.path, 0, MIB) == 0
                     code = 0 if ok and helper.pid not in (None, parent_helper) else 2
                     helper.close()
