@@ -220,12 +220,12 @@ async def _put_all(store: DefaultMessageStore, recs: list[tuple[bytearray, str, 
     checkpoint = trio.lowlevel.checkpoint
     for i in range(n):
         rec, topic, qid, uniq = recs[i % m]
-        # as the broker's send path: the plain case without awaiting, else the general one
-        res = try_put(rec, topic, qid, 0, TAG_CODE, None, uniq)
-        if res is None:
+        # as the broker's send path: the plain case without awaiting (stored when it answers),
+        # else the general one
+        if try_put(rec, topic, qid, 0, TAG_CODE, None, uniq) is None:
             res = await put(rec, topic, qid, sys_flag=0, tags_code=TAG_CODE, uniq_key=uniq)
-        if res.status is not ok:
-            raise RuntimeError(f"put failed: {res}")
+            if res.status is not ok:
+                raise RuntimeError(f"put failed: {res}")
         if not i & 255:
             # a broker's send path yields on every request; this loop lets the store's own
             # services (flush, write-ahead, allocation) run at least every 256 messages

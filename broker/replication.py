@@ -62,7 +62,7 @@ from store.ha.role import RoleChangeError
 from store.ha.service import NOT_ANSWERED, AlterSyncStateSet, HAService
 from store.ha.store_log import DrainingStream, StoreReplicaLog
 from store.ha.streams import Link
-from store.results import PutMessageResult, PutMessageStatus
+from store.results import Placed, PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -350,22 +350,22 @@ class Replication:
         keys: str | None,
         uniq_key: str | None,
         wait_store_msg_ok: bool,
-    ) -> PutMessageResult | None:
+    ) -> Placed | PutMessageResult | None:
         """:meth:`put_message` without awaiting when nothing needs waiting for -- classic
-        replication with no acks to wait for and the store's plain case (``store.try_put_message``)
-        -- else None with nothing appended (the caller then awaits :meth:`put_message`). A refusal
-        of the gate is returned as it is."""
+        replication with no acks to wait for and the store's plain case (``store.try_put_message``,
+        whose :data:`~store.results.Placed` this returns) -- else None with nothing appended (the
+        caller then awaits :meth:`put_message`). A refusal of the gate is returned as it is."""
         if self.auto or (wait_store_msg_ok and self.broker.store_config.brokerRole is _SYNC_MASTER):
             return None
         refused = self.check_before_put()
         if refused is not None:
             return refused
-        result = self.broker.store.try_put_message(
+        placed = self.broker.store.try_put_message(
             encoded, topic, queue_id, sys_flag, tags_code, keys, uniq_key
         )
-        if result is not None and result.wrote_offset >= 0:
+        if placed is not None:
             self.notify_appended()
-        return result
+        return placed
 
     async def put_message(
         self,

@@ -26,7 +26,7 @@ from broker.send_records import (
     encode_single,
     host_port,
 )
-from broker.send_response import STATUS_CODES, send_response
+from broker.send_response import STATUS_CODES, placed_response, send_response
 from broker.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
@@ -431,6 +431,11 @@ class SendProcessor:
                 result = repl.try_put_message(
                     encoded, topic, queue_id, h.sysFlag, tags_code, keys, uniq, wait
                 )
+                if type(result) is tuple:  # the store's plain path: stored, no result object
+                    self.broker.stats.on_put_placed(topic, result[1], began)
+                    return placed_response(
+                        cmd, result, queue_id, uniq, self._ext_ok, self.broker.store.host_field
+                    )
                 if result is None:
                     result = await repl.put_message(
                         encoded,

@@ -7,9 +7,9 @@ import struct
 
 from remoting.codes import ResponseCode
 from remoting.command import FLAG_RESPONSE, RemotingCommand
-from store.results import PutMessageResult, PutMessageStatus
+from store.results import Placed, PutMessageResult, PutMessageStatus
 
-__all__ = ["STATUS_CODES", "offset_msg_ids", "send_response"]
+__all__ = ["STATUS_CODES", "offset_msg_ids", "placed_response", "send_response"]
 
 _PUT_OK = PutMessageStatus.PUT_OK
 _SUCCESS = ResponseCode.SUCCESS
@@ -113,6 +113,34 @@ def send_response(
         opaque=cmd.opaque,
         flag=FLAG_RESPONSE,
         remark=remark,
+        ext_fields=ext,
+        serialize_type=cmd.serialize_type,
+    )
+
+
+def placed_response(
+    cmd: RemotingCommand,
+    placed: Placed,
+    queue_id: int,
+    uniq: str | None,
+    ext_ok: dict[str, str],
+    store_host: bytes,
+) -> RemotingCommand:
+    """:func:`send_response` for a message the store's plain send path stored (``placed``, store
+    host IP + port bytes ``store_host``): SUCCESS, without a :class:`PutMessageResult` between."""
+    ext = {
+        **ext_ok,
+        "msgId": (store_host + placed[0].to_bytes(8, "big")).hex().upper(),
+        "queueId": str(queue_id),
+        "queueOffset": str(placed[2]),
+    }
+    if uniq:
+        ext["transactionId"] = uniq
+    return RemotingCommand(
+        code=_SUCCESS,
+        opaque=cmd.opaque,
+        flag=FLAG_RESPONSE,
+        remark=None,
         ext_fields=ext,
         serialize_type=cmd.serialize_type,
     )

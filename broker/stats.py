@@ -138,6 +138,12 @@ class BrokerStats:
         elif status in APPEND_FAILURES:
             self.put_failed += 1
 
+    def on_put_placed(self, topic: str, size: int, began_ns: int) -> None:
+        """:meth:`on_put_result` of one message the store's plain send path stored (``size`` record
+        bytes)."""
+        self.on_put_time((monotonic_ns() - began_ns) // 1_000_000)
+        self.on_put(topic, 1, size)
+
     def on_put_time(self, ms: int) -> None:
         """A send's store put (with its flush and replica waits) took ``ms`` milliseconds
         (upstream ``setPutMessageEntireTimeMax``)."""

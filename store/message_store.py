@@ -89,8 +89,12 @@ class DefaultMessageStore(PutPaths):
         self.config = config
         self.store_host = store_host
         self.now_ms = now_ms
+        #: the clock is the wall clock: the plain send path reads it without calling ``now_ms``
+        self._wall_clock = now_ms is _wall_clock_ms
         raw_ip, port = host_bytes(store_host)
-        self._host_bytes = raw_ip + struct.pack(">i", port)
+        #: the STOREHOST field of this store's records (IP bytes + 4-byte port), and the prefix of its
+        #: offset message ids
+        self.host_field = raw_ip + struct.pack(">i", port)
         self.commit_log = CommitLog(
             config.commitlog_dir, config.mappedFileSizeCommitLog, warm=config.warmMapedFileEnable
         )

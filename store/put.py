@@ -18,6 +18,7 @@ import struct
 from collections.abc import Awaitable, Callable
 from itertools import chain, repeat
 from operator import itemgetter
+from time import time_ns
 from typing import TYPE_CHECKING
 
 import trio
@@ -27,7 +28,7 @@ from store.commitlog import NEED_FILE
 from store.config import BrokerRole
 from store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, STAGE_BYTES, ConsumeQueue
 from store.dispatch import SCHEDULE_TOPIC
-from store.results import PutMessageResult, PutMessageStatus
+from store.results import Placed, PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
     from store.allocate import FileAllocator
@@ -86,7 +87,8 @@ class PutPaths:
     _sync_flush_timeout: float
     _max_body_size: int
     _max_record_size: int
-    _host_bytes: bytes
+    host_field: bytes
+    _wall_clock: bool
     recover_topic_queue_table: Callable[[], None]
     _catch_up: Callable[[], Awaitable[None]]
     _dispatch_lock: trio.Lock
@@ -101,13 +103,15 @@ class PutPaths:
         tags_code: int | None,
         keys: str | None,
         uniq_key: str | None,
-    ) -> PutMessageResult | None:
+    ) -> Placed | None:
         """:meth:`put_message` without awaiting, for the plain case -- a running ASYNC_FLUSH
         master outside controller mode, a record with its tags code, IPv4 born host, not a
         transaction half, room in the current commit-log and consume-queue files: append,
-        consume-queue unit and index hint in one function. Returns None, with nothing written,
-        in every other case (the caller then awaits :meth:`put_message`). Arguments as there,
-        positional (a send path calls this once per message)."""
+        consume-queue unit and index hint in one function. Returns where the message went
+        (:data:`~store.results.Placed`: the fields of :meth:`put_message`'s result, whose status
+        is PUT_OK), or None, with nothing written, in every other case (the caller then awaits
+        :meth:`put_message`). Arguments as there, positional (a send path calls this once per
+        message)."""
         # the record's own SYSFLAG (its low byte): the IPv6 born-host bit moves STORETIMESTAMP,
         # whatever the caller's flags say (the broker sets that bit from the connection)
         if not self._plain or self._rolling or tags_code is None or encoded[39] & 0x1C:
@@ -138,7 +142,8 @@ class PutPaths:
                 and qo == cq.max_offset
                 and cmf.wrote_position + staged < cmf.reserved
             ):
-                now = self.now_ms()
+                # the store's clock (``now_ms``), inlined when it is the wall clock
+                now = time_ns() // 1_000_000 if self._wall_clock else self.now_ms()
                 _QO_PO_PACK(encoded, 20, qo, phys)
                 _I64_PACK(encoded, 56, now)
                 # TOTALSIZE last: a copy cut short by a crash leaves a zero size (the end)
@@ -183,7 +188,7 @@ class PutPaths:
                 if d.listeners:
                     for cb in d.listeners:
                         cb(topic, queue_id, nxt)
-                return PutMessageResult(_PUT_OK, phys, n, qo, now, 1, "", self._host_bytes)
+                return phys, n, qo, now
         return None
 
     async def put_message(
@@ -212,7 +217,7 @@ class PutPaths:
         if self._plain:
             done = self.try_put_message(encoded, topic, queue_id, sys_flag, tags_code, keys, uniq_key)
             if done is not None:
-                return done
+                return PutMessageResult.placed(done, self.host_field)
         if self._refuse is not None or self._queue_table_stale:
             refused = self._check_gate()
             if refused is not None:
@@ -269,7 +274,7 @@ class PutPaths:
         status, remark = _PUT_OK, ""
         if wait_store_msg_ok and self._sync_flush:
             status, remark = await self._await_flush(end, generation)
-        return PutMessageResult(status, phys, n, qo, now, 1, remark, self._host_bytes)
+        return PutMessageResult(status, phys, n, qo, now, 1, remark, self.host_field)
 
     async def put_messages(
         self,
@@ -366,7 +371,7 @@ class PutPaths:
         if wait_store_msg_ok and self._sync_flush:
             status, remark = await self._await_flush(end, generation)
         return PutMessageResult(
-            status, phys, n, qo, now, len(offsets), remark, self._host_bytes, [phys + o for o in offsets]
+            status, phys, n, qo, now, len(offsets), remark, self.host_field, [phys + o for o in offsets]
         )
 
     async def _first_cq_file(self, cq: ConsumeQueue, queue_offset: int) -> None:
@@ -534,7 +539,7 @@ class PutPaths:
         d.last_store_timestamp = now
         for cb in d.listeners:
             cb(topic, queue_id, qo)
-        return PutMessageResult(_PUT_OK, base, n, qo0, now, count, "", self._host_bytes, offsets)
+        return PutMessageResult(_PUT_OK, base, n, qo0, now, count, "", self.host_field, offsets)
 
     def _check_gate(self) -> PutMessageResult | None:
         if self._refuse is not None:

@@ -55,6 +55,13 @@ class BoundaryType(enum.Enum):
     UPPER = "upper"
 
 
+#: A message the store's plain send path stored (:meth:`~store.put.PutPaths.try_put_message`):
+#: (physical offset, record size, queue offset, store timestamp). A plain tuple: the send path
+#: makes one per message, at a fraction of a :class:`PutMessageResult`'s cost (whose fields these
+#: are, status PUT_OK: :meth:`PutMessageResult.placed`).
+Placed = tuple[int, int, int, int]
+
+
 class PutMessageResult(msgspec.Struct):
     """Outcome of :meth:`DefaultMessageStore.put_message` / ``put_messages``.
 
@@ -74,6 +81,12 @@ class PutMessageResult(msgspec.Struct):
     store_host: bytes = b""
     #: physical offsets of every message of a batch (None for a single message)
     offsets: list[int] | None = None
+
+    @classmethod
+    def placed(cls, placed: Placed, store_host: bytes) -> PutMessageResult:
+        """The result of a message stored by the plain send path."""
+        phys, size, queue_offset, store_timestamp = placed
+        return cls(PutMessageStatus.PUT_OK, phys, size, queue_offset, store_timestamp, 1, "", store_host)
 
     @property
     def is_ok(self) -> bool:

@@ -23,7 +23,14 @@ from remoting.protocol.message import (
 from store.config import BrokerRole, FlushDiskType
 from store.mapped_file import MAP_BUDGET, MAP_RESERVE, count_maps
 from store.message_store import DefaultMessageStore
-from store.results import BoundaryType, GetMessageStatus, PutMessageResult, PutMessageStatus, TagsCodeFilter
+from store.results import (
+    BoundaryType,
+    GetMessageStatus,
+    Placed,
+    PutMessageResult,
+    PutMessageStatus,
+    TagsCodeFilter,
+)
 from tests.integration.storekit import STORE_HOST, Clock, encode, put, read_queue, running_store, small_config
 
 
@@ -481,9 +488,7 @@ async def test_try_put_message_appends_in_the_plain_case_and_declines_otherwise(
     None with nothing written (so the caller's put_message decides) whenever it is not."""
     code = tags_hash_code("t")
 
-    def attempt(
-        store: DefaultMessageStore, queue_id: int, uniq: str, **kw: int | None
-    ) -> PutMessageResult | None:
+    def attempt(store: DefaultMessageStore, queue_id: int, uniq: str, **kw: int | None) -> Placed | None:
         sys_flag = kw.get("sys_flag") or 0
         rec = encode("TopicA", queue_id, uniq.encode(), tags="t", uniq=uniq, sys_flag=sys_flag)
         tags_code = kw.get("tags_code", code)
@@ -499,19 +504,25 @@ async def test_try_put_message_appends_in_the_plain_case_and_declines_otherwise(
         assert store.max_phy_offset == end
         got = attempt(store, 0, "U1")
         assert got is not None
-        assert got.status is PutMessageStatus.PUT_OK
-        assert (got.wrote_offset, got.logics_offset) == (end, 1)
-        assert got.msg_id == offset_msg_id(STORE_HOST, end)
+        phys, size, queue_offset, stored_at = got
+        assert (phys, queue_offset) == (end, 1)
+        assert store.max_phy_offset == end + size
+        result = PutMessageResult.placed(got, store.host_field)
+        assert result.status is PutMessageStatus.PUT_OK
+        assert (result.wrote_offset, result.wrote_bytes, result.logics_offset) == (end, size, 1)
+        assert result.msg_id == offset_msg_id(STORE_HOST, end)
         msgs = store.get_message("g", "TopicA", 0, 0, 32)
         assert msgs is not None
-        assert [decode_message(v).body for v in msgs.message_views] == [b"first", b"U1"]
+        stored = [decode_message(v) for v in msgs.message_views]
+        assert [m.body for m in stored] == [b"first", b"U1"]
+        assert stored[1].store_timestamp == stored_at
         msgs.release()
         assert store.query_message("TopicA", "U1", 10, 0, 2**62).phy_offsets == [end]
         assert first.wrote_offset == 0
         # a slave store declines too
         store.config.brokerRole = BrokerRole.SLAVE
         assert attempt(store, 0, "U2") is None
-        assert store.max_phy_offset == end + got.wrote_bytes
+        assert store.max_phy_offset == end + size
 
     cfg = small_config(tmp_path / "sync", flushDiskType=FlushDiskType.SYNC_FLUSH)
     async with running_store(cfg) as store:

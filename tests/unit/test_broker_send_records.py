@@ -24,7 +24,9 @@ from broker.send_records import (
     encode_single,
     host_port,
 )
-from broker.send_response import offset_msg_ids
+from broker.send_response import offset_msg_ids, placed_response, send_response
+from remoting.codes import RequestCode
+from remoting.command import RemotingCommand
 from remoting.protocol.message import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY,
@@ -509,3 +511,34 @@ def test_encode_single_declines_properties_over_the_limit() -> None:
 def test_response_msg_ids_equal_the_store_results(wrote: int, host: bytes, batch: list[int] | None) -> None:
     result = PutMessageResult(PutMessageStatus.PUT_OK, wrote, 10, 0, 0, 1, "", host, batch)
     assert offset_msg_ids(result) == result.msg_id
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    placed=st.tuples(
+        st.integers(0, 2**62), st.integers(1, 2**20), st.integers(0, 2**62), st.integers(0, 2**50)
+    ),
+    host=st.sampled_from([V4 + b"\x00\x00\x2a\x9f", V6 + b"\x00\x00\x01\x00"]),
+    queue_id=st.integers(0, 255),
+    uniq=st.sampled_from([None, "", "7F0000010F2A18B4AAC2086F5E2A0000"]),
+    serialize_type=st.sampled_from([0, 1]),
+)
+def test_a_response_from_the_plain_path_equals_the_one_from_its_store_result(
+    placed: tuple[int, int, int, int], host: bytes, queue_id: int, uniq: str | None, serialize_type: int
+) -> None:
+    """The send fast path answers from the store's tuple (``placed_response``): the same response
+    as the general path's ``send_response`` of the equivalent PutMessageResult."""
+    cmd = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, opaque=77, serialize_type=serialize_type)
+    ext_ok = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+    got = placed_response(cmd, placed, queue_id, uniq, ext_ok, host)
+    want = send_response(cmd, PutMessageResult.placed(placed, host), queue_id, uniq, ext_ok)
+    assert (got.code, got.opaque, got.flag, got.remark, got.serialize_type) == (
+        want.code,
+        want.opaque,
+        want.flag,
+        want.remark,
+        want.serialize_type,
+    )
+    assert got.ext_fields == want.ext_fields
+    assert got.ext_fields is not ext_ok
+    assert ext_ok == {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
