@@ -370,8 +370,8 @@ class IndexService:
                     cache[topic] = _topic_prefix_hash(topic)
                 prefix = np.fromiter(map(cache.__getitem__, topics), np.uint64, n)
         hashes = key_hashes(prefix, keys_)
-        phy_arr = np.array(phys, np.int64)
-        ts_arr = np.array(stamps, np.int64)
+        phy_arr = np.fromiter(phys, np.int64, n)
+        ts_arr = np.fromiter(stamps, np.int64, n)
         files = self._files
         done = 0
         while done < n:

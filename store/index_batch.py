@@ -47,6 +47,7 @@ class _Powers:
         self.pow_f = np.ones(1, np.float64)
         self._desc: dict[int, np.ndarray] = {}
         self._desc_f: dict[int, np.ndarray] = {}
+        self._desc_f_sep: dict[int, np.ndarray] = {}
 
     def ensure(self, n: int) -> None:
         """Tables cover exponents 0..n."""
@@ -78,6 +79,13 @@ class _Powers:
         d = self._desc_f.get(n)
         if d is None:
             d = self._desc_f[n] = self.desc(n).astype(np.float64)
+        return d
+
+    def desc_f_sep(self, n: int) -> np.ndarray:
+        """:meth:`desc_f` and a trailing 0: weights of an n-unit key followed by a separator."""
+        d = self._desc_f_sep.get(n)
+        if d is None:
+            d = self._desc_f_sep[n] = np.append(self.desc_f(n), 0.0)
         return d
 
 
@@ -129,6 +137,23 @@ def entry_columns(
     return topics, phys, stamps, keys_
 
 
+def _equal_ascii_rows(keys: Sequence[str]) -> np.ndarray | None:
+    """The keys' bytes as an n x (width + 1) uint8 matrix, each row a key and a 0 after it, when
+    all keys are ASCII of one length ``width`` (at most :data:`_FLOAT_MAX_ASCII_LEN`) without a
+    NUL; else None. No Python call per key: the keys joined by NULs, one more NUL at the end, are
+    n rows of width + 1 exactly when those n NULs, the only ones, each end a row."""
+    n = len(keys)
+    joined = "\0".join(keys)
+    total = len(joined) + 1
+    width = total // n - 1
+    if total != n * (width + 1) or not 0 < width <= _FLOAT_MAX_ASCII_LEN or not joined.isascii():
+        return None
+    rows = np.frombuffer(joined.encode("ascii") + b"\0", np.uint8).reshape(n, width + 1)
+    if rows[:, width].any() or np.count_nonzero(rows) != n * width:
+        return None
+    return rows
+
+
 def key_hashes(prefix_hashes: int | np.ndarray, keys: Sequence[str]) -> np.ndarray:
     """Index hashes (upstream ``indexKeyHashMethod``: |hashCode|, 0 for Integer.MIN_VALUE) of
     ``prefix + key`` for each key, as int32 in [0, 2^31). ``prefix_hashes`` is the unsigned Java
@@ -136,19 +161,18 @@ def key_hashes(prefix_hashes: int | np.ndarray, keys: Sequence[str]) -> np.ndarr
     Keys must be non-empty."""
     n = len(keys)
     powers = _POWERS
-    joined = "".join(keys)
-    ascii_ = joined.isascii()
-    width = len(keys[0])
-    # equal lengths: the total is n * width and none is longer
-    if ascii_ and len(joined) == n * width and max(map(len, keys)) == width:
-        codes = np.frombuffer(joined.encode("ascii"), np.uint8).reshape(n, width)
+    rows = _equal_ascii_rows(keys)
+    if rows is not None:
+        # equal lengths (the common case: UNIQ_KEYs), one row per key and its separator
+        width = rows.shape[1] - 1
         powers.ensure(width)
-        full = _unit_sums(codes, width, True)
+        full = np.einsum("ij,j->i", rows.astype(np.float64), powers.desc_f_sep(width)).astype(np.uint64)
         if isinstance(prefix_hashes, int):
             full += prefix_hashes * int(powers.pow[width]) % _MOD
         else:
             full += prefix_hashes * powers.pow[width]
     else:
+        ascii_ = "".join(keys).isascii()
         lens = np.fromiter(map(len, keys), np.int64, n)
         width = int(lens.max())
         if ascii_:
@@ -200,8 +224,10 @@ def write_entries(f: IndexFile, hashes: np.ndarray, phys: np.ndarray, timestamps
         f.reserve_entries(k)  # OSError on a full disk, before anything is written
     # sort by (slot, batch position): unique keys, so any sort groups each slot in batch order
     shift = k.bit_length()
-    key = hashes.astype(np.int64)
-    key %= f.slot_num
+    if f.slot_num <= _INT_MAX:  # hashes are int32 >= 0: the division in int32 (faster)
+        key = (hashes % np.int32(f.slot_num)).astype(np.int64)
+    else:
+        key = hashes.astype(np.int64)  # below any such slot count
     key <<= shift
     key |= _arange(k)
     key.sort()

@@ -118,6 +118,30 @@ def test_key_hashes_known_values() -> None:
     assert index_batch.key_hashes(0, ["polygenelubricants", "x"]).tolist() == [0, ord("x")]
 
 
+@pytest.mark.parametrize(
+    ("keys", "rows"),
+    [
+        (["AB", "CD", "EF"], True),  # equal ASCII lengths: one row each
+        (["ABC"], True),
+        (["AB", "CDE"], False),  # unequal
+        (["ABC", "D", "EF"], False),  # unequal, but n * (width + 1) bytes in all
+        (["xy\0", "z"], False),  # a NUL where a separator would be: the last column still all NUL
+        (["ab", "c\0"], False),  # equal lengths with a NUL
+        (["\u00e9t", "ab"], False),  # not ASCII
+    ],
+)
+def test_equal_length_keys_are_recognised_without_a_call_per_key(keys: list[str], rows: bool) -> None:
+    got = index_batch._equal_ascii_rows(keys)
+    assert (got is not None) == rows
+    if got is not None:
+        assert [bytes(r[:-1]).decode() for r in got] == keys
+        assert not got[:, -1].any()
+    want = [
+        abs(m.java_string_hash("T#" + k)) if m.java_string_hash("T#" + k) != -(2**31) else 0 for k in keys
+    ]
+    assert index_batch.key_hashes(m.java_string_hash("T#") & 0xFFFFFFFF, keys).tolist() == want
+
+
 # --- byte identity against the scalar index ------------------------------------------------------
 
 TOPICS = ["T", "Topic-B", "t\u00f6pic"]
