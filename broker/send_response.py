@@ -66,6 +66,10 @@ STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
 }
 
 
+def _offset_msg_id(host: bytes, offset: int) -> str:
+    return (host + offset.to_bytes(8, "big")).hex().upper()
+
+
 def offset_msg_ids(result: PutMessageResult) -> str:
     """``result.msg_id`` from bytes: for a batch, the offsets packed in one call and written out by
     ``bytes.hex`` with a comma every 8 bytes, each comma then followed by the store host's hex."""
@@ -74,7 +78,7 @@ def offset_msg_ids(result: PutMessageResult) -> str:
         return ""
     offsets = result.offsets
     if offsets is None:
-        return (host + result.wrote_offset.to_bytes(8, "big")).hex().upper()
+        return _offset_msg_id(host, result.wrote_offset)
     if not offsets:
         return ""
     prefix = host.hex().upper()
@@ -96,26 +100,10 @@ def send_response(
         if result.remark and code != ResponseCode.SUCCESS:
             remark = f"{remark} ({result.remark})" if remark else result.remark
     if code in _STORED_CODES:
-        # SendMessageResponseHeader: msgId, queueId, queueOffset, transactionId (strings on the wire)
-        ext = {
-            **ext_ok,
-            "msgId": offset_msg_ids(result),
-            "queueId": str(queue_id),
-            "queueOffset": str(result.logics_offset),
-        }
-        if uniq:
-            ext["transactionId"] = uniq
+        ext = _stored_fields(ext_ok, offset_msg_ids(result), queue_id, result.logics_offset, uniq)
     else:
         ext = dict(ext_ok)
-    # what cmd.response(code, remark) gives, with the header in place
-    return RemotingCommand(
-        code=code,
-        opaque=cmd.opaque,
-        flag=FLAG_RESPONSE,
-        remark=remark,
-        ext_fields=ext,
-        serialize_type=cmd.serialize_type,
-    )
+    return _response(cmd, code, remark, ext)
 
 
 def placed_response(
@@ -128,19 +116,28 @@ def placed_response(
 ) -> RemotingCommand:
     """:func:`send_response` for a message the store's plain send path stored (``placed``, store
     host IP + port bytes ``store_host``): SUCCESS, without a :class:`PutMessageResult` between."""
-    ext = {
-        **ext_ok,
-        "msgId": (store_host + placed[0].to_bytes(8, "big")).hex().upper(),
-        "queueId": str(queue_id),
-        "queueOffset": str(placed[2]),
-    }
+    msg_id = _offset_msg_id(store_host, placed[0])
+    return _response(cmd, _SUCCESS, None, _stored_fields(ext_ok, msg_id, queue_id, placed[2], uniq))
+
+
+def _stored_fields(
+    ext_ok: dict[str, str], msg_id: str, queue_id: int, queue_offset: int, uniq: str | None
+) -> dict[str, str]:
+    """The header of a send whose message was stored (``SendMessageResponseHeader``: msgId,
+    queueId, queueOffset, transactionId, strings on the wire) after the fields of ``ext_ok``."""
+    ext = {**ext_ok, "msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset)}
     if uniq:
         ext["transactionId"] = uniq
+    return ext
+
+
+def _response(cmd: RemotingCommand, code: int, remark: str | None, ext: dict[str, str]) -> RemotingCommand:
+    # what cmd.response(code, remark) gives, with the header in place
     return RemotingCommand(
-        code=_SUCCESS,
+        code=code,
         opaque=cmd.opaque,
         flag=FLAG_RESPONSE,
-        remark=None,
+        remark=remark,
         ext_fields=ext,
         serialize_type=cmd.serialize_type,
     )
