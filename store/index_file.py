@@ -186,8 +186,13 @@ class IndexFile:
     def _validate(self) -> None:
         if not 1 <= self.index_count <= self.index_num:
             raise IndexCorruptError(f"index count {self.index_count} outside 1..{self.index_num}")
-        if not 0 <= self.hash_slot_count <= self.slot_num:
-            raise IndexCorruptError(f"hash slot count {self.hash_slot_count} outside 0..{self.slot_num}")
+        # upstream's count of slots taken: a slot whose head points past the published count (a
+        # batch cut short by a crash after its slot heads, before its header) counts again when
+        # written next, so after crashes it may exceed the slots; it never exceeds the entries
+        if not 0 <= self.hash_slot_count < self.index_count:
+            raise IndexCorruptError(
+                f"hash slot count {self.hash_slot_count} outside 0..{self.index_count - 1} (the entries)"
+            )
         if self.index_count > 1 and (
             self.begin_timestamp > self.end_timestamp
             or self.begin_phy_offset > self.end_phy_offset

@@ -292,6 +292,43 @@ def test_damaged_files_are_dropped_with_warning(tmp_path: Path, caplog: pytest.L
     assert not (d / names[0]).exists()
 
 
+def test_a_slot_count_past_the_slots_after_crashes_keeps_the_file(tmp_path: Path) -> None:
+    """A batch cut short by a crash after its slot heads, before its header, leaves heads past the
+    published count; the next entry of such a slot counts it as newly taken (upstream's rule),
+    again after every such crash: the header's slot count may then exceed the slots, never the
+    entries. Such a file loads and answers queries (once it was dropped as damaged)."""
+    svc = service(tmp_path, slots=2, entries=64)
+    offset = 0
+    for _crash in range(4):
+        for _ in range(3):
+            offset += 100
+            svc.put(req(offset, keys=f"k{offset}"))
+        svc.drain()
+        path = tmp_path / "index" / svc.file_names[0]
+        with open(path, "r+b") as f:
+            f.seek(36)
+            (count,) = struct.unpack(">i", f.read(4))
+            f.seek(40)
+            f.write(struct.pack(">ii", count + 10, count + 10))  # the heads of an unpublished batch
+    for key in ("after-1", "after-2", "after-3"):  # written after the last cut: in both slots
+        offset += 100
+        svc.put(req(offset, keys=key))
+    svc.drain()
+    svc.close()
+    with open(path, "rb") as f:
+        f.seek(32)
+        slots_taken, count = struct.unpack(">ii", f.read(8))
+    assert slots_taken > 2  # more than the file's slots
+    assert slots_taken < count
+    again = service(tmp_path, slots=2, entries=64)
+    assert again.file_names == [path.name]
+    assert [q(again, key) for key in ("after-1", "after-2", "after-3")] == [
+        [offset - 200],
+        [offset - 100],
+        [offset],
+    ]
+
+
 def test_files_made_with_other_sizes_are_dropped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     svc = service(tmp_path, slots=3, entries=3)
     svc.put(req(0, keys="k"))
