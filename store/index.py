@@ -177,6 +177,8 @@ class IndexService:
             self._files.append(f)
         if self._files and not self._files[-1].is_full:
             self._files[-1].read_in_slots_sync()  # the one written next
+            if not last_exit_ok:
+                self._files[-1].restore_slot_heads()  # the only one written at the crash
         # The newest indexed message may have only some of its entries: a crash between two of
         # its keys (they may even straddle a file roll). One less makes its re-dispatch write
         # them all again; a key it already had gets a second entry, which queries skip.

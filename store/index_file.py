@@ -14,6 +14,8 @@ import struct
 import time
 from typing import NamedTuple
 
+import numpy as np
+
 from remoting.protocol.message import java_string_hash
 from store.mapped_file import PAGE_SIZE, drop_pages_below, map_file, no_read_around, page_ceil, read_in_range
 
@@ -152,6 +154,36 @@ class IndexFile:
         if whole > self.entries_dropped_to:
             drop_pages_below(self.map, self.entries_dropped_to, whole, self.path)
             self.entries_dropped_to = whole
+
+    def restore_slot_heads(self) -> int:
+        """After a crash: point the slots whose head is past the published count -- a batch cut
+        short after its slot heads, before its header -- back at their newest published entry (or
+        at none), through the unpublished entries, which were written first, each with the head
+        before it. Left alone, the next entry of such a slot would start its chain afresh and the
+        slot's older keys could not be found. Returns the number of heads restored."""
+        count = self.index_count
+        table = np.frombuffer(self.map, ">i4", self.slot_num, self.slots_pos)  # released below, always
+        try:
+            stale = np.flatnonzero(table >= count).tolist()
+            for slot in stale:
+                head = int(table[slot])
+                for _ in range(self.index_num - count):  # at most every unpublished entry
+                    if not count <= head < self.index_num:
+                        break
+                    head = _ENTRY.unpack_from(self.map, self.entries_pos + head * INDEX_ENTRY_SIZE)[3]
+                table[slot] = head if 0 < head < count else 0
+        finally:
+            del table
+        if stale:
+            self.dirty = True
+            log.warning(
+                "index file %s: %d hash slots pointed past its %d entries (a write cut short by a crash); "
+                "restored to their newest entries",
+                self.path,
+                len(stale),
+                count - 1,
+            )
+        return len(stale)
 
     def read_in_slots_sync(self) -> None:
         """Bring the hash-slot table into memory (blocking, GIL released): the file written next

@@ -329,6 +329,36 @@ def test_a_slot_count_past_the_slots_after_crashes_keeps_the_file(tmp_path: Path
     ]
 
 
+def test_slot_heads_left_by_a_batch_cut_short_are_restored_after_a_crash(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A crash after a batch wrote its entries and slot heads, before its header: the messages
+    are indexed again after the restart, and every key indexed before the batch is still found
+    (the next entry of a slot whose head points past the count would otherwise start its chain
+    afresh and cut the older entries off)."""
+    svc = service(tmp_path, slots=64, entries=4000)
+    for i in range(100):
+        svc.put(req(100 + i * 100, uniq=f"before-{i}"))
+    svc.drain()
+    path = tmp_path / "index" / svc.file_names[0]
+    header = path.read_bytes()[:40]
+    for i in range(100, 200):
+        svc.put(req(100 + i * 100, uniq=f"cut-{i}"))
+    svc.drain()  # a vector batch: entries, slot heads, header
+    with open(path, "r+b") as f:
+        f.write(header)  # ... as if killed before the header
+    svc.close()
+    caplog.set_level(logging.WARNING, logger="store.index")
+    again = IndexService(str(tmp_path / "index"), max_hash_slot_num=64, max_index_num=4000, now_ms=Clock())
+    again.load(False, 2**62)  # an abnormal exit; the file is older than the checkpoint
+    assert "restored to their newest entries" in caplog.text
+    for i in range(100, 200):  # the store dispatches them again
+        again.put(req(100 + i * 100, uniq=f"cut-{i}"))
+    again.drain()
+    assert [q(again, f"before-{i}") for i in range(100)] == [[100 + i * 100] for i in range(100)]
+    assert [q(again, f"cut-{i}") for i in range(100, 200)] == [[100 + i * 100] for i in range(100, 200)]
+
+
 def test_files_made_with_other_sizes_are_dropped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     svc = service(tmp_path, slots=3, entries=3)
     svc.put(req(0, keys="k"))
