@@ -167,10 +167,10 @@ class IndexFile:
             stale = np.flatnonzero(table >= count).tolist()
             for slot in stale:
                 head = int(table[slot])
-                for _ in range(self.index_num - count):  # at most every unpublished entry
-                    if not count <= head < self.index_num:
-                        break
-                    head = _ENTRY.unpack_from(self.map, self.entries_pos + head * INDEX_ENTRY_SIZE)[3]
+                while count <= head < self.index_num:
+                    prev = _ENTRY.unpack_from(self.map, self.entries_pos + head * INDEX_ENTRY_SIZE)[3]
+                    # an entry's previous one is older (a lower number); anything else is not ours
+                    head = prev if prev < head else 0
                 table[slot] = head if 0 < head < count else 0
         finally:
             del table

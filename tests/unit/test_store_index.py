@@ -359,6 +359,33 @@ def test_slot_heads_left_by_a_batch_cut_short_are_restored_after_a_crash(
     assert [q(again, f"cut-{i}") for i in range(100, 200)] == [[100 + i * 100] for i in range(100, 200)]
 
 
+def test_restoring_slot_heads_stops_at_entries_that_are_not_a_chain(tmp_path: Path) -> None:
+    """Past the published count, an entry whose previous one is not older (bytes not written by
+    a batch: a damaged file) ends the walk: the slot is emptied, and the restart does not loop."""
+    svc = service(tmp_path, slots=4, entries=64)
+    svc.put(req(100, uniq="kept"))
+    svc.drain()
+    path = tmp_path / "index" / svc.file_names[0]
+    svc.close()
+    entries_pos = 40 + 4 * 4
+    with open(path, "r+b") as f:
+        f.seek(36)
+        (count,) = struct.unpack(">i", f.read(4))
+        # slot 0 points at entry count + 3, which names itself as its previous one: a cycle;
+        # slot 1 at count + 5, whose previous one is count + 9 (newer): not a chain either
+        f.seek(40)
+        f.write(struct.pack(">ii", count + 3, count + 5))
+        for number, prev in ((count + 3, count + 3), (count + 5, count + 9)):
+            f.seek(entries_pos + number * INDEX_ENTRY_SIZE)
+            f.write(struct.pack(">iqii", 1, 1, 0, prev))
+    again = IndexService(str(tmp_path / "index"), max_hash_slot_num=4, max_index_num=64, now_ms=Clock())
+    again.load(False, 2**62)
+    with open(path, "rb") as f:
+        f.seek(40)
+        assert struct.unpack(">ii", f.read(8)) == (0, 0)
+    assert q(again, "kept") == [100]
+
+
 def test_files_made_with_other_sizes_are_dropped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     svc = service(tmp_path, slots=3, entries=3)
     svc.put(req(0, keys="k"))
