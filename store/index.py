@@ -178,7 +178,7 @@ class IndexService:
         if self._files and not self._files[-1].is_full:
             self._files[-1].read_in_slots_sync()  # the one written next
             if not last_exit_ok:
-                self._files[-1].restore_slot_heads()  # the only one written at the crash
+                self._restore_newest()  # the only one written at the crash
         # The newest indexed message may have only some of its entries: a crash between two of
         # its keys (they may even straddle a file roll). One less makes its re-dispatch write
         # them all again; a key it already had gets a second entry, which queries skip.
@@ -302,10 +302,20 @@ class IndexService:
             return
         except BaseException:
             self.last_phy = self._max_indexed()
+            self._restore_newest()  # a write cut short may have left slot heads past its count
             raise
         if self._retry_at:
             self._retry_at = 0.0
             self._repeats.resolved("room", f"key-index entries are written again in {self.index_dir}")
+
+    def _restore_newest(self) -> None:
+        """:meth:`IndexFile.restore_slot_heads` of the file being written (the only one a write
+        cut short can leave slot heads past its count in); a failure is logged."""
+        if self._files and not self._files[-1].is_full:
+            try:
+                self._files[-1].restore_slot_heads()
+            except Exception:
+                log.exception("cannot check the slot heads of index file %s", self._files[-1].path)
 
     def _requeue_unwritten(self, pending: list[Any]) -> None:
         """Queue again, before anything queued since, the messages of ``pending`` not written:

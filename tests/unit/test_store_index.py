@@ -359,6 +359,33 @@ def test_slot_heads_left_by_a_batch_cut_short_are_restored_after_a_crash(
     assert [q(again, f"cut-{i}") for i in range(100, 200)] == [[100 + i * 100] for i in range(100, 200)]
 
 
+def test_a_write_that_fails_after_its_slot_heads_leaves_older_keys_findable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same cut without a crash: a batch failing between its slot heads and its header (any
+    exception) raises from ``drain``, and the messages written next still find every older key."""
+    svc = service(tmp_path, slots=64, entries=4000)
+    for i in range(100):
+        svc.put(req(100 + i * 100, uniq=f"before-{i}"))
+    svc.drain()
+    f = svc._files[-1]
+
+    def fail(*_args: int) -> None:
+        raise RuntimeError("cut short")
+
+    monkeypatch.setattr(f, "publish", fail)
+    for i in range(100, 200):
+        svc.put(req(100 + i * 100, uniq=f"cut-{i}"))
+    with pytest.raises(RuntimeError, match="cut short"):
+        svc.drain()
+    monkeypatch.undo()
+    for i in range(100, 200):  # dispatched again
+        svc.put(req(100 + i * 100, uniq=f"cut-{i}"))
+    svc.drain()
+    assert [q(svc, f"before-{i}") for i in range(100)] == [[100 + i * 100] for i in range(100)]
+    assert [q(svc, f"cut-{i}") for i in range(100, 200)] == [[100 + i * 100] for i in range(100, 200)]
+
+
 def test_restoring_slot_heads_stops_at_entries_that_are_not_a_chain(tmp_path: Path) -> None:
     """Past the published count, an entry whose previous one is not older (bytes not written by
     a batch: a damaged file) ends the walk: the slot is emptied, and the restart does not loop."""
