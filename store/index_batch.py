@@ -47,7 +47,6 @@ class _Powers:
         self.pow_f = np.ones(1, np.float64)
         self._desc: dict[int, np.ndarray] = {}
         self._desc_f: dict[int, np.ndarray] = {}
-        self._desc_f_sep: dict[int, np.ndarray] = {}
 
     def ensure(self, n: int) -> None:
         """Tables cover exponents 0..n."""
@@ -79,13 +78,6 @@ class _Powers:
         d = self._desc_f.get(n)
         if d is None:
             d = self._desc_f[n] = self.desc(n).astype(np.float64)
-        return d
-
-    def desc_f_sep(self, n: int) -> np.ndarray:
-        """:meth:`desc_f` and a trailing 0: weights of an n-unit key followed by a separator."""
-        d = self._desc_f_sep.get(n)
-        if d is None:
-            d = self._desc_f_sep[n] = np.append(self.desc_f(n), 0.0)
         return d
 
 
@@ -166,7 +158,7 @@ def key_hashes(prefix_hashes: int | np.ndarray, keys: Sequence[str]) -> np.ndarr
         # equal lengths (the common case: UNIQ_KEYs), one row per key and its separator
         width = rows.shape[1] - 1
         powers.ensure(width)
-        full = np.einsum("ij,j->i", rows.astype(np.float64), powers.desc_f_sep(width)).astype(np.uint64)
+        full = _unit_sums(rows[:, :width], width, True)  # the rows without their separators
         if isinstance(prefix_hashes, int):
             full += prefix_hashes * int(powers.pow[width]) % _MOD
         else:

@@ -156,8 +156,8 @@ class IndexFile:
             self.entries_dropped_to = whole
 
     def restore_slot_heads(self) -> int:
-        """After a crash: point the slots whose head is past the published count -- a batch cut
-        short after its slot heads, before its header -- back at their newest published entry (or
+        """After a crash or a failed write: point the slots whose head is past the published count
+        -- a batch cut short after its slot heads, before its header -- back at their newest published entry (or
         at none), through the unpublished entries, which were written first, each with the head
         before it. Left alone, the next entry of such a slot would start its chain afresh and the
         slot's older keys could not be found. Returns the number of heads restored."""
@@ -177,7 +177,7 @@ class IndexFile:
         if stale:
             self.dirty = True
             log.warning(
-                "index file %s: %d hash slots pointed past its %d entries (a write cut short by a crash); "
+                "index file %s: %d hash slots pointed past its %d entries (a write cut short); "
                 "restored to their newest entries",
                 self.path,
                 len(stale),
