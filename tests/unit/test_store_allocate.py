@@ -177,8 +177,9 @@ class _GatedQueue(MappedFileQueue):
 
 
 async def test_a_roll_takes_a_small_file_while_it_is_being_populated(tmp_path: Path) -> None:
-    # a small file is populated at normal priority, outside the allocator's lock: a roll that
-    # needs it meanwhile takes it at once (it waited for the population: 3.6 ms a roll at 4 MiB)
+    # a small file is populated at normal priority, in the job that created it and visible as
+    # populating from its creation on: a roll that needs it meanwhile takes it at once (it
+    # waited for the population: 3.6 ms a roll at 4 MiB)
     _GatedFile.GATE.clear()
     _GatedFile.POPULATED.clear()
     mfq = _GatedQueue(str(tmp_path), SIZE, prefault=True)
@@ -326,17 +327,22 @@ async def test_a_slow_writer_gets_files_populated_and_prepared_only_as_its_pace_
         nursery.start_soon(alloc.run)
         alloc.populate_later(first)
         alloc.request_prepare()
-        await _until(lambda: len(idle.results) == 1, 20)
+        # the file in use is wanted MIN_LEAD ahead of its writer -- which is the write-ahead
+        # window's (MIN_LEAD dirtied at this pace): nothing to read, so no idle job at all
+        await _until(lambda: alloc._in_use_read == (first, MIN_LEAD), 20)
         await trio.sleep(0.05)
-        assert idle.results == [MIN_LEAD]  # the file in use, MIN_LEAD ahead of its writer
+        assert idle.results == []
         assert mfq.next_file is None  # the writer is far from the end: no successor yet
         alloc.follow(first)  # the writer has not moved: nothing more to do
         await trio.sleep(0.05)
-        assert len(idle.results) == 1
+        assert idle.results == []
         first.wrote_position = size - MIN_LEAD
-        alloc.follow(first)  # within MIN_LEAD of the end: read to it, and prepare the next
+        # within MIN_LEAD of the end: the next file is prepared (MIN_LEAD read and dirtied); the
+        # rest of the file in use is the write-ahead window's again
+        alloc.follow(first)
         await _until(lambda: mfq.next_file is not None, 20)
-        assert idle.results[1:] == [size, MIN_LEAD]
+        assert alloc._in_use_read == (first, size)
+        assert idle.results == [MIN_LEAD]
         assert mfq.next_file.write_ahead_end == MIN_LEAD
         pace.sample(0)
         clock.now += 0.0078125
@@ -345,8 +351,8 @@ async def test_a_slow_writer_gets_files_populated_and_prepared_only_as_its_pace_
         mfq.install(nxt)
         nxt.wrote_position = MIB
         alloc.follow(nxt)
-        await _until(lambda: mfq.next_file is not None and len(idle.results) == 5, 20)
-        assert idle.results[3:] == [size, size]  # the file in use read to its end, then the next
+        await _until(lambda: mfq.next_file is not None and len(idle.results) == 3, 20)
+        assert idle.results[1:] == [size, size]  # the file in use read to its end, then the next
         assert mfq.next_file.write_ahead_end == 2 * MIN_LEAD  # dirty_ahead: the most it dirties
         nursery.cancel_scope.cancel()
     mfq.close_all()
