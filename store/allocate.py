@@ -451,6 +451,8 @@ class FileAllocator:
 #: for a worker thread to stay ahead of a writer at memory speed: 32 MiB gave 0.67 of the
 #: baseline at 16 KiB records, 128 MiB 0.79 (bench.store).
 WRITE_AHEAD_BYTES = 128 * 1024 * 1024
+#: :attr:`CommitLog.write_ahead_mark` while a refill is asked for: beyond any log offset
+NO_MARK = 1 << 62
 #: bytes at the start of a prepared (not yet used) file that the allocator dirties: kept small,
 #: the file may wait a long time for its first append
 PREPARED_DIRTY_BYTES = 32 * 1024 * 1024
@@ -484,8 +486,11 @@ class WriteAhead:
         self._wakeup = trio.Event()
 
     def kick(self) -> None:
-        """The writer passed the mark: refill the window soon."""
+        """The writer passed the mark: refill the window soon. The mark moves out of reach
+        until :meth:`run` sets the next one: every append past it would call again meanwhile
+        (a refill takes milliseconds: 5,536 calls in a round of 8,000 16 KiB appends)."""
         self._wakeup.set()
+        self.commit_log.write_ahead_mark = NO_MARK
 
     async def run(self) -> None:
         cl = self.commit_log
@@ -513,3 +518,5 @@ class WriteAhead:
                     cl.write_ahead_mark = mf.file_end_offset
                 else:
                     cl.write_ahead_mark = mf.file_from_offset + max(end - window // 2, mf.wrote_position)
+            elif cl.write_ahead_mark == NO_MARK:
+                self._wakeup.set()  # the log moved to another file meanwhile: its window next

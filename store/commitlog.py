@@ -185,6 +185,7 @@ class CommitLog:
         """Make ``mf`` (created for :meth:`next_file_offset`) the current file."""
         self.mfq.install(mf)
         self.current = mf
+        self.write_ahead_mark = mf.file_from_offset  # its first append asks for its window
         if not self._marks or self._marks[-1] != mf.file_from_offset:
             self._marks.append(mf.file_from_offset)
         self.next_mark = mf.file_from_offset + BOUNDARY_MARK_SPACING
@@ -310,6 +311,7 @@ class CommitLog:
             if pos < last.flushed_position:
                 last.flushed_position = pos
         self.current = last
+        self.write_ahead_mark = offset  # the next append asks for the window from there
         j = bisect.bisect_right(self._marks, offset)
         del self._marks[j:]
         self.next_mark = offset

@@ -12,13 +12,22 @@ from pathlib import Path
 
 import trio
 import trio.lowlevel
+import trio.testing
 
-from remoting.protocol.message import decode_message
-from store.allocate import MIN_LEAD
+from remoting.protocol.message import decode_message, tags_hash_code
+from store.allocate import MIN_LEAD, NO_MARK
 from store.commitlog import CommitLog
 from store.mapped_file import PAGE_SIZE, MappedFile
 from store.message_store import DefaultMessageStore
-from tests.integration.storekit import STORE_HOST, mapped_pages, put, read_queue, running_store, small_config
+from tests.integration.storekit import (
+    STORE_HOST,
+    encode,
+    mapped_pages,
+    put,
+    read_queue,
+    running_store,
+    small_config,
+)
 
 MIB = 1024 * 1024
 
@@ -48,7 +57,7 @@ async def test_window_follows_the_writer_across_files(tmp_path: Path) -> None:
         # the first append passed the initial mark: the window covers 64 KiB from the writer
         await _settle(cl, 0, min(file_size, cl.current.wrote_position + 32 * 1024))
         with trio.fail_after(10):  # the mark is set once the worker thread has returned
-            while cl.write_ahead_mark == 0:
+            while cl.write_ahead_mark in (0, NO_MARK):  # NO_MARK: the refill is under way
                 await trio.sleep(0.005)
         first_mark = cl.write_ahead_mark
         assert 0 < first_mark < 64 * 1024
@@ -56,7 +65,7 @@ async def test_window_follows_the_writer_across_files(tmp_path: Path) -> None:
         while cl.max_offset <= first_mark:
             await put(store, "T", 0, body, tags="a")
         with trio.fail_after(10):
-            while cl.write_ahead_mark <= first_mark:
+            while cl.write_ahead_mark <= first_mark or cl.write_ahead_mark == NO_MARK:
                 await trio.sleep(0.005)
         done_end = cl.current.write_ahead_end
         assert done_end >= cl.current.wrote_position + 64 * 1024 // 2 or done_end == file_size
@@ -66,7 +75,7 @@ async def test_window_follows_the_writer_across_files(tmp_path: Path) -> None:
         # the first append in the new file moved the mark into it, with a window ahead (dirtied
         # by the allocator when it prepared the file, or by the write-ahead after the kick)
         with trio.fail_after(10):
-            while cl.write_ahead_mark <= file_size:
+            while cl.write_ahead_mark <= file_size or cl.write_ahead_mark == NO_MARK:
                 await trio.sleep(0.005)
         assert cl.current.file_from_offset == file_size
         assert cl.current.write_ahead_end > cl.current.wrote_position
@@ -249,3 +258,37 @@ async def test_a_store_that_receives_a_few_messages_brings_little_into_memory(tm
         # window in a full test run) -- and not the whole 64 MiB file, as before the pace
         mapped = sum(mapped_pages(cl.current, 0, size)) * PAGE_SIZE
         assert cl.max_offset <= mapped <= 4 * MIN_LEAD
+
+
+async def test_appends_past_the_mark_ask_for_one_refill_until_it_is_done(tmp_path: Path) -> None:
+    # a refill takes milliseconds; the appends meanwhile must not each ask for it again
+    cfg = small_config(tmp_path, mappedFileSizeCommitLog=1024 * 1024, mappedFileSizeConsumeQueue=300_000 * 20)
+    async with running_store(cfg, background=True) as store:
+        store.write_ahead.window = 64 * 1024
+        cl = store.commit_log
+        await put(store, "T", 0, b"w" * 900, tags="a")
+        with trio.fail_after(10):
+            while cl.write_ahead_mark in (0, NO_MARK):
+                await trio.sleep(0.005)
+        mark = cl.write_ahead_mark
+        asked = 0
+        kick = cl.write_ahead
+
+        def counting_kick() -> None:
+            nonlocal asked
+            asked += 1
+            kick()
+
+        cl.write_ahead = counting_kick
+        rec = encode("T", 0, b"w" * 900, tags="a")
+        with trio.testing.assert_no_checkpoints():  # the refill cannot run in between
+            while cl.max_offset <= mark + 20 * 1024:
+                assert store.try_put_message(rec, "T", 0, 0, tags_hash_code("a"), None, None) is not None
+        assert asked == 1
+        assert cl.write_ahead_mark == NO_MARK
+        with trio.fail_after(10):  # the refill sets the next mark, past the writer
+            while cl.write_ahead_mark == NO_MARK:
+                await trio.sleep(0.005)
+        assert cl.write_ahead_mark > mark
+        assert cl.current.write_ahead_end >= cl.current.wrote_position + 32 * 1024
+        assert asked == 1
