@@ -318,14 +318,12 @@ class FileAllocator:
                 if not urgent and self.far_from_end(last):
                     return  # :meth:`follow` asks again when the writer is close
                 at = mfq.prepared_end()
+                # a file no bigger than the write-ahead window is needed within milliseconds:
+                # mapped writable whole; a bigger one its first window (what the writer meets
+                # right after the roll), the rest is read in idle time (:meth:`populate`)
+                dirty = mfq.file_size if urgent else min(self._dirty_now(), mfq.file_size)
                 try:
-                    if urgent:
-                        # a file no bigger than the write-ahead window is needed within
-                        # milliseconds: created and mapped writable whole in one worker job
-                        # (:meth:`_create_writable_sync`), then published
-                        mf = await trio.to_thread.run_sync(self._create_writable_sync, at)
-                    else:
-                        mf = await trio.to_thread.run_sync(mfq.create_file_sync, at)
+                    mf = await trio.to_thread.run_sync(self._create_writable_sync, at, dirty)
                 except OSError as exc:
                     self.creation_failed(at, exc)
                     return
@@ -337,7 +335,8 @@ class FileAllocator:
                             if not await self._publish_or_discard(mf):
                                 return
                     continue
-                self.populating = mf
+            if self.populating is not mf:
+                return  # a roll took it (and asked for the rest of it: :meth:`populate_later`)
             try:
                 await self.populate(mf)
             finally:
@@ -348,19 +347,24 @@ class FileAllocator:
                         await self._publish_or_discard(mf)
             return
 
-    def _create_writable_sync(self, offset: int) -> MappedFile:
-        """Create the file at ``offset`` and map it writable whole (blocking; a worker thread).
+    def _create_writable_sync(self, offset: int, dirty: int) -> MappedFile:
+        """Create the file at ``offset`` and map its first ``dirty`` bytes writable (blocking; a
+        worker thread, at normal priority).
 
-        At normal priority, not in the idle thread: left to it, 4 MiB rolls ran at 0.68-0.73 of
-        the no-roll rate instead of 0.82-1.08 (the writer reached files not populated yet). In
-        one job with the creation: each worker job costs the busy event loop ~1.5 ms of CPU in
-        hand-overs on this kind of machine (measured: 200 jobs that do nothing, 300 ms), a
-        third of a 4 MiB file's writing time. The file is :attr:`populating` from its creation
-        on, so that a roll that needs it meanwhile takes it at once (:meth:`_take_ready`)
-        instead of waiting for the population (3.6 ms a roll, most rolls of a 4 MiB writer)."""
+        Not in the idle thread: left to it, 4 MiB rolls ran at 0.68-0.73 of the no-roll rate
+        instead of 0.82-1.08 (the writer reached files not populated yet), and under a load that
+        keeps both CPUs busy the page helper gets no CPU at all -- the writer then zero-filled the
+        first pages of each new 64 MiB file in its own page faults (4 % of the broker's thread
+        under batch sends). In one job with the creation: each worker job costs the busy event
+        loop ~1.5 ms of CPU in hand-overs on this kind of machine (measured: 200 jobs that do
+        nothing, 300 ms), a third of a 4 MiB file's writing time. The file is
+        :attr:`populating` from its creation on, so that a roll that needs it meanwhile takes it
+        at once (:meth:`_take_ready`) instead of waiting for the population (3.6 ms a roll, most
+        rolls of a 4 MiB writer)."""
         mf = self.mfq.create_file_sync(offset)
         self.populating = mf  # a plain attribute: read by the event loop, written here
-        mf.populate_write_sync(0, mf.file_size)
+        if dirty:
+            mf.populate_write_sync(0, dirty)
         return mf
 
     async def _publish_or_discard(self, mf: MappedFile) -> bool:
@@ -373,26 +377,19 @@ class FileAllocator:
         return False
 
     async def populate(self, mf: MappedFile) -> int:
-        """Bring ``mf`` into memory from the idle thread: read-populated by the page helper
-        (zero-filled page cache: the writer's first touch of a page then costs a minor fault, or
-        nothing once the write-ahead window reached it), then its first ``dirty_ahead`` bytes
-        mapped writable here (cheap once they are in the page cache; a roll then starts
-        fault-free). Stops between chunks once ``mf`` is no longer :attr:`populating` (taken by
-        :meth:`get`: the write-ahead window goes on from there) or on cancellation. Returns how
-        far it got."""
-
-        dirty = min(self._dirty_now(), mf.file_size)
-        end = max(dirty, self._read_end(mf, 0))
-
-        def job(keep_going: Callable[[], bool]) -> int:
-            reached = mf.populate_read_sync(0, end, keep_going)
-            if reached < end:
-                return reached
-            if dirty and mf.populate_write_sync(0, dirty, keep_going) < dirty:
-                return 0
-            return end
-
-        return await self._in_idle(job, lambda: self.populating is mf)
+        """Bring ``mf`` -- created with its first window mapped writable -- further into memory
+        from the idle thread: read-populated by the page helper past that window, as far as the
+        writer's pace asks for (zero-filled page cache: the writer's first touch of a page then
+        costs a minor fault, or nothing once the write-ahead window reached it). Stops between
+        chunks once ``mf`` is no longer :attr:`populating` (taken by :meth:`get`: the write-ahead
+        window goes on from there) or on cancellation. Returns how far it got."""
+        start = mf.write_ahead_end
+        end = max(start, self._read_end(mf, 0))
+        if start >= end:
+            return end  # nothing to read: no idle job (see :meth:`_populate_in_use`)
+        return await self._in_idle(
+            lambda keep_going: mf.populate_read_sync(start, end, keep_going), lambda: self.populating is mf
+        )
 
     async def run(self) -> None:
         """Prepare the next file whenever asked (after each roll and at start)."""
