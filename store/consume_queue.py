@@ -16,8 +16,9 @@ the kernel has none and the process dies of SIGBUS. So a file's blocks are reser
 below ``MappedFile.reserved``: :meth:`ConsumeQueue.put` returns False at that mark like at a
 file's end, and the async layer reserves the next step (:meth:`ConsumeQueue.reserve_sync`) where
 it would create a file. A step is as large as what the file has reserved so far, between
-:data:`RESERVE_MIN` and :data:`RESERVE_MAX`. A full disk then stops dispatch (retried), not the
-process.
+:data:`RESERVE_MIN` and :data:`RESERVE_MAX`; a queue that filled a file starts its next one at
+:data:`RESERVE_MAX` (:meth:`ConsumeQueue.first_step`). A full disk then stops dispatch (retried),
+not the process.
 
 Staged units: the store's plain send path does not write a single message's unit into the map at
 once but into the queue's small staging buffer (``stage``/``staged``, up to :data:`STAGE_UNITS`
@@ -304,6 +305,14 @@ class ConsumeQueue:
         reserve_sync(mf.path, have, end)
         return _units_below(end, mf.file_size)
 
+    def first_step(self) -> int:
+        """The reservation step for this queue's next file: :data:`RESERVE_MAX` once the queue
+        has filled a file (its next one will likely fill too: the steps up from
+        :data:`RESERVE_MIN` would be seven worker jobs, each costing a busy event loop ~1.5 ms
+        of CPU on this kind of machine), else :data:`RESERVE_MIN`."""
+        cur = self.cur
+        return RESERVE_MAX if cur is not None and cur.wrote_position >= cur.file_size else RESERVE_MIN
+
     def file_needed(self, queue_offset: int) -> int:
         """Byte offset of the file to create so that :meth:`put` of ``queue_offset`` can proceed."""
         if self.cur is None:
@@ -322,8 +331,11 @@ class ConsumeQueue:
             self.mfq.install(mf)
         self.cur = mf
 
-    def create_file_sync(self, offset: int, queue_offset: int | None = None) -> MappedFile:
-        """Create the file starting at byte ``offset``; blocking.
+    def create_file_sync(
+        self, offset: int, queue_offset: int | None = None, first_step: int = RESERVE_MIN
+    ) -> MappedFile:
+        """Create the file starting at byte ``offset``; blocking. Blocks are reserved through the
+        first unit's page and ``first_step`` beyond (:meth:`first_step`).
 
         The page the next unit goes to (that of ``queue_offset``, else the first) is written once
         here: the first write to a new sparse file is by far its most expensive page fault
@@ -335,7 +347,7 @@ class ConsumeQueue:
         try:
             # blocks from the start (units before the first are written as fillers) through the
             # first unit's page and a step beyond: see the module docstring
-            end = min(self.file_size, page_ceil(pos + CQ_UNIT_SIZE) + RESERVE_MIN)
+            end = min(self.file_size, page_ceil(pos + CQ_UNIT_SIZE) + first_step)
             reserve_sync(mf.path, 0, end)
             touch_page_sync(
                 mf.path, pos - pos % PAGE_SIZE, min(PAGE_SIZE, self.file_size - pos + pos % PAGE_SIZE)

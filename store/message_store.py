@@ -527,7 +527,7 @@ class DefaultMessageStore(PutPaths):
         last = cq.mfq.last
         if last is not None and last.file_from_offset >= off:
             return
-        mf = await trio.to_thread.run_sync(cq.create_file_sync, off, queue_offset)
+        mf = await trio.to_thread.run_sync(cq.create_file_sync, off, queue_offset, cq.first_step())
         last = cq.mfq.last
         if cq.file_needed(queue_offset) != off or (last is not None and last.file_from_offset >= off):
             # the queue changed meanwhile (truncation, deletion): this file is not wanted

@@ -26,7 +26,32 @@ def _put(cq: ConsumeQueue, qo: int, phys: int, size: int = 100, tags: int = 0) -
             assert cq.cur is not None
             cq.cur.reserved = cq.reserve_sync(cq.cur, cq.cur.wrote_position + CQ_UNIT_SIZE)
         else:
-            cq.install_file(cq.create_file_sync(cq.file_needed(qo), qo), qo)
+            cq.install_file(cq.create_file_sync(cq.file_needed(qo), qo, cq.first_step()), qo)
+
+
+def test_a_queue_that_filled_a_file_reserves_its_next_one_in_big_steps(tmp_path: Path) -> None:
+    # each reservation is a worker job: a busy queue's next file starts at the largest step
+    cq = ConsumeQueue("T", 0, str(tmp_path), 3 * RESERVE_MAX)
+    size = cq.file_size  # a whole number of units
+    units = size // CQ_UNIT_SIZE
+    steps: dict[int, list[int]] = {}
+    for i in range(units + units // 2):
+        if not cq.put(i * 100, 100, 0, i) and cq.needs_room():
+            assert cq.cur is not None
+            steps.setdefault(cq.cur.file_from_offset, []).append(cq.cur.reserved)
+        if i == units:
+            assert cq.first_step() == RESERVE_MAX  # the first file is full
+        _put(cq, i, i * 100)
+        if i == units:
+            second = cq.cur
+            assert second is not None
+            assert second.file_from_offset == size
+            assert second.reserved >= RESERVE_MAX  # reserved at its creation
+    first, later = steps[0], steps[size]
+    assert first[0] < 4 * RESERVE_MIN  # a new queue starts small (most queues stay small)
+    assert len(later) < len(first) // 2
+    cq.close()
+    assert ConsumeQueue("U", 0, str(tmp_path), 3 * RESERVE_MAX).first_step() == RESERVE_MIN  # no file yet
 
 
 def test_unit_bytes_follow_the_reference_layout(tmp_path: Path) -> None:
