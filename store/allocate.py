@@ -189,6 +189,8 @@ class FileAllocator:
         self.pace = pace
         #: the file in use whose population was asked for last, and up to where
         self._in_use_read: tuple[MappedFile | None, int] = (None, 0)
+        #: the prepared file :meth:`populate` read last, and up to where it got
+        self._prepared_read: tuple[MappedFile | None, int] = (None, 0)
         #: the created file being populated (not yet the queue's next file)
         self.populating: MappedFile | None = None
         #: a file in use whose population :meth:`run` still has to finish (:meth:`populate_later`)
@@ -338,7 +340,7 @@ class FileAllocator:
             if self.populating is not mf:
                 return  # a roll took it (and asked for the rest of it: :meth:`populate_later`)
             try:
-                await self.populate(mf)
+                self._prepared_read = (mf, await self.populate(mf))
             finally:
                 # also when cancelled (the idle job has returned by then): publish or discard
                 if self.populating is mf:
@@ -421,6 +423,8 @@ class FileAllocator:
         start = min(wrote + self._dirty_now(), end)
         if asked_mf is mf:
             start = max(start, asked)
+        elif self._prepared_read[0] is mf:
+            start = max(start, self._prepared_read[1])  # read when it was prepared
         self._in_use_read = (mf, end)
         if start >= end:
             # nothing to read (e.g. a small file prepared writable whole): no idle job, whose

@@ -134,6 +134,35 @@ async def test_prepared_file_is_populated_then_published(tmp_path: Path) -> None
     mfq.close_all()
 
 
+async def test_a_prepared_file_read_to_its_end_is_not_read_again_in_use(tmp_path: Path) -> None:
+    # each idle job costs the busy event loop its hand-overs: a file its preparation read to the
+    # end needs no second read when the writer reaches it
+    mfq = _queue(tmp_path)
+    clock = _Clock()
+    pace = WritePace(128 * MIB, clock)
+    pace.sample(0)
+    clock.now += 0.0078125
+    pace.sample(4 * MIB)  # 512 MiB/s: the widest window, every file read to its end
+    idle = _StarvedIdle()
+    idle.release.set()
+    alloc = FileAllocator(mfq, dirty_ahead=WINDOW, idle=idle, pace=pace)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(alloc.run)
+        alloc.request_prepare()
+        await _until(lambda: mfq.next_file is not None, 20)
+        assert idle.results == [SIZE]  # read past its first window, to its end
+        nf = await alloc.get(SIZE)
+        mfq.install(nf)
+        nf.wrote_position = MIB
+        alloc.follow(nf)  # as the write-ahead does after a refill
+        await _until(lambda: mfq.next_file is not None, 20)
+        assert mfq.next_file.file_from_offset == 2 * SIZE
+        assert alloc._in_use_read == (nf, SIZE)
+        assert idle.results == [SIZE, SIZE]  # the next file's preparation only
+        nursery.cancel_scope.cancel()
+    mfq.close_all()
+
+
 async def test_small_file_is_mapped_writable_whole_and_published_without_the_idle_thread(
     tmp_path: Path,
 ) -> None:
