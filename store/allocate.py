@@ -386,11 +386,8 @@ class FileAllocator:
         chunks once ``mf`` is no longer :attr:`populating` (taken by :meth:`get`: the write-ahead
         window goes on from there) or on cancellation. Returns how far it got."""
         start = mf.write_ahead_end
-        end = max(start, self._read_end(mf, 0))
-        if start >= end:
-            return end  # nothing to read: no idle job (see :meth:`_populate_in_use`)
-        return await self._in_idle(
-            lambda keep_going: mf.populate_read_sync(start, end, keep_going), lambda: self.populating is mf
+        return await self._read_in_idle(
+            mf, start, max(start, self._read_end(mf, 0)), lambda: self.populating is mf
         )
 
     async def run(self) -> None:
@@ -426,15 +423,15 @@ class FileAllocator:
         elif self._prepared_read[0] is mf:
             start = max(start, self._prepared_read[1])  # read when it was prepared
         self._in_use_read = (mf, end)
-        if start >= end:
-            # nothing to read (e.g. a small file prepared writable whole): no idle job, whose
-            # hand-overs to and from its thread cost the busy event loop more than reading does
-            return end
-        return await self._in_idle(lambda keep_going: mf.populate_read_sync(start, end, keep_going), in_use)
+        return await self._read_in_idle(mf, start, end, in_use)
 
-    async def _in_idle(self, job: Callable[[Callable[[], bool]], int], wanted: Callable[[], bool]) -> int:
-        """``job(keep_going)`` in the idle thread; ``keep_going()`` turns false once ``wanted()``
-        does or the call is cancelled."""
+    async def _read_in_idle(self, mf: MappedFile, start: int, end: int, wanted: Callable[[], bool]) -> int:
+        """``mf.populate_read_sync(start, end, keep_going)`` in the idle thread; ``keep_going()``
+        turns false once ``wanted()`` does or the call is cancelled. Returns how far it got. An
+        empty range makes no job (e.g. a small file prepared writable whole): the hand-overs to and
+        from the idle thread cost the busy event loop more than reading does."""
+        if start >= end:
+            return end
         stop = False
 
         def keep_going() -> bool:
@@ -444,7 +441,9 @@ class FileAllocator:
             nonlocal stop
             stop = True
 
-        return await self.idle.run_sync(lambda: job(keep_going), on_cancel=cancel)
+        return await self.idle.run_sync(
+            lambda: mf.populate_read_sync(start, end, keep_going), on_cancel=cancel
+        )
 
 
 #: bytes of the current commit-log file kept dirty-mapped ahead of the write position. Dirtying a
