@@ -24,6 +24,9 @@ Cases (target = ratio asked by the issue):
    against the Python single-send msgs/s (the load of case 1), the two alternating round by round
    so that both see the same machine (its speed drifts by up to 1.7x within minutes here: the
    broker's main thread used the same CPU share in rounds of 105k and 184k msgs/s); target ≥ 5.
+   Informational: the cost of a new page-cache page's first touch before and after these rounds
+   (:func:`bench.common.page_touch_costs`): the batch rounds grow the broker's page cache by
+   ~1 GB each, and where that memory is new to the VM its pages cost ten times as much.
 3. latency: open loop over 8 connections at half the broker's best single-send req/s with one
    request in flight on each of 16 connections (the traffic shape closest to the open loop's; the
    pipelined peaks need deep pipelines on one connection, which that load does not have), p50 and
@@ -46,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import remoting as remoting_bench
-from bench.common import REPO_ROOT, percentile, process_cpu_seconds, row, server_process
+from bench.common import REPO_ROOT, page_touch_costs, percentile, process_cpu_seconds, row, server_process
 from bench.container_proc import ContainerError, ContainerProcess, call, single_broker_toml
 from bench.remoting import ECHO_TOPIC
 from remoting.codes import RequestCode, ResponseCode
@@ -241,11 +244,13 @@ class BrokerBench:
         }
         msgs: list[float] = []
         single: list[float] = []
+        touch_before = page_touch_costs(self.work)
         for _ in range(ROUNDS):
             result = _load("py-send", self.py_single_spec, self.work)
             single.append(result["messages"] / result["seconds"])
             result = _load("py-send", spec, self.work)
             msgs.append(result["messages"] / result["seconds"])
+        touch_after = page_touch_costs(self.work)
         _log(f"batch {BATCH} x 1 KiB, Python client, {BATCH_CONCURRENCY} concurrent, msgs/s", msgs, single)
         self.rows.append(
             row(
@@ -264,6 +269,18 @@ class BrokerBench:
                     f"batch send {BATCH} x 1 KiB vs single sends, median of the per-round ratios (batch round / the single round before it)",
                     statistics.median(paired),
                     "x",
+                )
+            )
+
+        # informational: what a page of new page cache cost before and after the batch rounds
+        # (the broker's commit log grows by ~1 GB a round here; see bench.common.page_touch_costs)
+        for when, (fresh, reused) in (("before", touch_before), ("after", touch_after)):
+            self.rows.append(
+                row(
+                    f"first touch of a new page-cache page {when} the batch rounds: next free page vs one just freed (us/page)",
+                    fresh,
+                    "us",
+                    reused,
                 )
             )
 

@@ -28,6 +28,9 @@ Cases (each against a baseline measured in the same run, alternating rounds, bes
   of system time per message against 0.2; fresh guest memory costs ~9 us a page on this VM).
 * **crash recovery** of a 1 GiB commit log (4 KiB messages): seconds to ``start()`` after an
   abandoned store with a ~1 MiB and a ~512 MiB unflushed tail, and after a clean shutdown.
+* **first touch of a page** (informational, after the append cases): microseconds a page to bring
+  a new file into a writable map, from the next free memory and from memory just freed
+  (:func:`bench.common.page_touch_costs`).
 * **read path**: ``get_message`` of 32 x 1 KiB from a warm queue, microseconds per call, against
   the minimum (unpack 32 consume-queue units, slice 32 views).
 
@@ -53,7 +56,7 @@ from typing import Any
 
 import trio
 
-from bench.common import markdown_table, row
+from bench.common import markdown_table, page_touch_costs, row
 from container.process import shorten_gil_switch_interval
 from remoting.crc import crc32
 from remoting.protocol.message import UniqIdGenerator, encode_message, tags_hash_code
@@ -539,6 +542,17 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     try:
         rows: list[dict[str, Any]] = []
         rows += bench_append(work, quick)
+        # informational: what a page of new page cache costs after the append cases (each round's
+        # store is deleted after it, so its pages are reused by the next; see page_touch_costs)
+        fresh, reused = page_touch_costs(work)
+        rows.append(
+            row(
+                "first touch of a new page-cache page: next free page vs one just freed (us/page)",
+                fresh,
+                "us",
+                reused,
+            )
+        )
         rows += bench_growth(work, quick)
         rows += bench_read(work, quick)
         rows += bench_recovery(work, quick)
