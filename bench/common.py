@@ -89,31 +89,24 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-#: ``madvise`` advice that maps a range writable and dirty, faulting every page in (Linux 5.14)
-_MADV_POPULATE_WRITE = 23
 #: bytes of each file :func:`page_touch_costs` brings in
 PAGE_PROBE_BYTES = 64 * 1024 * 1024
 
 
 def _touch_new_file(path: str, size: int) -> float:
-    """Seconds to bring every page of a new ``size``-byte file into a writable shared map, as a
-    store's page helper does for its next file; the file is left on disk."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.ftruncate(fd, size)
-        mm = mmap.mmap(fd, size)
-    finally:
-        os.close(fd)
+    """Seconds to bring every page of a new ``size``-byte file into a writable map, the way the
+    store's allocator prepares a commit-log file (``MappedFile.open_sync`` creates it and reserves
+    its blocks; ``populate_write_sync`` maps it writable: the timed part); the file is left on
+    disk, unmapped."""
+    from store.mapped_file import MappedFile
+
+    mf = MappedFile.open_sync(path, 0, size, create=True, prefault=True, sync_dir=False)
     try:
         t0 = time.perf_counter()
-        try:
-            mm.madvise(_MADV_POPULATE_WRITE, 0, size)
-        except OSError:  # a kernel without the advice: one store per page
-            for pos in range(0, size, mmap.PAGESIZE):
-                mm[pos] = 0
+        mf.populate_write_sync(0, size)
         return time.perf_counter() - t0
     finally:
-        mm.close()
+        mf.close()
 
 
 def page_touch_costs(directory: str | os.PathLike[str], size: int = PAGE_PROBE_BYTES) -> tuple[float, float]:
