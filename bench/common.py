@@ -103,7 +103,9 @@ def _touch_new_file(path: str, size: int) -> float:
     mf = MappedFile.open_sync(path, 0, size, create=True, prefault=True, sync_dir=False)
     try:
         t0 = time.perf_counter()
-        mf.populate_write_sync(0, size)
+        done = mf.populate_write_sync(0, size)
+        for pos in range(done, size, mmap.PAGESIZE):  # a kernel without the advice: a store a page
+            mf.mm[pos] = 0
         return time.perf_counter() - t0
     finally:
         mf.close()

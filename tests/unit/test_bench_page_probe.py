@@ -28,3 +28,24 @@ def test_a_missing_directory_fails_and_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         page_touch_costs(tmp_path / "gone", 16 * mmap.PAGESIZE)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_without_the_populate_advice_it_touches_the_pages_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from store.mapped_file import MappedFile
+
+    touched: list[int] = []
+
+    def refused(self: MappedFile, start: int, end: int, keep_going: object = None) -> int:
+        touched.append(end - start)
+        return start  # what populate_write_sync returns when madvise fails: nothing mapped
+
+    monkeypatch.setattr(MappedFile, "populate_write_sync", refused)
+    pages = 256
+    t0 = time.perf_counter()
+    fresh, reused = page_touch_costs(tmp_path, pages * mmap.PAGESIZE)
+    elapsed_us = (time.perf_counter() - t0) * 1e6
+    assert touched == [pages * mmap.PAGESIZE] * 2
+    assert 0.01 * elapsed_us <= (fresh + reused) * pages <= elapsed_us
+    assert list(tmp_path.iterdir()) == []
