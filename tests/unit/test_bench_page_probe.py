@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.common import page_touch_costs
+from store.mapped_file import MappedFile
 
 
 def test_reports_microseconds_per_page_and_leaves_no_file(tmp_path: Path) -> None:
@@ -33,8 +34,6 @@ def test_a_missing_directory_fails_and_leaves_nothing(tmp_path: Path) -> None:
 def test_without_the_populate_advice_it_touches_the_pages_itself(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from store.mapped_file import MappedFile
-
     touched: list[int] = []
 
     def refused(self: MappedFile, start: int, end: int, keep_going: object = None) -> int:
