@@ -6,16 +6,21 @@ unmapped under the call."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import resource
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import trio
 import trio.lowlevel
 import trio.testing
 
 from remoting.protocol.message import decode_message, tags_hash_code
-from store.allocate import MIN_LEAD, NO_MARK
+from store.allocate import MIN_LEAD, NO_MARK, FileAllocator
 from store.commitlog import CommitLog
 from store.mapped_file import PAGE_SIZE, MappedFile
 from store.message_store import DefaultMessageStore
@@ -292,3 +297,56 @@ async def test_appends_past_the_mark_ask_for_one_refill_until_it_is_done(tmp_pat
         assert cl.write_ahead_mark > mark
         assert cl.current.write_ahead_end >= cl.current.wrote_position + 32 * 1024
         assert asked == 1
+
+
+async def test_a_refill_and_a_big_files_creation_never_dirty_pages_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker jobs that map commit-log pages writable -- the write-ahead's refills and the
+    creation of the next big file with its first window -- run one at a time (the allocator's
+    ``dirtying`` lock): side by side they took the writer's CPU on a two-CPU machine. Each job is
+    slowed here (10 ms in its thread) so that two of them would overlap without the lock."""
+    active = most = 0
+    kinds: list[str] = []
+    guard = threading.Lock()
+    local = threading.local()
+    real_populate = MappedFile.populate_write_sync
+    real_create = FileAllocator._create_writable_sync
+
+    def populate(self: MappedFile, start: int, end: int, keep_going: Callable[[], bool] | None = None) -> int:
+        nonlocal active, most
+        with guard:
+            active += 1
+            most = max(most, active)
+            kinds.append("create" if getattr(local, "creating", False) else "refill")
+        try:
+            time.sleep(0.01)
+            return real_populate(self, start, end, keep_going)
+        finally:
+            with guard:
+                active -= 1
+
+    def create(self: FileAllocator, offset: int, dirty: int) -> MappedFile:
+        local.creating = True
+        try:
+            return real_create(self, offset, dirty)
+        finally:
+            local.creating = False
+
+    monkeypatch.setattr(MappedFile, "populate_write_sync", populate)
+    monkeypatch.setattr(FileAllocator, "_create_writable_sync", create)
+    size = 64 * MIB  # bigger than the prepared window: its creation is not urgent
+    cfg = small_config(tmp_path, mappedFileSizeCommitLog=size)
+    body = b"r" * 16 * 1024
+    async with running_store(cfg, background=True) as store:
+        cl = store.commit_log
+        with trio.fail_after(60):
+            for i in itertools.count():
+                if cl.max_offset >= 2 * size + 8 * MIB:  # into the third file
+                    break
+                await put(store, "T", 0, body, tags="a")
+                if i % 256 == 255:
+                    await trio.sleep(0.001)  # the refills and creations get to start
+    assert kinds.count("create") >= 2, kinds
+    assert kinds.count("refill") >= 4, kinds
+    assert most == 1
