@@ -348,5 +348,5 @@ async def test_a_refill_and_a_big_files_creation_never_dirty_pages_at_once(
                 if i % 256 == 255:
                     await trio.sleep(0.001)  # the refills and creations get to start
     assert kinds.count("create") >= 2, kinds
-    assert kinds.count("refill") >= 4, kinds
+    assert kinds.count("refill") >= 2, kinds
     assert most == 1
