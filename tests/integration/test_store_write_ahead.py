@@ -20,7 +20,7 @@ import trio.lowlevel
 import trio.testing
 
 from remoting.protocol.message import decode_message, tags_hash_code
-from store.allocate import MIN_LEAD, NO_MARK, FileAllocator
+from store.allocate import MIN_LEAD, NO_MARK, PREPARED_DIRTY_BYTES, FileAllocator
 from store.commitlog import CommitLog
 from store.mapped_file import PAGE_SIZE, MappedFile
 from store.message_store import DefaultMessageStore
@@ -350,3 +350,35 @@ async def test_a_refill_and_a_big_files_creation_never_dirty_pages_at_once(
     assert kinds.count("create") >= 2, kinds
     assert kinds.count("refill") >= 2, kinds
     assert most == 1
+
+
+async def test_the_window_reaches_into_the_next_file_before_the_roll(tmp_path: Path) -> None:
+    """Near the end of a file the write-ahead maps pages of the prepared next file writable, as
+    far as its window reaches (before, only the next file's first window was, dirtied when it was
+    created: a fast writer that rolled into it overtook the refill that started then)."""
+    size = 48 * MIB
+    window = 128 * MIB
+    cfg = small_config(tmp_path, mappedFileSizeCommitLog=size, maxMessageSize=MIB)
+    async with running_store(cfg, background=True) as store:
+        cl = store.commit_log
+        body = b"n" * (512 * 1024)
+        await put(store, "T", 0, body, tags="a")  # the first file
+        store.allocator.pace = None  # the whole window every refill, the next file prepared at once
+        store.write_ahead.window = window
+        store.allocator.request_prepare()
+        with trio.fail_after(10):
+            while cl.mfq.next_file is None:
+                await trio.sleep(0.005)
+        nxt = cl.mfq.next_file
+        while cl.current.wrote_position < 24 * MIB:
+            await put(store, "T", 0, body, tags="a")
+        with trio.fail_after(10):  # the refill the last append may have asked for is done
+            while cl.write_ahead_mark == NO_MARK:
+                await trio.sleep(0.005)
+        assert cl.current is not nxt  # before the roll
+        # refilled when the writer passed half the window: at least half a window ahead of it,
+        # 40 MiB and more into the next file -- past the first window its creation dirtied
+        reach = cl.current.wrote_position + window // 2 - size
+        assert reach > PREPARED_DIRTY_BYTES
+        assert nxt.write_ahead_end >= reach
+        assert mapped_pages(nxt, 0, reach)[-1]
