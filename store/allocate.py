@@ -565,12 +565,12 @@ class WriteAhead:
             if self.allocator is not None and not mf.closed:
                 self.allocator.follow(mf)
             if cl.current is mf:
-                # the next refill when the writer is half-way through the window; once the window
-                # reaches the end of the file and there is no next file yet, none (the next file's
-                # first append kicks again)
+                # the next refill when the writer is half-way through the window; none once the
+                # window reaches the end of the file and there is no next file yet, or past the
+                # end of the next one too (the next file's first append kicks again)
                 if end < mf.file_size:
                     cl.write_ahead_mark = mf.file_from_offset + max(end - window // 2, mf.wrote_position)
-                elif nxt is not None:
+                elif nxt is not None and spill < nxt.file_size:
                     cl.write_ahead_mark = max(
                         nxt.file_from_offset + spill - window // 2, mf.file_from_offset + mf.wrote_position
                     )

@@ -382,3 +382,35 @@ async def test_the_window_reaches_into_the_next_file_before_the_roll(tmp_path: P
         assert reach > PREPARED_DIRTY_BYTES
         assert nxt.write_ahead_end >= reach
         assert mapped_pages(nxt, 0, reach)[-1]
+
+
+async def test_a_window_past_the_next_small_file_asks_for_no_refill_until_the_roll(tmp_path: Path) -> None:
+    """Small files are prepared mapped writable whole: a window that reaches past the end of the
+    next one has nothing left to map, so the appends up to the roll ask for no refill (a mark
+    left at the writer would have every append ask for one)."""
+    size = 4 * MIB
+    cfg = small_config(tmp_path, mappedFileSizeCommitLog=size)
+    async with running_store(cfg, background=True) as store:
+        cl = store.commit_log
+        body = b"s" * 8000
+        await put(store, "T", 0, body, tags="a")
+        store.allocator.pace = None  # the whole 128 MiB window: past the next 4 MiB file
+        store.allocator.request_prepare()
+        with trio.fail_after(10):
+            while cl.mfq.next_file is None or cl.mfq.next_file.write_ahead_end < size:
+                await trio.sleep(0.005)
+        kicks = 0
+        real_kick = cl.write_ahead
+
+        def counting_kick() -> None:
+            nonlocal kicks
+            kicks += 1
+            real_kick()
+
+        cl.write_ahead = counting_kick
+        first = cl.current
+        for _ in range(200):  # ~1.6 MB: within the first file
+            await put(store, "T", 0, body, tags="a")
+            await trio.sleep(0.001)  # a refill asked for gets done
+        assert cl.current is first
+        assert kicks <= 2
