@@ -347,7 +347,9 @@ async def test_a_refill_and_a_big_files_creation_never_dirty_pages_at_once(
                 await put(store, "T", 0, body, tags="a")
                 if i % 256 == 255:
                     await trio.sleep(0.001)  # the refills and creations get to start
-    assert kinds.count("create") >= 2, kinds
+    # the roll into the second file may find it not prepared yet (the writer's pace asks for it
+    # late at first) and create it on the spot, without a first window: one creation at least
+    assert kinds.count("create") >= 1, kinds
     assert kinds.count("refill") >= 2, kinds
     assert most == 1
 
