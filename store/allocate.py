@@ -491,9 +491,11 @@ class WriteAhead:
     Mapping every page writable up front would dirty the whole file with zeros (and an fdatasync
     would write them all); this service dirties only a window of :data:`WRITE_AHEAD_BYTES` ahead
     of the writer, refilled in a worker thread when the writer crosses its middle
-    (``CommitLog.write_ahead_mark``, checked by the append paths, which call :meth:`kick`); the
-    allocator dirties the first window of the file it prepares. The commit-log flusher syncs only
-    the written range of a file, so the window stays dirty until the writer fills it.
+    (``CommitLog.write_ahead_mark``, checked by the append paths, which call :meth:`kick`), and
+    across the end of the file into the prepared next one; the allocator dirties the first window
+    of the file it prepares. Refills and that preparation run one at a time (the allocator's
+    ``dirtying`` lock). The commit-log flusher syncs only the written range of a file, so the
+    window stays dirty until the writer fills it.
     """
 
     def __init__(
