@@ -105,6 +105,7 @@ class ConsumeQueue:
         "queue_id",
         "restart_at",
         "stage",
+        "stage_limit",
         "staged",
         "topic",
     )
@@ -134,6 +135,11 @@ class ConsumeQueue:
         #: first use)
         self.stage: bytearray | None = None
         self.staged = 0
+        #: the queue offsets below this have their unit's place reserved in ``cur``: the store's
+        #: plain send path stages the unit of queue offset ``max_offset`` when it is below (one
+        #: int of this object instead of three of ``cur``'s, which with thousands of queues are
+        #: cold reads); kept by :meth:`_set_cur` and :meth:`set_reserved`
+        self.stage_limit = 0
         #: whether the queue is on its store's staging list (ConsumeQueueStore.staging)
         self.listed = False
         #: set by :meth:`put` when the queue started over where its messages were written (see
@@ -197,10 +203,22 @@ class ConsumeQueue:
 
     def _attach(self) -> None:
         last = self.mfq.last
-        self.cur = last
+        self._set_cur(last)
         if last is not None:
             self.max_offset = (last.file_from_offset + last.wrote_position) // CQ_UNIT_SIZE
         self.next_offset = max(self.next_offset, self.max_offset)
+
+    def _set_cur(self, mf: MappedFile | None) -> None:
+        """Make ``mf`` the file units are written to (see ``stage_limit``)."""
+        self.cur = mf
+        self.stage_limit = (mf.file_from_offset + mf.reserved) // CQ_UNIT_SIZE if mf is not None else 0
+
+    def set_reserved(self, mf: MappedFile, reserved: int) -> None:
+        """``mf.reserved = reserved`` (the end of its blocks reserved for units), on the store's
+        thread (see ``stage_limit``)."""
+        mf.reserved = reserved
+        if mf is self.cur:
+            self.stage_limit = (mf.file_from_offset + reserved) // CQ_UNIT_SIZE
 
     def materialize(self) -> None:
         """Copy the staged units into the map (see the module docstring)."""
@@ -329,7 +347,7 @@ class ConsumeQueue:
             self.min_logic_offset = max(first_queue_offset * CQ_UNIT_SIZE, mf.file_from_offset)
         else:
             self.mfq.install(mf)
-        self.cur = mf
+        self._set_cur(mf)
 
     def create_file_sync(
         self, offset: int, queue_offset: int | None = None, first_step: int = RESERVE_MIN
@@ -471,7 +489,7 @@ class ConsumeQueue:
                 last.wrote_position = pos
                 last.flushed_position = min(last.flushed_position, pos)
                 cut = last
-        self.cur = last
+        self._set_cur(last)
         self.max_offset = queue_offset
         self.next_offset = queue_offset
         if last is None:
@@ -521,7 +539,7 @@ class ConsumeQueue:
 
     def close(self) -> None:
         self.materialize()
-        self.cur = None
+        self._set_cur(None)
         self.mfq.close_all()
 
 

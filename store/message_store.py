@@ -521,7 +521,7 @@ class DefaultMessageStore(PutPaths):
             mf = cq.cur
             assert mf is not None
             reserved = await trio.to_thread.run_sync(cq.reserve_sync, mf, mf.wrote_position + CQ_UNIT_SIZE)
-            mf.reserved = max(mf.reserved, reserved)
+            cq.set_reserved(mf, max(mf.reserved, reserved))
             return
         off = cq.file_needed(queue_offset)
         last = cq.mfq.last

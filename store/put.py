@@ -133,14 +133,11 @@ class PutPaths:
             d = self.dispatcher
             phys = mf.file_from_offset + pos
             qo = cq.next_offset
-            cmf = cq.cur
-            staged = cq.staged
             if (
                 end <= cl.fit_limit
                 and d.reput_offset == phys
-                and cmf is not None
                 and qo == cq.max_offset
-                and cmf.wrote_position + staged < cmf.reserved
+                and qo < cq.stage_limit  # the unit's place in the queue's file is reserved
             ):
                 # the store's clock (``now_ms``), inlined when it is the wall clock
                 now = time_ns() // 1_000_000 if self._wall_clock else self.now_ms()
@@ -159,6 +156,7 @@ class PutPaths:
                 nxt = qo + 1  # the queue's next offset, also its max offset (dispatched at once)
                 cq.next_offset = nxt
                 # the unit goes to the queue's staging buffer, not its map (store.consume_queue)
+                staged = cq.staged
                 stage = cq.stage
                 if stage is None:
                     stage = cq.stage = bytearray(STAGE_BYTES)

@@ -532,6 +532,33 @@ async def test_try_put_message_appends_in_the_plain_case_and_declines_otherwise(
         assert store.max_phy_offset == end
 
 
+async def test_the_plain_case_goes_on_across_reservation_steps_and_files_of_a_queue(tmp_path: Path) -> None:
+    """A queue file's blocks are reserved in steps (store.consume_queue); the plain send path
+    declines only where a step or a file ends (the general path then reserves or creates), and
+    right after that appends in the plain case again (the queue's ``stage_limit`` follows)."""
+    code = tags_hash_code("t")
+    cfg = small_config(tmp_path, mappedFileSizeConsumeQueue=3000 * 20)  # 3 reservation steps a file
+    async with running_store(cfg) as store:
+        declined = 0
+        for i in range(7000):
+            rec = encode("TopicA", 0, b"m%d" % i, tags="t")
+            if store.try_put_message(rec, "TopicA", 0, 0, code, None, None) is None:
+                declined += 1
+                res = await store.put_message(rec, "TopicA", 0, sys_flag=0, tags_code=code)
+                assert res.is_ok
+            cq = store.queues.get("TopicA", 0)
+            assert cq is not None
+            assert cq.cur is not None
+            assert cq.stage_limit * 20 == cq.cur.file_from_offset + cq.cur.reserved
+        assert len(cq.mfq.files) == 3
+        # the first append (the queue's creation), 3 files x 3 steps, and the commit-log rolls
+        rolls = store.max_phy_offset // cfg.mappedFileSizeCommitLog
+        assert declined <= 1 + 9 + rolls, (declined, rolls)
+        assert [decode_message(b).body for b in read_queue(store, "TopicA", 0)] == [
+            b"m%d" % i for i in range(7000)
+        ]
+
+
 async def test_queues_of_a_deleted_topic_are_emptied_only_once_dispatched_past_the_deletion(
     tmp_path: Path,
 ) -> None:

@@ -87,6 +87,19 @@ def _check_read(store: DefaultMessageStore, model: Model, q: int, offset: int, c
     res.release()
 
 
+def _check_unit_places(store: DefaultMessageStore) -> None:
+    """What the plain send path relies on instead of reading each queue's file: ``stage_limit``
+    is the queue offset where ``cur``'s reserved blocks end, and the next unit (of ``max_offset``)
+    goes right after the written and staged ones."""
+    for cq in store.queues:
+        cur = cq.cur
+        if cur is None:
+            assert cq.stage_limit == 0
+            continue
+        assert cq.stage_limit * 20 == cur.file_from_offset + cur.reserved
+        assert cq.max_offset * 20 == cur.file_from_offset + cur.wrote_position + cq.staged
+
+
 async def _run(root: str, sequence: list[tuple]) -> None:  # type: ignore[type-arg]
     model = Model()
     store = await _open(root)
@@ -178,6 +191,7 @@ async def _run(root: str, sequence: list[tuple]) -> None:  # type: ignore[type-a
             elif kind == "crash":
                 store.abandon()
                 store = await _open(root)
+            _check_unit_places(store)
         for q in range(QUEUES):
             assert store.get_max_offset_in_queue("T", q) == len(model.queue(q))
             for off in range(0, len(model.queue(q)), 7):

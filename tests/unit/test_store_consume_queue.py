@@ -24,7 +24,7 @@ def _put(cq: ConsumeQueue, qo: int, phys: int, size: int = 100, tags: int = 0) -
     while not cq.put(phys, size, tags, qo):
         if cq.needs_room():
             assert cq.cur is not None
-            cq.cur.reserved = cq.reserve_sync(cq.cur, cq.cur.wrote_position + CQ_UNIT_SIZE)
+            cq.set_reserved(cq.cur, cq.reserve_sync(cq.cur, cq.cur.wrote_position + CQ_UNIT_SIZE))
         else:
             cq.install_file(cq.create_file_sync(cq.file_needed(qo), qo, cq.first_step()), qo)
 
