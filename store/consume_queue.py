@@ -211,14 +211,14 @@ class ConsumeQueue:
     def _set_cur(self, mf: MappedFile | None) -> None:
         """Make ``mf`` the file units are written to (see ``stage_limit``)."""
         self.cur = mf
-        self.stage_limit = (mf.file_from_offset + mf.reserved) // CQ_UNIT_SIZE if mf is not None else 0
+        self.stage_limit = _shared_limit(mf.file_from_offset + mf.reserved) if mf is not None else 0
 
     def set_reserved(self, mf: MappedFile, reserved: int) -> None:
         """``mf.reserved = reserved`` (the end of its blocks reserved for units), on the store's
         thread (see ``stage_limit``)."""
         mf.reserved = reserved
         if mf is self.cur:
-            self.stage_limit = (mf.file_from_offset + reserved) // CQ_UNIT_SIZE
+            self.stage_limit = _shared_limit(mf.file_from_offset + reserved)
 
     def materialize(self) -> None:
         """Copy the staged units into the map (see the module docstring)."""
@@ -541,6 +541,25 @@ class ConsumeQueue:
         self.materialize()
         self._set_cur(None)
         self.mfq.close_all()
+
+
+#: the ``stage_limit`` values in use, each one int object (see :func:`_shared_limit`)
+_LIMITS: dict[int, int] = {}
+_LIMITS_MAX = 4096
+
+
+def _shared_limit(end: int) -> int:
+    """``stage_limit`` for units reserved up to byte ``end`` of a queue, as an int object shared
+    by every queue with the same limit: queues go through the same files and reservation steps,
+    so thousands of queues have a handful of limits, and the send path's read of one is then a
+    cache line they share (a limit of its own is a cache miss a message with 10,000 queues)."""
+    limit = end // CQ_UNIT_SIZE
+    shared = _LIMITS.get(limit)
+    if shared is None:
+        if len(_LIMITS) >= _LIMITS_MAX:
+            _LIMITS.clear()
+        shared = _LIMITS[limit] = limit
+    return shared
 
 
 def _units_below(end: int, file_size: int) -> int:

@@ -54,6 +54,26 @@ def test_a_queue_that_filled_a_file_reserves_its_next_one_in_big_steps(tmp_path:
     assert ConsumeQueue("U", 0, str(tmp_path), 3 * RESERVE_MAX).first_step() == RESERVE_MIN  # no file yet
 
 
+def test_queues_at_the_same_reservation_step_share_one_stage_limit_object(tmp_path: Path) -> None:
+    """The plain send path reads ``stage_limit`` for every message: queues with the same limit
+    share one int object (one cache line for thousands of queues), and it follows the steps."""
+    queues = [ConsumeQueue("T", q, str(tmp_path), 3 * RESERVE_MAX) for q in range(3)]
+    for cq in queues:
+        _put(cq, 0, 0)
+        assert cq.cur is not None
+        assert cq.stage_limit * CQ_UNIT_SIZE == cq.cur.reserved
+    assert queues[0].stage_limit is queues[1].stage_limit is queues[2].stage_limit
+    first = queues[0].stage_limit
+    for i in range(1, first + 1):  # one past the first step: the next step is reserved
+        _put(queues[0], i, i * 100)
+    assert queues[0].cur is not None
+    assert queues[0].stage_limit * CQ_UNIT_SIZE == queues[0].cur.reserved > first * CQ_UNIT_SIZE
+    assert queues[1].stage_limit is first
+    for cq in queues:
+        cq.close()
+        assert cq.stage_limit == 0
+
+
 def test_unit_bytes_follow_the_reference_layout(tmp_path: Path) -> None:
     cq = ConsumeQueue("T", 0, str(tmp_path), FILE)
     _put(cq, 0, 0x0102030405060708, 0x0A0B0C0D, -2)
