@@ -60,6 +60,7 @@ log = logging.getLogger("store.consume_queue")
 CQ_UNIT_SIZE = 20
 FILLER_SIZE = 2**31 - 1
 CQ_UNIT = struct.Struct(">qiq")
+_OFF_SIZE = struct.Struct(">qi")  # a unit's commit-log offset and size
 FILLER_UNIT = CQ_UNIT.pack(0, FILLER_SIZE, 0)
 #: bytes of a queue's last file its load reads in (GIL released) before scanning them, at first
 #: (the units of a queue with up to 204 in that file); each further step twice the last, up to
@@ -93,12 +94,12 @@ class ConsumeQueue:
     """
 
     __slots__ = (
+        "_unit_end",
         "cur",
         "dir",
         "file_size",
         "listed",
         "max_offset",
-        "max_physic_offset",
         "mfq",
         "min_logic_offset",
         "next_offset",
@@ -127,8 +128,11 @@ class ConsumeQueue:
         self.next_offset = 0
         #: byte offset of the first readable unit (upstream ``minLogicOffset``)
         self.min_logic_offset = 0
-        #: end (offset + size) of the last unit's message, -1 when empty
-        self.max_physic_offset = -1
+        #: end (offset + size) of the message of the last unit in the map, -1 when none: see
+        #: ``max_physic_offset``, which takes staged units into account (the send path does not
+        #: write this for each unit it stages: with thousands of queues the old value's int is a
+        #: cold object to free)
+        self._unit_end = -1
         self.cur: MappedFile | None = None
         #: units counted in max_offset but not yet in the map: ``staged`` bytes of ``stage``,
         #: belonging at ``cur.wrote_position`` (see the module docstring; the buffer is made on
@@ -148,6 +152,20 @@ class ConsumeQueue:
 
     def __repr__(self) -> str:
         return f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset}, max={self.max_offset})"
+
+    @property
+    def max_physic_offset(self) -> int:
+        """End (offset + size) of the last unit's message, -1 when the queue has none."""
+        n = self.staged
+        if n and self.stage is not None:
+            off, size = _OFF_SIZE.unpack_from(self.stage, n - CQ_UNIT_SIZE)
+            return off + size
+        return self._unit_end
+
+    @max_physic_offset.setter
+    def max_physic_offset(self, end: int) -> None:
+        """For a writer of units into the map, with none staged (it materializes first)."""
+        self._unit_end = end
 
     @property
     def min_offset(self) -> int:
@@ -177,7 +195,7 @@ class ConsumeQueue:
         self._attach()
         if files:
             self.min_logic_offset = self.mfq.min_offset
-            self.max_physic_offset = self._last_unit_end()
+            self._unit_end = self._last_unit_end()
         return problems
 
     @staticmethod
@@ -226,10 +244,13 @@ class ConsumeQueue:
         if n:
             self.staged = 0
             mf = self.cur
-            if mf is not None and self.stage is not None:
+            stage = self.stage
+            if mf is not None and stage is not None:
                 w = mf.wrote_position
-                mf.mm[w : w + n] = self.stage[:n]
+                mf.mm[w : w + n] = stage[:n]
                 mf.wrote_position = w + n
+                off, size = _OFF_SIZE.unpack_from(stage, n - CQ_UNIT_SIZE)
+                self._unit_end = off + size
 
     def _last_unit_end(self) -> int:
         n = self.max_offset
@@ -257,7 +278,7 @@ class ConsumeQueue:
                 CQ_UNIT.pack_into(mf.mm, w, phys, size, tags_code)
                 mf.wrote_position = w + CQ_UNIT_SIZE
                 self.max_offset = queue_offset + 1
-                self.max_physic_offset = phys + size
+                self._unit_end = phys + size
                 return True
         return self._put_slow(phys, size, tags_code, queue_offset)
 
@@ -304,7 +325,7 @@ class ConsumeQueue:
             CQ_UNIT.pack_into(mf.mm, w, phys, size, tags_code)
             mf.wrote_position = w + CQ_UNIT_SIZE
             self.max_offset = queue_offset + 1
-            self.max_physic_offset = phys + size
+            self._unit_end = phys + size
             return True
 
     def needs_room(self) -> bool:
@@ -494,7 +515,7 @@ class ConsumeQueue:
         self.next_offset = queue_offset
         if last is None:
             self.min_logic_offset = byte
-        self.max_physic_offset = self._last_unit_end()
+        self._unit_end = self._last_unit_end()
         log.info("%s truncated from %d to %d", self, old_max, self.max_offset)
         return gone, cut
 

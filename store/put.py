@@ -168,8 +168,8 @@ class PutPaths:
                 elif not cq.listed:
                     cq.listed = True
                     self.queues.staging.append(cq)
-                cq.max_offset = nxt
-                cq.max_physic_offset = end_phys = phys + n
+                cq.max_offset = nxt  # (its max_physic_offset comes from the staged unit)
+                end_phys = phys + n
                 index = d.index
                 if index is not None:
                     if uniq_key and phys > index.last_phy:

@@ -535,11 +535,12 @@ async def test_try_put_message_appends_in_the_plain_case_and_declines_otherwise(
 async def test_the_plain_case_goes_on_across_reservation_steps_and_files_of_a_queue(tmp_path: Path) -> None:
     """A queue file's blocks are reserved in steps (store.consume_queue); the plain send path
     declines only where a step or a file ends (the general path then reserves or creates), and
-    right after that appends in the plain case again (the queue's ``stage_limit`` follows)."""
+    right after that appends in the plain case again (the queue's ``stage_limit`` follows). The
+    queue's ``max_physic_offset`` counts its staged units."""
     code = tags_hash_code("t")
     cfg = small_config(tmp_path, mappedFileSizeConsumeQueue=3000 * 20)  # 3 reservation steps a file
     async with running_store(cfg) as store:
-        declined = 0
+        declined = staged = 0
         for i in range(7000):
             rec = encode("TopicA", 0, b"m%d" % i, tags="t")
             if store.try_put_message(rec, "TopicA", 0, 0, code, None, None) is None:
@@ -550,6 +551,10 @@ async def test_the_plain_case_goes_on_across_reservation_steps_and_files_of_a_qu
             assert cq is not None
             assert cq.cur is not None
             assert cq.stage_limit * 20 == cq.cur.file_from_offset + cq.cur.reserved
+            # the last message's end, whether its unit is staged or in the map
+            assert cq.max_physic_offset == store.max_phy_offset
+            staged += cq.staged > 0
+        assert staged > 6000  # most of them were
         assert len(cq.mfq.files) == 3
         # the first append (the queue's creation), 3 files x 3 steps, and the commit-log rolls
         rolls = store.max_phy_offset // cfg.mappedFileSizeCommitLog
