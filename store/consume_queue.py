@@ -236,7 +236,7 @@ class ConsumeQueue:
         thread (see ``stage_limit``)."""
         mf.reserved = reserved
         if mf is self.cur:
-            self.stage_limit = _shared_limit(mf.file_from_offset + reserved)
+            self._set_cur(mf)
 
     def materialize(self) -> None:
         """Copy the staged units into the map (see the module docstring)."""
