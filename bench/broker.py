@@ -26,7 +26,11 @@ Cases (target = ratio asked by the issue):
    broker's main thread used the same CPU share in rounds of 105k and 184k msgs/s); target ≥ 5.
    Informational: the cost of a new page-cache page's first touch before and after these rounds
    (:func:`bench.common.page_touch_costs`): the batch rounds grow the broker's page cache by
-   ~1 GB each, and where that memory is new to the VM its pages cost ten times as much.
+   ~1 GB each, and where that memory is new to the VM its pages cost ten times as much; and what
+   the broker's threads did in both kinds of round (:class:`bench.common.ThreadTimes`): its main
+   thread's CPU per message (with that thread busy all the time in both, the batch ratio is the
+   inverse of their ratio), its share of a CPU and of waiting for one, and the CPU of its other
+   threads (page preparation, flushes).
 3. latency: open loop over 8 connections at half the broker's best single-send req/s with one
    request in flight on each of 16 connections (the traffic shape closest to the open loop's; the
    pipelined peaks need deep pipelines on one connection, which that load does not have), p50 and
@@ -49,7 +53,16 @@ from pathlib import Path
 from typing import Any
 
 from bench import remoting as remoting_bench
-from bench.common import REPO_ROOT, page_touch_costs, percentile, process_cpu_seconds, row, server_process
+from bench.common import (
+    REPO_ROOT,
+    ThreadShares,
+    ThreadTimes,
+    page_touch_costs,
+    percentile,
+    process_cpu_seconds,
+    row,
+    server_process,
+)
 from bench.container_proc import ContainerError, ContainerProcess, call, single_broker_toml
 from bench.remoting import ECHO_TOPIC
 from remoting.codes import RequestCode, ResponseCode
@@ -244,12 +257,18 @@ class BrokerBench:
         }
         msgs: list[float] = []
         single: list[float] = []
+        # what the broker's threads did in each round's measurement window
+        threads: dict[str, list[tuple[float, ThreadShares]]] = {"single": [], "batch": []}
         touch_before = page_touch_costs(self.work)
-        for _ in range(ROUNDS):
-            result = _load("py-send", self.py_single_spec, self.work)
-            single.append(result["messages"] / result["seconds"])
-            result = _load("py-send", spec, self.work)
-            msgs.append(result["messages"] / result["seconds"])
+        with ThreadTimes(self.pid) as times:
+            for _ in range(ROUNDS):
+                for kind, load, out in (("single", self.py_single_spec, single), ("batch", spec, msgs)):
+                    result = _load("py-send", load, self.work)
+                    rate = result["messages"] / result["seconds"]
+                    out.append(rate)
+                    shares = times.shares(*result["window"])
+                    if shares is not None and rate > 0:
+                        threads[kind].append((rate, shares))
         touch_after = page_touch_costs(self.work)
         _log(f"batch {BATCH} x 1 KiB, Python client, {BATCH_CONCURRENCY} concurrent, msgs/s", msgs, single)
         self.rows.append(
@@ -272,6 +291,8 @@ class BrokerBench:
                 )
             )
 
+        self._thread_rows(threads)
+
         # informational: what a page of new page cache cost before and after the batch rounds
         # (the broker's commit log grows by ~1 GB a round here; see bench.common.page_touch_costs)
         for when, (fresh, reused) in (("before", touch_before), ("after", touch_after)):
@@ -282,6 +303,39 @@ class BrokerBench:
                     "us",
                     reused,
                 )
+            )
+
+    def _thread_rows(self, threads: dict[str, list[tuple[float, ThreadShares]]]) -> None:
+        """Informational rows on the broker's threads in the single and batch rounds (median
+        round): its main thread's CPU per message -- when that thread is busy all the time in
+        both, the batch ratio is the inverse of their ratio -- how much of the time it was on a
+        CPU and how much it waited for one, and the CPU of its other threads (page preparation
+        of the commit log, flushes), which share the machine's two CPUs with it and the load."""
+        if not threads["single"] or not threads["batch"]:
+            return
+        med: dict[str, dict[str, float]] = {}
+        for kind, got in threads.items():
+            med[kind] = {
+                "us_per_msg": statistics.median(s.main_on_cpu / rate * 1e6 for rate, s in got),
+                "on_cpu": statistics.median(s.main_on_cpu for _, s in got) * 100,
+                "waiting": statistics.median(s.main_waiting for _, s in got) * 100,
+                "others": statistics.median(s.others_on_cpu for _, s in got) * 100,
+            }
+            _log(
+                f"broker threads in the {kind} rounds: main on CPU %, waiting %, others % of a CPU",
+                [s.main_on_cpu * 100 for _, s in got],
+            )
+            _log("   waiting", [s.main_waiting * 100 for _, s in got])
+            _log("   others", [s.others_on_cpu * 100 for _, s in got])
+        b, s = med["batch"], med["single"]
+        for label, key, unit in (
+            ("broker main-thread CPU per message", "us_per_msg", "us"),
+            ("broker main thread on a CPU", "on_cpu", "% of wall"),
+            ("broker main thread waiting for a CPU", "waiting", "% of wall"),
+            ("other broker threads on a CPU (page preparation, flushes)", "others", "% of a CPU"),
+        ):
+            self.rows.append(
+                row(f"{label}, batch vs single-send rounds (median round)", b[key], unit, s[key] or None)
             )
 
     # --- 3. latency ----------------------------------------------------------------------------

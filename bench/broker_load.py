@@ -254,6 +254,8 @@ async def _py_send(spec: dict[str, Any]) -> dict[str, Any]:
         "messages": count * batch,
         "total": total,
         "seconds": stop - start,
+        # perf_counter() instants (CLOCK_MONOTONIC: comparable with other processes' readings)
+        "window": [start, stop],
         "errors": errors[:5],
         "error_count": len(errors),
         "latencies": latencies[:: max(1, len(latencies) // 20_000)],

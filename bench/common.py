@@ -23,14 +23,17 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "REPO_ROOT",
     "Stopwatch",
+    "ThreadShares",
+    "ThreadTimes",
     "markdown_table",
     "page_touch_costs",
     "percentile",
@@ -87,6 +90,101 @@ def process_cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class ThreadShares(NamedTuple):
+    """What a process's threads did over a stretch of wall time, as fractions of it."""
+
+    #: its main thread (the event loop of a container) on a CPU
+    main_on_cpu: float
+    #: its main thread runnable but waiting for a CPU (another thread or process had it)
+    main_waiting: float
+    #: its other threads on a CPU, summed (1.0 = one CPU all the time)
+    others_on_cpu: float
+
+
+class ThreadTimes:
+    """Samples the scheduler's per-thread times of process ``pid`` (``/proc/PID/task/*/schedstat``:
+    nanoseconds on a CPU and waiting on a run queue) every ``interval`` seconds in a thread of
+    this process, while used as a context manager; :meth:`shares` then says what the threads did
+    between two ``time.perf_counter()`` instants -- of any process of this machine: on Linux it
+    reads ``CLOCK_MONOTONIC``, so a load generator's measurement window can be passed as it is.
+
+    A throughput ratio between two loads of one server says little about why it is what it is:
+    with the server's main thread busy all the time in both, it is the ratio of that thread's cost
+    per message; with it waiting for a CPU, or idle, something else set the pace."""
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        self.pid = pid
+        self.interval = interval
+        #: (perf_counter, {thread id: (ns on a CPU, ns waiting)}), in time order
+        self.samples: list[tuple[float, dict[int, tuple[int, int]]]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _read(self) -> dict[int, tuple[int, int]]:
+        times: dict[int, tuple[int, int]] = {}
+        task_dir = f"/proc/{self.pid}/task"
+        try:
+            tids = os.listdir(task_dir)
+        except FileNotFoundError:  # the process is gone
+            return times
+        for tid in tids:
+            try:
+                with open(f"{task_dir}/{tid}/schedstat") as f:
+                    on_cpu, waiting, _slices = f.read().split()
+            except (FileNotFoundError, ProcessLookupError, ValueError):
+                continue  # a thread that ended meanwhile
+            times[int(tid)] = (int(on_cpu), int(waiting))
+        return times
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append((time.perf_counter(), self._read()))
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> ThreadTimes:
+        self._thread = threading.Thread(target=self._run, name=f"thread-times-{self.pid}", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.samples.append((time.perf_counter(), self._read()))
+
+    def shares(self, start: float, stop: float) -> ThreadShares | None:
+        """The threads' shares of wall time between the first sample at or after ``start`` and
+        the last at or before ``stop`` (None when fewer than two samples fall in between, or the
+        process was gone).
+        Threads that started or ended in between count from their first or to their last
+        sample; the main thread is the one whose id is the process id."""
+        inside = [s for s in self.samples if start <= s[0] <= stop]
+        if len(inside) < 2:
+            return None
+        t0, t1 = inside[0][0], inside[-1][0]
+        wall = (t1 - t0) * 1e9
+        if wall <= 0:
+            return None
+        seen: dict[int, tuple[int, int]] = {}
+        for _, times in inside:  # each thread's earliest times in the stretch
+            for tid, v in times.items():
+                seen.setdefault(tid, v)
+        ended: dict[int, tuple[int, int]] = {}
+        for _, times in inside:  # ... and its latest
+            ended.update(times)
+        if self.pid not in ended:
+            return None  # the process was gone
+        main_cpu = main_wait = others = 0
+        for tid, (cpu1, wait1) in ended.items():
+            cpu0, wait0 = seen[tid]
+            if tid == self.pid:
+                main_cpu, main_wait = cpu1 - cpu0, wait1 - wait0
+            else:
+                others += cpu1 - cpu0
+        return ThreadShares(main_cpu / wall, main_wait / wall, others / wall)
 
 
 #: bytes of each file :func:`page_touch_costs` brings in
