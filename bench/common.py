@@ -183,7 +183,7 @@ class ThreadTimes:
             if tid == self.pid:
                 main_cpu, main_wait = cpu1 - cpu0, wait1 - wait0
             else:
-                others += cpu1 - cpu0
+                others += max(0, cpu1 - cpu0)  # (a thread id taken again by a new thread: its times restart)
         return ThreadShares(main_cpu / wall, main_wait / wall, others / wall)
 
 
