@@ -456,7 +456,7 @@ class PutPaths:
             or d.reput_offset != base
             or cmf is None
             or qo0 != cq.max_offset
-            or cmf.wrote_position + cq.staged + count * CQ_UNIT_SIZE > cmf.reserved
+            or qo0 + count > cq.stage_limit  # the units' places in the queue's file are reserved
         ):
             return None
         max_size = self._max_body_size
