@@ -43,18 +43,18 @@ class PullProcessor:
         self.cfg = broker.broker_config
 
     async def pull(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
-        return self.process(ctx, cmd, allow_suspend=True)
+        return await self.process(ctx, cmd, allow_suspend=True)
 
     async def rerun(self, ctx: object, cmd: RemotingCommand) -> None:
         """Re-run a held pull without suspending again and answer it on its connection."""
         try:
-            resp = self.process(ctx, cmd, allow_suspend=False)  # type: ignore[arg-type]
+            resp = await self.process(ctx, cmd, allow_suspend=False)  # type: ignore[arg-type]
         except HeaderError as e:  # cannot happen for a request that was parsed before; be safe
             resp = cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
         if resp is not None:
             await ctx.respond(resp)  # type: ignore[attr-defined]
 
-    def process(
+    async def process(
         self, ctx: RequestContext, cmd: RemotingCommand, *, allow_suspend: bool
     ) -> RemotingCommand | None:
         b = self.broker
@@ -136,6 +136,13 @@ class PullProcessor:
             return resp
         max_count = max(1, min(h.maxMsgNums, 1024))
         max_bytes = h.maxMsgBytes if h.maxMsgBytes is not None else MAX_PULL_MSG_SIZE  # absent: no byte cap
+        # bytes the page-cache bound dropped come back in a worker thread, not in page faults of
+        # the event loop (the filter below and the send read them)
+        read_to = (
+            await store.read_in_queue(h.topic, h.queueId, h.queueOffset, max_count)
+            if store.commit_log.cold_end
+            else 0
+        )
         began = monotonic_ns()
         result = store.get_message(
             h.consumerGroup, h.topic, h.queueId, h.queueOffset, max_count, max_bytes, TagFilter(sub)
@@ -188,6 +195,8 @@ class PullProcessor:
             )
         )
         if code == ResponseCode.SUCCESS:
+            if result.phy_end > read_to and result.phy_start < store.commit_log.cold_end:
+                await store.read_in(max(result.phy_start, read_to), result.phy_end)  # filtered past it
             resp.body = result.message_views
         return resp
 

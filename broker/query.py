@@ -103,6 +103,7 @@ class QueryProcessor:
 
     async def view_message_by_id(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(cmd, ViewMessageRequestHeader)
+        await self.broker.store.read_in_message(h.offset)
         view = self.broker.store.look_message_by_offset(h.offset)
         if view is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {h.offset}")

@@ -662,6 +662,7 @@ class SendProcessor:
             )
         if group_config.retryQueueNums <= 0:
             return cmd.response(ResponseCode.SUCCESS)
+        await b.store.read_in_message(h.offset)
         view = b.store.look_message_by_offset(h.offset)
         if view is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")

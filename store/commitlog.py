@@ -27,7 +27,7 @@ from remoting.protocol.message import (
     MAGIC_V2,
     SYSFLAG_POSITION,
 )
-from store.mapped_file import MappedFile, MappedFileQueue
+from store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue
 
 log = logging.getLogger("store.commitlog")
 
@@ -73,6 +73,11 @@ class CommitLog:
         self.write_ahead_mark = 0
         #: called when an append passes :attr:`write_ahead_mark` (the store's WriteAhead.kick)
         self.write_ahead: Callable[[], None] = _nothing
+        #: bytes below this log offset may have been dropped from the page cache by this log
+        #: (:meth:`drop_cached_below`): a reader brings a range there back with
+        #: :meth:`read_in_ranges` in a worker thread first, so that the event loop never waits
+        #: for the disk in a page fault. 0: nothing dropped.
+        self.cold_end = 0
 
     # --- state -----------------------------------------------------------------------------------
 
@@ -296,6 +301,56 @@ class CommitLog:
             pos += size
         return mf.file_from_offset + pos
 
+    # --- page cache ------------------------------------------------------------------------------
+
+    def drop_ranges(self, line: int, step: int) -> list[tuple[MappedFile, int, int]]:
+        """(file, start, end) ranges of flushed bytes below log offset ``line`` not dropped from
+        the page cache yet, in files with at least ``step`` such bytes, for
+        :meth:`MappedFile.drop_cache_sync` in a worker thread; then :meth:`dropped`."""
+        out = []
+        for mf in self.mfq.files:
+            if mf.file_from_offset >= line:
+                break
+            end = min(line - mf.file_from_offset, mf.flushed_position, mf.file_size)
+            end -= end % PAGE_SIZE
+            if end - mf.dropped_to >= step or (end == mf.file_size > mf.dropped_to):
+                out.append((mf, mf.dropped_to, end))
+        return out
+
+    def dropped(self, ranges: list[tuple[MappedFile, int, int]]) -> None:
+        """Record the ranges :meth:`drop_ranges` gave as dropped (on the trio thread, after the
+        drop): a file cut meanwhile below a range's end keeps its cut position as the end, a file
+        no longer in the log counts no more."""
+        for mf, _, end in ranges:
+            if mf.closed or self.mfq.find(mf.file_from_offset) is not mf:
+                continue
+            end = min(end, mf.wrote_position - mf.wrote_position % PAGE_SIZE)
+            if end > mf.dropped_to:
+                mf.dropped_to = end
+                self.cold_end = max(self.cold_end, mf.file_from_offset + end)
+
+    def cold_ranges(self, start: int, end: int) -> list[tuple[MappedFile, int, int]]:
+        """(file, start, end) pieces of log bytes [start, end) that lie below :attr:`cold_end`
+        (their pages may be on the disk only), for :meth:`read_in_ranges`."""
+        end = min(end, self.cold_end)
+        out = []
+        while start < end:
+            mf = self.mfq.find(start)
+            if mf is None:
+                break
+            pos = start - mf.file_from_offset
+            stop = min(end - mf.file_from_offset, mf.dropped_to)
+            if stop > pos:
+                out.append((mf, pos, stop))
+            start = mf.file_end_offset
+        return out
+
+    @staticmethod
+    def read_in_ranges(ranges: list[tuple[MappedFile, int, int]]) -> None:
+        """Bring the :meth:`cold_ranges` into memory (blocking, GIL released: a worker thread)."""
+        for mf, start, end in ranges:
+            mf.read_in_sync(start, end)
+
     # --- truncation ------------------------------------------------------------------------------
 
     def cut(self, offset: int) -> list[MappedFile]:
@@ -310,6 +365,10 @@ class CommitLog:
                 last.wrote_position = pos
             if pos < last.flushed_position:
                 last.flushed_position = pos
+            if pos < last.dropped_to:  # the bytes written there next are cached
+                last.dropped_to = pos - pos % PAGE_SIZE
+        if self.cold_end > offset:
+            self.cold_end = offset - offset % PAGE_SIZE
         self.current = last
         self.write_ahead_mark = offset  # the next append asks for the window from there
         j = bisect.bisect_right(self._marks, offset)

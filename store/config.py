@@ -62,6 +62,13 @@ class MessageStoreConfig(msgspec.Struct, kw_only=True):
     checkCRCOnRecover: bool = True
     osPageCacheBusyTimeOutMills: int = 1000
     warmMapedFileEnable: bool = False
+    #: rmq-container extension: flushed commit-log bytes further than this behind the log's end
+    #: are dropped from the page cache (0: never, the kernel alone decides, as upstream). Recycles
+    #: the writer's memory (a VM that hands free memory back to its host charges ~10 us a page at
+    #: the first touch of memory it has not used lately, ~1 us for memory just freed) and bounds
+    #: each broker's share of the cache in a container of many; readers of older bytes (pulls,
+    #: replication, lookups by offset) bring them back in a worker thread first.
+    rmqCommitLogPageCacheBytes: int = 1024 * 1024 * 1024
 
     # --- reading ---
     accessMessageInMemoryMaxRatio: int = 40

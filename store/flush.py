@@ -30,9 +30,13 @@ from store.deletion_marks import DeletionMarks
 from store.dispatch import Dispatcher
 from store.epoch import EpochFile
 from store.index import IndexService
-from store.mapped_file import PAGE_SIZE, drop_pages_below, fsync_dir, fsync_path
+from store.mapped_file import PAGE_SIZE, MappedFile, drop_pages_below, fsync_dir, fsync_path
 
 log = logging.getLogger("store.flush")
+
+#: least bytes of a commit-log file a flush round drops from the page cache at once (see
+#: ``rmqCommitLogPageCacheBytes``): group commits of SYNC_FLUSH run many rounds a second
+DROP_STEP = 4 * 1024 * 1024
 
 
 def _fsync_paths(paths: list[str]) -> None:
@@ -43,8 +47,13 @@ def _fsync_paths(paths: list[str]) -> None:
 class CommitLogFlusher:
     """Makes commit-log bytes durable and tracks :attr:`flushed_offset`."""
 
-    def __init__(self, commit_log: CommitLog, epoch_file: EpochFile | None = None) -> None:
+    def __init__(
+        self, commit_log: CommitLog, epoch_file: EpochFile | None = None, page_cache_bytes: int = 0
+    ) -> None:
         self.commit_log = commit_log
+        #: ``rmqCommitLogPageCacheBytes``: flushed bytes further than this behind the log's end are
+        #: dropped from the page cache by the flush rounds (0: never)
+        self.page_cache_bytes = page_cache_bytes
         #: persisted (when dirty) before commit-log bytes are flushed, so an epoch entry is on disk
         #: before any byte it covers (store.ha ordering contract)
         self.epoch_file = epoch_file
@@ -68,10 +77,12 @@ class CommitLogFlusher:
         dirty = cl.mfq.dirty_files()
         if not dirty:  # every file is flushed up to its write position
             self.flushed_offset = cl.max_offset
+            await self._drop_cold()
             return self.flushed_offset
         if least_pages > 0:
             pages = sum((w - mf.flushed_position) for mf, w in dirty) // PAGE_SIZE
             if pages < least_pages:
+                await self._drop_cold()
                 return self.flushed_offset
         target = cl.max_offset
         cur = cl.current
@@ -83,6 +94,9 @@ class CommitLogFlusher:
         ranges = [(mf, mf.flushed_position, w) for mf, w in dirty]
         new_files = [mf for mf, _ in dirty if not mf.dir_synced]
         epoch = self.epoch_file
+        # bytes flushed by earlier rounds that fell behind the page-cache bound: dropped after
+        # this round's sync, in the same worker job
+        drops = self._drops()
 
         def job() -> None:
             if epoch is not None and epoch.dirty:
@@ -96,6 +110,8 @@ class CommitLogFlusher:
                     drop_pages_below(mf.mm, 0, start, mf.path)
             if new_files:
                 fsync_dir(os.path.dirname(new_files[0].path))
+            for mf, start, end in drops:
+                mf.drop_cache_sync(start, end)
 
         try:
             await trio.to_thread.run_sync(job)
@@ -103,6 +119,8 @@ class CommitLogFlusher:
             self._flushing = False
             self._round_done = trio.Event()
             done.set()
+            if drops:
+                cl.dropped(drops)
         for mf in new_files:
             mf.dir_synced = True
         if generation == self.generation:
@@ -114,6 +132,33 @@ class CommitLogFlusher:
                 if ts:
                     self.flushed_store_timestamp = ts
         return self.flushed_offset
+
+    def _drops(self) -> list[tuple[MappedFile, int, int]]:
+        """The commit-log ranges to drop from the page cache now (``rmqCommitLogPageCacheBytes``)."""
+        keep = self.page_cache_bytes
+        end = self.commit_log.max_offset
+        return self.commit_log.drop_ranges(end - keep, DROP_STEP) if 0 < keep < end else []
+
+    async def _drop_cold(self) -> None:
+        """Drop what :meth:`_drops` gives in a worker job of its own (a round with nothing to
+        flush: the writer paused), as a round does (one job at a time)."""
+        drops = self._drops()
+        if not drops:
+            return
+        self._flushing = True
+        done = self._round_done
+
+        def job() -> None:
+            for mf, start, end in drops:
+                mf.drop_cache_sync(start, end)
+
+        try:
+            await trio.to_thread.run_sync(job)
+        finally:
+            self._flushing = False
+            self._round_done = trio.Event()
+            done.set()
+            self.commit_log.dropped(drops)
 
     async def wait_flushed(self, offset: int, timeout_s: float, generation: int | None = None) -> bool:
         """Group commit: return True once every byte below ``offset`` is durable, False after

@@ -57,6 +57,7 @@ from store.results import (
     QueryMessageResult,
 )
 
+_CQ_UNIT = struct.Struct(">qiq")  # commit-log offset, size, tags code
 log = logging.getLogger("store")
 
 #: seconds between dispatch attempts while the disk refuses a consume-queue file or its room
@@ -115,7 +116,7 @@ class DefaultMessageStore(PutPaths):
         )
         self.checkpoint = StoreCheckpoint(config.checkpoint_path)
         self.epoch_file = EpochFile(config.epoch_file_path)
-        self.cl_flusher = CommitLogFlusher(self.commit_log, self.epoch_file)
+        self.cl_flusher = CommitLogFlusher(self.commit_log, self.epoch_file, config.rmqCommitLogPageCacheBytes)
         self.maintenance_lock = trio.Lock()
         #: the commit log's min offset at the last retention visit of the queues (-1: none yet;
         #: see :func:`store.truncation.delete_expired_logics`)
@@ -552,6 +553,47 @@ class DefaultMessageStore(PutPaths):
         if not self.running:
             return None
         return get_message(self, topic, queue_id, offset, max_count, max_bytes, tag_filter)
+
+    async def read_in(self, start: int, end: int) -> None:
+        """Bring commit-log bytes [start, end) back into memory in a worker thread where the
+        page-cache bound (``rmqCommitLogPageCacheBytes``) dropped them, so that reading or sending
+        them next does not wait for the disk on the event loop; returns at once for bytes never
+        dropped. For readers of old bytes: pulls, replication, lookups by offset."""
+        cl = self.commit_log
+        if start < cl.cold_end:
+            ranges = cl.cold_ranges(start, end)
+            if ranges:
+                await trio.to_thread.run_sync(cl.read_in_ranges, ranges)
+
+    async def read_in_queue(self, topic: str, queue_id: int, offset: int, count: int) -> int:
+        """:meth:`read_in` of the commit-log bytes of ``count`` messages of a queue from logical
+        ``offset`` (what a pull from there reads, a filter aside), when they start below the
+        page-cache bound's line: before :meth:`get_message`, whose filters may read the records.
+        Returns the end of the bytes brought in (0: none needed)."""
+        cl = self.commit_log
+        if not cl.cold_end:
+            return 0
+        cq = self.queues.get(topic, queue_id)
+        if cq is None or not cq.min_offset <= offset < cq.max_offset:
+            return 0
+        units = cq.read_units(offset, count)
+        if not units:
+            return 0
+        spans = [(phys, size) for phys, size, _ in _CQ_UNIT.iter_unpack(units) if size != FILLER_SIZE]
+        if not spans or spans[0][0] >= cl.cold_end:
+            return 0
+        end = spans[-1][0] + spans[-1][1]
+        await self.read_in(spans[0][0], end)
+        return end
+
+    async def read_in_message(self, phy_offset: int) -> None:
+        """:meth:`read_in` of the record at ``phy_offset`` (its first page, then the rest once
+        its size is known), before :meth:`look_message_by_offset`."""
+        if phy_offset < self.commit_log.cold_end:
+            await self.read_in(phy_offset, phy_offset + 8)  # TOTALSIZE and MAGICCODE
+            size = self.commit_log.record_size_at(phy_offset)
+            if size:
+                await self.read_in(phy_offset, phy_offset + size)
 
     def look_message_by_offset(self, phy_offset: int, size: int | None = None) -> memoryview | None:
         """Zero-copy view of the record at ``phy_offset`` (size read from its header when not

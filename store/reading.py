@@ -139,11 +139,14 @@ def get_message(
             if flt is not None and not flt.is_matched_by_commit_log(view):
                 view.release()
                 continue
+            if not views:
+                result.phy_start = phys
             views.append(view)
             qos.append(cur)
             total += size
             status = GetMessageStatus.FOUND
             next_phy_file_start = -1
+            result.phy_end = phys + size
     result.status = status
     result.next_begin_offset = next_begin
     result.buffer_total_size = total

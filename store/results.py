@@ -129,12 +129,18 @@ class GetMessageResult:
         "message_views",
         "min_offset",
         "next_begin_offset",
+        "phy_end",
+        "phy_start",
         "status",
         "suggest_pulling_from_slave",
     )
 
     def __init__(self) -> None:
         self.status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
+        #: commit-log offsets of the first message's start and the last one's end (0, 0: none),
+        #: for :meth:`DefaultMessageStore.read_in` of the views before they are sent
+        self.phy_start = 0
+        self.phy_end = 0
         self.next_begin_offset = 0
         self.min_offset = 0
         self.max_offset = 0

@@ -164,21 +164,28 @@ class ClassicHAConnection:
         self.ack_offset = offset
         return [AckReceived(-1, offset)]
 
+    def sending_from(self) -> int:
+        """The log offset the next transfer starts at -- resolved from the slave's first report
+        (0: the start of our last file) -- or -1 before it (or when our log does not hold it):
+        for the driver to read those bytes in before :meth:`poll_send` (``streams.ReadAhead``)."""
+        if self.next_offset < 0 and not self.closed and self.request_offset >= 0:
+            rlog = self.log
+            if self.request_offset == 0:
+                start = rlog.max_offset - rlog.max_offset % rlog.mapped_file_size
+                self.next_offset = max(start, rlog.min_offset)
+            elif rlog.min_offset <= self.request_offset <= rlog.max_offset:
+                self.next_offset = self.request_offset
+        return self.next_offset
+
     def poll_send(self, now: float) -> list[bytes | memoryview]:
         if self.closed or self.request_offset < 0:
             return []
         rlog = self.log
-        if self.next_offset < 0:
-            if self.request_offset == 0:
-                start = rlog.max_offset - rlog.max_offset % rlog.mapped_file_size
-                self.next_offset = max(start, rlog.min_offset)
-            elif self.request_offset < rlog.min_offset or self.request_offset > rlog.max_offset:
-                self._close(
-                    f"slave requests {self.request_offset}, we hold [{rlog.min_offset}, {rlog.max_offset}]"
-                )
-                return []
-            else:
-                self.next_offset = self.request_offset
+        if self.next_offset < 0 and self.sending_from() < 0:
+            self._close(
+                f"slave requests {self.request_offset}, we hold [{rlog.min_offset}, {rlog.max_offset}]"
+            )
+            return []
         size = min(self.batch_size, rlog.max_offset - self.next_offset)
         if size > 0:
             body = rlog.read_raw(self.next_offset, size)

@@ -31,7 +31,7 @@ from store.ha.classic import ClassicHAClient, ClassicHAConnection
 from store.ha.events import CloseConnection
 from store.ha.gating import acked_by_count, classic_slave_available
 from store.ha.replica_log import ReplicaLog
-from store.ha.streams import Link, peer_address, send_buffers
+from store.ha.streams import Link, ReadAhead, peer_address, send_buffers
 from store.results import PutMessageStatus
 
 log = logging.getLogger("store.ha.classic_service")
@@ -161,13 +161,19 @@ class ClassicHAService:
                 if any(isinstance(e, CloseConnection) for e in events):
                     return
 
+        ahead = ReadAhead(self.log)
+
         async def writer() -> None:
             while not conn.closed:
                 event = rearm()
                 now = trio.current_time()
                 if conn.tick(now):
                     return
-                while not conn.closed and (bufs := conn.poll_send(now)):
+                while not conn.closed:
+                    await ahead.before_send(conn.sending_from(), conn.batch_size)
+                    bufs = conn.poll_send(now)
+                    if not bufs:
+                        break
                     await send_buffers(stream, bufs)
                     link.meter.add(sum(map(len, bufs)), trio.current_time())
                 if conn.closed:

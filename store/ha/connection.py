@@ -180,6 +180,17 @@ class HAConnection:
 
     # ------------------------------------------------------------------ output
 
+    def sending_from(self) -> int:
+        """The log offset the next TRANSFER packets start at -- resolved from the slave's request
+        the first time it is known -- or -1 before (or when our log no longer holds it): for the
+        driver to read those bytes in before :meth:`poll_send` (``streams.ReadAhead``)."""
+        if self.next_offset < 0 and self.state == HAConnectionState.TRANSFER and self.request_offset >= 0:
+            start = self._start_offset()
+            if start is not None:
+                self.next_offset = start
+                log.info("slave %d: streaming from offset %d", self.slave_id, start)
+        return self.next_offset
+
     def _start_offset(self) -> int | None:
         rlog = self.log
         if self.request_offset == 0:
@@ -232,13 +243,9 @@ class HAConnection:
         if self.state != HAConnectionState.TRANSFER or self.request_offset < 0:
             return []
         rlog = self.log
-        if self.next_offset < 0:
-            start = self._start_offset()
-            if start is None:
-                self._close(f"slave needs offset {self.request_offset}, our log starts at {rlog.min_offset}")
-                return []
-            self.next_offset = start
-            log.info("slave %d: streaming from offset %d", self.slave_id, start)
+        if self.next_offset < 0 and self.sending_from() < 0:
+            self._close(f"slave needs offset {self.request_offset}, our log starts at {rlog.min_offset}")
+            return []
         if self.flow_control and now >= self._window_start + 1.0:
             self._window_start, self._window_bytes = now, 0
         max_offset = rlog.max_offset

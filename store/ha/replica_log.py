@@ -15,6 +15,7 @@ Durability ordering the store must keep (crash safety of the epoch history, see 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from store.epoch import EpochFile
@@ -71,4 +72,11 @@ class ReplicaLog(Protocol):
     def last_message_boundary_at_or_below(self, offset: int) -> int:
         """Largest offset ``<= offset`` at which a complete message (or a file's blank filler) ends,
         scanning stored messages; ``min_offset`` if there is none."""
+        ...
+
+    def read_in_job(self, start: int, end: int) -> Callable[[], None] | None:
+        """A blocking job, for a worker thread, that brings bytes [start, end) back into memory
+        where the log dropped them from it (the store's page-cache bound), so that ``read_raw``
+        and the send of its views do not wait for the disk on the event loop; None when they
+        are in memory."""
         ...

@@ -38,12 +38,12 @@ import trio
 from remoting.repeats import RepeatedLog
 from store.config import MessageStoreConfig
 from store.ha.client import RECONNECT_RETRY, HAClient
-from store.ha.connection import HAConnection
+from store.ha.connection import MAX_SEND_BYTES, HAConnection
 from store.ha.events import CloseConnection, PersistRequired
 from store.ha.master import HAMasterState
 from store.ha.replica_log import ReplicaLog
 from store.ha.role import become_master, become_slave
-from store.ha.streams import Link, peer_address, send_buffers
+from store.ha.streams import Link, ReadAhead, peer_address, send_buffers
 from store.results import PutMessageStatus
 
 log = logging.getLogger("store.ha.service")
@@ -349,13 +349,19 @@ class HAService:
                 if group.wants_proposal:
                     self._sss.notify()
 
+        ahead = ReadAhead(self.log)
+
         async def writer() -> None:
             while not conn.closed:
                 wake.until = -math.inf  # awake: every notify counts until the next sleep
                 event = wake.event
                 now = trio.current_time()
                 conn.tick(now)
-                while not conn.closed and (bufs := conn.poll_send(now)):
+                while not conn.closed:
+                    await ahead.before_send(conn.sending_from(), MAX_SEND_BYTES)
+                    bufs = conn.poll_send(now)
+                    if not bufs:
+                        break
                     await send_buffers(stream, bufs)
                     link.meter.add(sum(map(len, bufs)), trio.current_time())
                 if conn.closed:

@@ -11,14 +11,44 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import trio
 
 from remoting.sockets import unmapped
 
+if TYPE_CHECKING:
+    from store.ha.replica_log import ReplicaLog
+
 Buffer = bytes | bytearray | memoryview
+#: log bytes a connection's writer brings back into memory at once, ahead of what it sends next
+#: (:class:`ReadAhead`)
+READ_IN_BYTES = 8 * 1024 * 1024
 #: Linux ``IOV_MAX``: most buffers one ``sendmsg`` takes.
 IOV_MAX = 1024
+
+
+class ReadAhead:
+    """Brings the log bytes a connection sends next back into memory, in a worker thread, where
+    the log dropped them from it (``ReplicaLog.read_in_job``: the store's page-cache bound), so
+    that a slave catching up from far behind does not make the event loop wait for the disk in
+    page faults. Asks for :data:`READ_IN_BYTES` at a time."""
+
+    __slots__ = ("end", "log", "start")
+
+    def __init__(self, rlog: ReplicaLog) -> None:
+        self.log = rlog
+        self.start = self.end = 0
+
+    async def before_send(self, offset: int, size: int) -> None:
+        """Called before the connection sends up to ``size`` bytes from ``offset`` (-1: not known
+        yet)."""
+        if offset < 0 or (self.start <= offset and offset + size <= self.end):
+            return
+        self.start, self.end = offset, offset + max(size, READ_IN_BYTES)
+        job = self.log.read_in_job(offset, self.end)
+        if job is not None:
+            await trio.to_thread.run_sync(job)
 
 
 async def send_buffers(stream: trio.abc.Stream, buffers: Sequence[Buffer]) -> None:

@@ -1,0 +1,120 @@
+"""Readers of commit-log bytes that the page-cache bound (``rmqCommitLogPageCacheBytes``) dropped, on a
+real broker: a replica streaming the master's log from its start and a consumer pulling every
+message get every byte, and the broker's trio thread takes no major page fault doing so (the
+bytes come back in worker threads: ``ReadAhead`` of the HA writer, the pull processor's
+``read_in_queue``/``read_in``)."""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+import pytest
+import trio
+
+from remoting.codes import ResponseCode
+from remoting.protocol.message import decode_message
+from store.ha.packets import MasterPacketDecoder, MasterTransfer, SlaveAck, SlaveHandshake
+from store.mapped_file import PAGE_SIZE
+from tests.integration.broker_requests import messages, pull_header, pull_request
+from tests.integration.replication_kit import FILE_SIZE, TOPIC, Group, commit_log_bytes, replication_group
+from tests.integration.storekit import cached_pages
+
+BOUND = 512 * 1024
+BODY = 8 * 1024
+COUNT = 200  # ~1.7 MB over two queues: the first files lie wholly behind the bound
+QUEUES = 2
+
+
+def _body(i: int) -> bytes:
+    return i.to_bytes(4, "big") * (BODY // 4)
+
+
+def _major_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_majflt
+
+
+def auto(broker_id: int, **kw: object) -> dict[str, object]:
+    return dict(enableControllerMode=True, brokerId=broker_id, haMaxTimeSlaveNotCatchup=60_000, **kw)
+
+
+async def _pull_all(g: Group, addr: str, queue_id: int) -> list[bytes]:
+    bodies: list[bytes] = []
+    offset = 0
+    while True:
+        response = await g.call(addr, pull_request("G", TOPIC, queue_id, offset, max_nums=32))
+        if response.code != ResponseCode.SUCCESS:
+            return bodies
+        bodies += [m.body for m in messages(response)]
+        offset = pull_header(response).nextBeginOffset
+
+
+async def _replicate_raw(ha_addr: str, end: int) -> bytes:
+    """The master's log from its start to ``end`` as a replica sees it: a raw auto-switch slave
+    (handshake, then acks) that keeps nothing on disk, so that every page fault of this thread
+    while it runs is the master's."""
+    host, _, port = ha_addr.rpartition(":")
+    stream = await trio.open_tcp_stream(host, int(port))
+    async with stream:
+        await stream.send_all(SlaveHandshake(False, False, 7).encode())
+        decoder = MasterPacketDecoder()
+        got = bytearray()
+        acked = -1
+        with trio.fail_after(10):
+            while len(got) < end:
+                if acked != len(got):
+                    acked = len(got)
+                    await stream.send_all(SlaveAck(acked).encode())
+                data = await stream.receive_some(1 << 20)
+                assert data, "the master closed the connection"
+                for packet in decoder.feed(data):
+                    if isinstance(packet, MasterTransfer) and packet.body:
+                        assert packet.offset == len(got)
+                        got += packet.body
+    return bytes(got)
+
+
+async def test_a_catching_up_replica_and_a_consumer_read_dropped_bytes_off_the_event_loop(
+    tmp_path: Path,
+) -> None:
+    probe = tmp_path / "probe"
+    probe.write_bytes(b"x" * PAGE_SIZE)
+    fd = os.open(probe, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    if any(cached_pages(str(probe))):
+        pytest.skip("this file system keeps the file's pages in memory (tmpfs?)")
+    async with replication_group(tmp_path) as g:
+        m = await g.start("m", **auto(1, rmqCommitLogPageCacheBytes=BOUND))
+        await m.broker.replication.change_to_master(1)
+        await g.create_topic(m.addr, queues=QUEUES)
+        for i in range(COUNT):
+            await g.send_ok(m.addr, _body(i), queue_id=i % QUEUES)
+        await m.store.cl_flusher.flush()
+        await m.store.cl_flusher.flush()  # drops what the first round made durable
+        cl = m.store.commit_log
+        end = cl.max_offset
+        assert cl.cold_end >= 2 * FILE_SIZE
+        first = cl.mfq.files[0].path
+        assert not any(cached_pages(first))
+
+        faults = _major_faults()
+        replicated = await _replicate_raw(m.ha_addr, end)
+        assert _major_faults() == faults
+        assert all(cached_pages(first))  # brought back for the replica
+        assert replicated == commit_log_bytes(g.root / "m" / "store", 0, end)
+
+        # the bound drops a range once: the bytes read back stay until the kernel wants the
+        # memory; dropped again by hand here, for the consumer
+        for mf in cl.mfq.files[:2]:
+            mf.drop_cache_sync(0, mf.file_size)
+        assert not any(cached_pages(first))
+        faults = _major_faults()
+        for q in range(QUEUES):
+            assert await _pull_all(g, m.addr, q) == [_body(i) for i in range(q, COUNT, QUEUES)]
+        assert _major_faults() == faults
+        assert decode_message(replicated).body == _body(0)
