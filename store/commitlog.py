@@ -78,6 +78,8 @@ class CommitLog:
         #: :meth:`read_in_ranges` in a worker thread first, so that the event loop never waits
         #: for the disk in a page fault. 0: nothing dropped.
         self.cold_end = 0
+        # every file below this log offset was dropped whole (where :meth:`drop_ranges` starts)
+        self._whole_dropped_below = 0
 
     # --- state -----------------------------------------------------------------------------------
 
@@ -308,7 +310,13 @@ class CommitLog:
         the page cache yet, in files with at least ``step`` such bytes, for
         :meth:`MappedFile.drop_cache_sync` in a worker thread; then :meth:`dropped`."""
         out = []
-        for mf in self.mfq.files:
+        files = self.mfq.files
+        if not files:
+            return out
+        # from the first file not dropped whole: a store of thousands of files, SYNC_FLUSH
+        # asking at every group commit
+        first = max(0, (self._whole_dropped_below - files[0].file_from_offset) // self.file_size)
+        for mf in files[first:]:
             if mf.file_from_offset >= line:
                 break
             end = min(line - mf.file_from_offset, mf.flushed_position, mf.file_size)
@@ -328,6 +336,8 @@ class CommitLog:
             if end > mf.dropped_to:
                 mf.dropped_to = end
                 self.cold_end = max(self.cold_end, mf.file_from_offset + end)
+            if mf.dropped_to == mf.file_size and mf.file_end_offset > self._whole_dropped_below:
+                self._whole_dropped_below = mf.file_end_offset
 
     def cold_ranges(self, start: int, end: int) -> list[tuple[MappedFile, int, int]]:
         """(file, start, end) pieces of log bytes [start, end) that lie below :attr:`cold_end`
@@ -369,6 +379,8 @@ class CommitLog:
                 last.dropped_to = pos - pos % PAGE_SIZE
         if self.cold_end > offset:
             self.cold_end = offset - offset % PAGE_SIZE
+        if self._whole_dropped_below > offset:
+            self._whole_dropped_below = offset - offset % self.file_size
         self.current = last
         self.write_ahead_mark = offset  # the next append asks for the window from there
         j = bisect.bisect_right(self._marks, offset)

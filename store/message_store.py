@@ -116,7 +116,9 @@ class DefaultMessageStore(PutPaths):
         )
         self.checkpoint = StoreCheckpoint(config.checkpoint_path)
         self.epoch_file = EpochFile(config.epoch_file_path)
-        self.cl_flusher = CommitLogFlusher(self.commit_log, self.epoch_file, config.rmqCommitLogPageCacheBytes)
+        self.cl_flusher = CommitLogFlusher(
+            self.commit_log, self.epoch_file, config.rmqCommitLogPageCacheBytes
+        )
         self.maintenance_lock = trio.Lock()
         #: the commit log's min offset at the last retention visit of the queues (-1: none yet;
         #: see :func:`store.truncation.delete_expired_logics`)
@@ -579,6 +581,9 @@ class DefaultMessageStore(PutPaths):
         units = cq.read_units(offset, count)
         if not units:
             return 0
+        phys, size, _ = _CQ_UNIT.unpack_from(units)
+        if phys >= cl.cold_end and size != FILLER_SIZE:
+            return 0  # a pull near the end (the usual one): no list of its units
         spans = [(phys, size) for phys, size, _ in _CQ_UNIT.iter_unpack(units) if size != FILLER_SIZE]
         if not spans or spans[0][0] >= cl.cold_end:
             return 0

@@ -162,10 +162,33 @@ async def test_a_truncation_below_the_line_lowers_it(tmp_path: Path) -> None:
         assert cl.cold_end <= cut
         assert cl.current is not None
         assert cl.current.dropped_to <= cut - cl.current.file_from_offset
-        # the log goes on from there and reads back whole
+        # the log goes on from there, and what it writes again is dropped again in turn
         for i in range(20, COUNT):
             await put(store, "T", 0, _body(i), tags="a")
+        await store.cl_flusher.flush()
+        await store.cl_flusher.flush()
+        assert cl.cold_end > cut
+        await store.read_in(0, cl.cold_end)
         assert _bodies(store) == [_body(i) for i in range(COUNT)]
+
+
+async def test_bytes_read_back_are_not_dropped_again(tmp_path: Path) -> None:
+    """The bound drops a range once; bytes a reader brought back stay until the kernel wants the
+    memory (a lagging consumer reads on through them)."""
+    cfg = small_config(tmp_path, mappedFileSizeCommitLog=FILE, rmqCommitLogPageCacheBytes=BOUND)
+    async with running_store(cfg) as store:
+        await _filled(store)
+        first = _files(store)[0][1]
+        await store.read_in(0, FILE)
+        assert all(cached_pages(first))
+        later = _files(store)[5][1]  # within the bound still
+        assert any(cached_pages(later))
+        for i in range(COUNT):
+            await put(store, "T", 1, _body(i), tags="a")
+        await store.cl_flusher.flush()
+        await store.cl_flusher.flush()
+        assert all(cached_pages(first))
+        assert not any(cached_pages(later))  # behind the bound now: dropped by these rounds
 
 
 async def test_a_slave_store_bounds_its_page_cache_too(tmp_path: Path) -> None:
