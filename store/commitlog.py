@@ -74,7 +74,7 @@ class CommitLog:
         #: called when an append passes :attr:`write_ahead_mark` (the store's WriteAhead.kick)
         self.write_ahead: Callable[[], None] = _nothing
         #: bytes below this log offset may have been dropped from the page cache by this log
-        #: (:meth:`drop_cached_below`): a reader brings a range there back with
+        #: (:meth:`drop_ranges`, by the flusher): a reader brings a range there back with
         #: :meth:`read_in_ranges` in a worker thread first, so that the event loop never waits
         #: for the disk in a page fault. 0: nothing dropped.
         self.cold_end = 0
