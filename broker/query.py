@@ -116,7 +116,9 @@ class QueryProcessor:
         max_num = h.maxNum
         if (cmd.ext_fields or {}).get(UNIQUE_KEY_QUERY) == "true":
             max_num = self.broker.store_config.defaultQueryMaxNum
-        result = self.broker.store.query_message(h.topic, h.key, max_num, h.beginTimestamp, h.endTimestamp)
+        store = self.broker.store
+        await store.read_in_query(h.topic, h.key, max_num, h.beginTimestamp, h.endTimestamp)
+        result = store.query_message(h.topic, h.key, max_num, h.beginTimestamp, h.endTimestamp)
         views = result.message_views
         last_ts, last_phy = result.index_last_update_timestamp, result.index_last_update_phyoffset
         if not views:

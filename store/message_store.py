@@ -591,6 +591,13 @@ class DefaultMessageStore(PutPaths):
         await self.read_in(spans[0][0], end)
         return end
 
+    async def read_in_query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> None:
+        """:meth:`read_in_message` of each record :meth:`query_message` with these arguments
+        finds, where the page-cache bound dropped it: before that call."""
+        if self.commit_log.cold_end and self.index is not None:
+            for phy in self.index.query(topic, key, max_num, begin, end).phy_offsets:
+                await self.read_in_message(phy)
+
     async def read_in_message(self, phy_offset: int) -> None:
         """:meth:`read_in` of the record at ``phy_offset`` (its first page, then the rest once
         its size is known), before :meth:`look_message_by_offset`."""

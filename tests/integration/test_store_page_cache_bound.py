@@ -139,6 +139,26 @@ async def test_a_message_looked_up_by_offset_is_read_in_first(tmp_path: Path) ->
         assert _major_faults() == faults
 
 
+async def test_messages_queried_by_key_are_read_in_first(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path, mappedFileSizeCommitLog=FILE, rmqCommitLogPageCacheBytes=BOUND)
+    async with running_store(cfg) as store:
+        for i in range(COUNT):
+            await put(store, "T", 0, _body(i), tags="a", keys=f"K{i % 40}")
+        await store.cl_flusher.flush()
+        await store.cl_flusher.flush()
+        assert not any(cached_pages(_files(store)[0][1]))
+        assert store.index is not None
+        store.index.query("T", "K3", 32, 0, 2**62)  # the index file's own pages: its first read maps them
+        faults = _major_faults()
+        await store.read_in_query("T", "K3", 32, 0, 2**62)
+        found = store.query_message("T", "K3", 32, 0, 2**62)
+        assert sorted(_decoded_body(v) for v in found.message_views) == sorted(
+            _body(i) for i in range(3, COUNT, 40)
+        )
+        assert _major_faults() == faults
+        assert any(cached_pages(_files(store)[0][1]))
+
+
 async def test_without_a_bound_nothing_leaves_the_page_cache(tmp_path: Path) -> None:
     cfg = small_config(tmp_path, mappedFileSizeCommitLog=FILE, rmqCommitLogPageCacheBytes=0)
     async with running_store(cfg) as store:
