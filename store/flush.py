@@ -88,8 +88,6 @@ class CommitLogFlusher:
         cur = cl.current
         ts = cur.last_store_timestamp if cur is not None else 0
         generation = self.generation
-        self._flushing = True
-        done = self._round_done
         # each file's unflushed range only: pages the write-ahead dirtied beyond it stay dirty
         ranges = [(mf, mf.flushed_position, w) for mf, w in dirty]
         new_files = [mf for mf, _ in dirty if not mf.dir_synced]
@@ -114,11 +112,8 @@ class CommitLogFlusher:
                 mf.drop_cache_sync(start, end)
 
         try:
-            await trio.to_thread.run_sync(job)
+            await self._run_round(job)
         finally:
-            self._flushing = False
-            self._round_done = trio.Event()
-            done.set()
             if drops:
                 cl.dropped(drops)
         for mf in new_files:
@@ -145,20 +140,27 @@ class CommitLogFlusher:
         drops = self._drops()
         if not drops:
             return
-        self._flushing = True
-        done = self._round_done
 
         def job() -> None:
             for mf, start, end in drops:
                 mf.drop_cache_sync(start, end)
 
         try:
+            await self._run_round(job)
+        finally:
+            self.commit_log.dropped(drops)
+
+    async def _run_round(self, job: Callable[[], None]) -> None:
+        """Run ``job`` in a worker thread as the one round at a time: :meth:`flush` calls that
+        come meanwhile wait for it to end (:attr:`_round_done`)."""
+        self._flushing = True
+        done = self._round_done
+        try:
             await trio.to_thread.run_sync(job)
         finally:
             self._flushing = False
             self._round_done = trio.Event()
             done.set()
-            self.commit_log.dropped(drops)
 
     async def wait_flushed(self, offset: int, timeout_s: float, generation: int | None = None) -> bool:
         """Group commit: return True once every byte below ``offset`` is durable, False after

@@ -34,7 +34,14 @@ from remoting.command import RemotingCommand
 from remoting.server import RemotingServer
 from store.message_store import DefaultMessageStore
 from tests.integration.broker_env import broker_configs, wait_until
-from tests.integration.broker_requests import create_topic_request, describe, send_request
+from tests.integration.broker_requests import (
+    create_topic_request,
+    describe,
+    messages,
+    pull_header,
+    pull_request,
+    send_request,
+)
 
 TIMEOUT = 5.0
 TOPIC = "ReplTopic"
@@ -46,6 +53,7 @@ __all__ = [
     "Running",
     "commit_log_bytes",
     "consume_queue_units",
+    "pull_bodies",
     "replication_group",
     "wait_until",
 ]
@@ -153,6 +161,18 @@ async def replication_group(tmp_path: Path) -> AsyncIterator[Group]:
                 root, nursery, server, namesrv, f"127.0.0.1:{ns_listener.port}", broker_client, client
             )
             nursery.cancel_scope.cancel()
+
+
+async def pull_bodies(g: Group, addr: str, queue_id: int, topic: str = TOPIC) -> list[bytes]:
+    """Every readable message of a queue, in order (pulling on until nothing is found)."""
+    bodies: list[bytes] = []
+    offset = 0
+    while True:
+        response = await g.call(addr, pull_request("G", topic, queue_id, offset, max_nums=32))
+        if response.code != ResponseCode.SUCCESS:
+            return bodies
+        bodies += [m.body for m in messages(response)]
+        offset = pull_header(response).nextBeginOffset
 
 
 # --- what is on disk ---------------------------------------------------------------------------------

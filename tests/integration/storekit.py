@@ -7,6 +7,7 @@ import ctypes
 import errno
 import mmap
 import os
+import resource
 import struct
 import subprocess
 from collections.abc import AsyncIterator, Iterator
@@ -217,6 +218,34 @@ def cached_pages(path: str, start: int = 0, end: int | None = None) -> list[bool
         return [bool(v & 1) for v in vec]
     finally:
         libc.munmap(base, size)
+
+
+def major_faults() -> int:
+    """Major page faults of the calling thread so far (a store's trio thread: each one a wait for
+    the disk on the event loop)."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_majflt
+
+
+def drop_pages(path: str) -> None:
+    """Write the file back and drop its pages from the page cache; skip the test where they stay
+    (a file system that keeps a file's pages in memory whatever it is told: tmpfs)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    if any(cached_pages(path)):
+        pytest.skip("this file system keeps the file's pages in memory (tmpfs?)")
+
+
+def skip_unless_pages_drop(directory: Path) -> None:
+    """Skip the test where the file system keeps a flushed file's pages (tests of the commit log's
+    page-cache bound need them to go)."""
+    probe = directory / "page-drop-probe"
+    probe.write_bytes(b"x" * 4 * PAGE_SIZE)
+    drop_pages(str(probe))
+    probe.unlink()
 
 
 # --- a disk that fills up ------------------------------------------------------------------------------

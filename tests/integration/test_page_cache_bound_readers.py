@@ -6,20 +6,14 @@ bytes come back in worker threads: ``ReadAhead`` of the HA writer, the pull proc
 
 from __future__ import annotations
 
-import os
-import resource
 from pathlib import Path
 
-import pytest
 import trio
 
-from remoting.codes import ResponseCode
 from remoting.protocol.message import decode_message
 from store.ha.packets import MasterPacketDecoder, MasterTransfer, SlaveAck, SlaveHandshake
-from store.mapped_file import PAGE_SIZE
-from tests.integration.broker_requests import messages, pull_header, pull_request
-from tests.integration.replication_kit import FILE_SIZE, TOPIC, Group, commit_log_bytes, replication_group
-from tests.integration.storekit import cached_pages
+from tests.integration.replication_kit import FILE_SIZE, commit_log_bytes, pull_bodies, replication_group
+from tests.integration.storekit import cached_pages, major_faults, skip_unless_pages_drop
 
 BOUND = 512 * 1024
 BODY = 8 * 1024
@@ -31,23 +25,8 @@ def _body(i: int) -> bytes:
     return i.to_bytes(4, "big") * (BODY // 4)
 
 
-def _major_faults() -> int:
-    return resource.getrusage(resource.RUSAGE_THREAD).ru_majflt
-
-
 def auto(broker_id: int, **kw: object) -> dict[str, object]:
     return dict(enableControllerMode=True, brokerId=broker_id, haMaxTimeSlaveNotCatchup=60_000, **kw)
-
-
-async def _pull_all(g: Group, addr: str, queue_id: int) -> list[bytes]:
-    bodies: list[bytes] = []
-    offset = 0
-    while True:
-        response = await g.call(addr, pull_request("G", TOPIC, queue_id, offset, max_nums=32))
-        if response.code != ResponseCode.SUCCESS:
-            return bodies
-        bodies += [m.body for m in messages(response)]
-        offset = pull_header(response).nextBeginOffset
 
 
 async def _replicate_raw(ha_addr: str, end: int) -> bytes:
@@ -78,16 +57,7 @@ async def _replicate_raw(ha_addr: str, end: int) -> bytes:
 async def test_a_catching_up_replica_and_a_consumer_read_dropped_bytes_off_the_event_loop(
     tmp_path: Path,
 ) -> None:
-    probe = tmp_path / "probe"
-    probe.write_bytes(b"x" * PAGE_SIZE)
-    fd = os.open(probe, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    if any(cached_pages(str(probe))):
-        pytest.skip("this file system keeps the file's pages in memory (tmpfs?)")
+    skip_unless_pages_drop(tmp_path)
     async with replication_group(tmp_path) as g:
         m = await g.start("m", **auto(1, rmqCommitLogPageCacheBytes=BOUND))
         await m.broker.replication.change_to_master(1)
@@ -102,9 +72,9 @@ async def test_a_catching_up_replica_and_a_consumer_read_dropped_bytes_off_the_e
         first = cl.mfq.files[0].path
         assert not any(cached_pages(first))
 
-        faults = _major_faults()
+        faults = major_faults()
         replicated = await _replicate_raw(m.ha_addr, end)
-        assert _major_faults() == faults
+        assert major_faults() == faults
         assert all(cached_pages(first))  # brought back for the replica
         assert replicated == commit_log_bytes(g.root / "m" / "store", 0, end)
 
@@ -113,8 +83,8 @@ async def test_a_catching_up_replica_and_a_consumer_read_dropped_bytes_off_the_e
         for mf in cl.mfq.files[:2]:
             mf.drop_cache_sync(0, mf.file_size)
         assert not any(cached_pages(first))
-        faults = _major_faults()
+        faults = major_faults()
         for q in range(QUEUES):
-            assert await _pull_all(g, m.addr, q) == [_body(i) for i in range(q, COUNT, QUEUES)]
-        assert _major_faults() == faults
+            assert await pull_bodies(g, m.addr, q) == [_body(i) for i in range(q, COUNT, QUEUES)]
+        assert major_faults() == faults
         assert decode_message(replicated).body == _body(0)

@@ -14,13 +14,14 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import request
 from store.ha.packets import SlaveAck, SlaveHandshake
 from store.ha.role import RoleChangeError
-from tests.integration.broker_requests import describe, messages, pull_header, pull_request, send_header
+from tests.integration.broker_requests import describe, send_header
 from tests.integration.replication_kit import (
     TOPIC,
     Group,
     Running,
     commit_log_bytes,
     consume_queue_units,
+    pull_bodies,
     replication_group,
     wait_until,
 )
@@ -56,18 +57,6 @@ async def _same(g: Group, a: Running, b: Running) -> None:
         5,
         "consume queues equal",
     )
-
-
-async def _pull_bodies(g: Group, addr: str, queue_id: int, topic: str = TOPIC) -> list[bytes]:
-    """Every readable message of a queue, in order (pulling on until nothing is found)."""
-    bodies: list[bytes] = []
-    offset = 0
-    while True:
-        response = await g.call(addr, pull_request("G", topic, queue_id, offset, max_nums=32))
-        if response.code != ResponseCode.SUCCESS:
-            return bodies
-        bodies += [m.body for m in messages(response)]
-        offset = pull_header(response).nextBeginOffset
 
 
 async def test_hand_roles_all_ack_sync_state_set_and_confirm_offset(tmp_path: Path) -> None:
@@ -129,7 +118,7 @@ async def test_unconfirmed_messages_are_not_readable(tmp_path: Path) -> None:
         assert end > confirmed
         assert m.broker.replication.confirm_offset == confirmed
         # stored, but neither dispatched nor readable while it may still be truncated
-        assert await _pull_bodies(g, m.addr, 0) == [b"before %d" % i for i in range(3)]
+        assert await pull_bodies(g, m.addr, 0) == [b"before %d" % i for i in range(3)]
         assert m.store.get_max_offset_in_queue(TOPIC, 0) == 3
 
         # A real slave gets the message too, but its dispatch stops at the master's confirm offset.
@@ -143,7 +132,7 @@ async def test_unconfirmed_messages_are_not_readable(tmp_path: Path) -> None:
         # The silent replica acknowledges it: confirmed, dispatched, readable on both.
         await stream.send_all(SlaveAck(end).encode())
         await wait_until(lambda: m.store.get_max_offset_in_queue(TOPIC, 0) == 4, 5, "dispatch after the ack")
-        assert (await _pull_bodies(g, m.addr, 0))[-1] == b"unconfirmed"
+        assert (await pull_bodies(g, m.addr, 0))[-1] == b"unconfirmed"
         await wait_until(
             lambda: s.store.get_max_offset_in_queue(TOPIC, 0) == 4, 5, "slave dispatch after the ack"
         )
@@ -201,7 +190,7 @@ async def test_master_killed_with_unreplicated_writes_rejoins_as_slave_and_trunc
         await m.broker.replication.change_to_slave(s.ha_addr, 2, master_addr=s.addr)
         await _same(g, s, m)
         assert m.store.epoch_file.pairs() == [(1, 0), (2, replicated)]
-        bodies = [b for q in range(QUEUES) for b in await _pull_bodies(g, s.addr, q)]
+        bodies = [b for q in range(QUEUES) for b in await pull_bodies(g, s.addr, q)]
         assert not any(b.startswith(b"lost") for b in bodies)
         assert sum(b.startswith(b"new") for b in bodies) == 30
 
@@ -239,7 +228,7 @@ async def test_confirm_offset_recovery_never_hands_out_a_queue_offset_twice(tmp_
         await wait_until(lambda: m.store.get_max_offset_in_queue(TOPIC, 0) == 12, 5, "dispatch")
         units = consume_queue_units(m.store, TOPIC, 0)
         assert len({u[0] for u in units}) == 12
-        bodies = await _pull_bodies(g, m.addr, 0)
+        bodies = await pull_bodies(g, m.addr, 0)
         assert bodies == [b"confirmed %d" % i for i in range(5)] + [
             b"unconfirmed %d" % i for i in range(4)
         ] + [b"after %d" % i for i in range(3)]
@@ -285,7 +274,7 @@ async def test_new_master_routes_a_topic_whose_config_had_not_reached_it(tmp_pat
             "the name server routing the topic to the new master",
         )
         await g.send_ok(s.addr, b"late", queue_id=3, topic=new_topic)
-        bodies = [b for q in range(4) for b in await _pull_bodies(g, s.addr, q, new_topic)]
+        bodies = [b for q in range(4) for b in await pull_bodies(g, s.addr, q, new_topic)]
         assert sorted(bodies) == sorted([b"early %d" % i for i in range(12)] + [b"late"])
 
 
@@ -334,10 +323,10 @@ async def test_slave_copies_topic_table_when_replicated_messages_outrun_it(tmp_p
             10,
             "the name server routing all four queues of the widened topic to the new master",
         )
-        assert [b for q in range(3) for b in await _pull_bodies(g, s.addr, q, fresh)] == [
+        assert [b for q in range(3) for b in await pull_bodies(g, s.addr, q, fresh)] == [
             b"fresh %d" % q for q in range(3)
         ]
-        assert [b for q in range(4) for b in await _pull_bodies(g, s.addr, q, widened)] == [
+        assert [b for q in range(4) for b in await pull_bodies(g, s.addr, q, widened)] == [
             b"widened %d" % q for q in range(4)
         ]
 

@@ -8,8 +8,6 @@ system keeps a file's pages whatever it is told (tmpfs)."""
 
 from __future__ import annotations
 
-import os
-import resource
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,15 @@ from remoting.protocol.message import decode_message
 from store.config import BrokerRole
 from store.mapped_file import PAGE_SIZE
 from store.message_store import DefaultMessageStore
-from tests.integration.storekit import cached_pages, put, read_queue, running_store, small_config
+from tests.integration.storekit import (
+    cached_pages,
+    major_faults,
+    put,
+    read_queue,
+    running_store,
+    skip_unless_pages_drop,
+    small_config,
+)
 
 FILE = 256 * 1024
 BOUND = 512 * 1024
@@ -28,27 +34,11 @@ COUNT = 160  # ~1.3 MiB: the first files lie wholly behind the bound
 
 @pytest.fixture(autouse=True)
 def _drops_pages(tmp_path: Path) -> None:
-    """Skip where the file system keeps a flushed file's pages after POSIX_FADV_DONTNEED."""
-    probe = tmp_path / "probe"
-    probe.write_bytes(b"x" * 4 * PAGE_SIZE)
-    fd = os.open(probe, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    if any(cached_pages(str(probe))):
-        pytest.skip("this file system keeps the file's pages in memory (tmpfs?)")
-    probe.unlink()
+    skip_unless_pages_drop(tmp_path)
 
 
 def _body(i: int) -> bytes:
     return bytes([i % 251]) * BODY
-
-
-def _major_faults() -> int:
-    """Major page faults of this thread (the store's trio thread) so far."""
-    return resource.getrusage(resource.RUSAGE_THREAD).ru_majflt
 
 
 async def _filled(store: DefaultMessageStore) -> None:
@@ -80,12 +70,12 @@ async def test_flushed_bytes_behind_the_bound_leave_the_page_cache_and_read_back
         written = cl.current.wrote_position
         assert all(cached_pages(last_path, 0, written - written % PAGE_SIZE))
         # a reader brings them back first: no major fault on this thread, every byte as written
-        faults = _major_faults()
+        faults = major_faults()
         await store.read_in(cl.min_offset, cl.cold_end)
         for _, path in cold:
             assert all(cached_pages(path)), path
         assert _bodies(store) == [_body(i) for i in range(COUNT)]
-        assert _major_faults() == faults
+        assert major_faults() == faults
 
 
 def _decoded_body(record: memoryview | bytes) -> bytes:
@@ -103,7 +93,7 @@ async def test_a_pull_of_dropped_bytes_reads_in_just_its_messages_first(tmp_path
         await _filled(store)
         first_path = _files(store)[0][1]
         assert not any(cached_pages(first_path))
-        faults = _major_faults()
+        faults = major_faults()
         read_to = await store.read_in_queue("T", 0, 0, 8)
         res = store.get_message("g", "T", 0, 0, 8)
         assert res is not None
@@ -112,7 +102,7 @@ async def test_a_pull_of_dropped_bytes_reads_in_just_its_messages_first(tmp_path
         assert res.phy_end == read_to
         assert [_decoded_body(v) for v in res.message_views] == [_body(i) for i in range(8)]
         res.release()
-        assert _major_faults() == faults
+        assert major_faults() == faults
         pages = cached_pages(first_path)
         assert all(pages[: read_to // PAGE_SIZE])
         assert not any(pages[read_to // PAGE_SIZE + 1 :])  # the rest of the file stays on disk
@@ -131,12 +121,12 @@ async def test_a_message_looked_up_by_offset_is_read_in_first(tmp_path: Path) ->
         res.release()
         # get_message only sliced views: the record's pages are still on disk
         assert not any(cached_pages(_files(store)[0][1]))
-        faults = _major_faults()
+        faults = major_faults()
         await store.read_in_message(phys)
         view = store.look_message_by_offset(phys)
         assert view is not None
         assert _decoded_body(view) == _body(5)
-        assert _major_faults() == faults
+        assert major_faults() == faults
 
 
 async def test_messages_queried_by_key_are_read_in_first(tmp_path: Path) -> None:
@@ -149,13 +139,13 @@ async def test_messages_queried_by_key_are_read_in_first(tmp_path: Path) -> None
         assert not any(cached_pages(_files(store)[0][1]))
         assert store.index is not None
         store.index.query("T", "K3", 32, 0, 2**62)  # the index file's own pages: its first read maps them
-        faults = _major_faults()
+        faults = major_faults()
         await store.read_in_query("T", "K3", 32, 0, 2**62)
         found = store.query_message("T", "K3", 32, 0, 2**62)
         assert sorted(_decoded_body(v) for v in found.message_views) == sorted(
             _body(i) for i in range(3, COUNT, 40)
         )
-        assert _major_faults() == faults
+        assert major_faults() == faults
         assert any(cached_pages(_files(store)[0][1]))
 
 

@@ -9,7 +9,6 @@ file's pages from the page cache are skipped where the file system keeps them (t
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from store.consume_queue import CQ_UNIT_SIZE, LOAD_READ_IN_MAX, READ_AHEAD, Cons
 from store.index import IndexService
 from store.index_file import IndexFile, index_key_hash
 from store.mapped_file import PAGE_SIZE
-from tests.integration.storekit import cached_pages
+from tests.integration.storekit import cached_pages, drop_pages
 from tests.unit.test_store_index import Clock, req
 
 #: upstream's consume-queue file: 300,000 units
@@ -30,18 +29,6 @@ PAGE_UNITS = PAGE_SIZE // CQ_UNIT_SIZE  # 204 whole units a page (the 205th stra
 def resident(path: str) -> list[int]:
     """Page numbers of ``path`` in the page cache."""
     return [i for i, cached in enumerate(cached_pages(path)) if cached]
-
-
-def drop_pages(path: str) -> None:
-    """Write the file back and drop its pages from the page cache; skip where they stay."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    if resident(path):
-        pytest.skip("this file system keeps the file's pages in memory (tmpfs?)")
 
 
 def _put(cq: ConsumeQueue, qo: int, phys: int, size: int = 100) -> None:
