@@ -48,12 +48,21 @@ class CommitLogFlusher:
     """Makes commit-log bytes durable and tracks :attr:`flushed_offset`."""
 
     def __init__(
-        self, commit_log: CommitLog, epoch_file: EpochFile | None = None, page_cache_bytes: int = 0
+        self,
+        commit_log: CommitLog,
+        epoch_file: EpochFile | None = None,
+        page_cache_bytes: int = 0,
+        dispatched: Callable[[], int] | None = None,
     ) -> None:
         self.commit_log = commit_log
         #: ``rmqCommitLogPageCacheBytes``: flushed bytes further than this behind the log's end are
         #: dropped from the page cache by the flush rounds (0: never)
         self.page_cache_bytes = page_cache_bytes
+        #: the offset up to which the store has dispatched (consume queues, index): bytes from
+        #: there on stay in the page cache whatever the bound says -- the dispatch reads them on
+        #: the event loop, and in controller mode it waits for the confirm offset, which a slow
+        #: slave in the SyncStateSet can hold far behind the log's end
+        self._dispatched = dispatched
         #: persisted (when dirty) before commit-log bytes are flushed, so an epoch entry is on disk
         #: before any byte it covers (store.ha ordering contract)
         self.epoch_file = epoch_file
@@ -132,7 +141,12 @@ class CommitLogFlusher:
         """The commit-log ranges to drop from the page cache now (``rmqCommitLogPageCacheBytes``)."""
         keep = self.page_cache_bytes
         end = self.commit_log.max_offset
-        return self.commit_log.drop_ranges(end - keep, DROP_STEP) if 0 < keep < end else []
+        if not 0 < keep < end:
+            return []
+        line = end - keep
+        if self._dispatched is not None:
+            line = min(line, self._dispatched())
+        return self.commit_log.drop_ranges(line, DROP_STEP)
 
     async def _drop_cold(self) -> None:
         """Drop what :meth:`_drops` gives in a worker job of its own (a round with nothing to

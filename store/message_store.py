@@ -116,8 +116,12 @@ class DefaultMessageStore(PutPaths):
         )
         self.checkpoint = StoreCheckpoint(config.checkpoint_path)
         self.epoch_file = EpochFile(config.epoch_file_path)
+        dispatcher = self.dispatcher
         self.cl_flusher = CommitLogFlusher(
-            self.commit_log, self.epoch_file, config.rmqCommitLogPageCacheBytes
+            self.commit_log,
+            self.epoch_file,
+            config.rmqCommitLogPageCacheBytes,
+            dispatched=lambda: dispatcher.reput_offset,
         )
         self.maintenance_lock = trio.Lock()
         #: the commit log's min offset at the last retention visit of the queues (-1: none yet;

@@ -149,6 +149,33 @@ async def test_messages_queried_by_key_are_read_in_first(tmp_path: Path) -> None
         assert any(cached_pages(_files(store)[0][1]))
 
 
+async def test_bytes_not_dispatched_yet_stay_in_the_page_cache(tmp_path: Path) -> None:
+    """In controller mode the dispatch waits for the confirm offset (a slow slave in the
+    SyncStateSet holds it back) and reads the records on the event loop when it comes: the bound
+    leaves those bytes in memory until they are dispatched."""
+    cfg = small_config(tmp_path, mappedFileSizeCommitLog=FILE, rmqCommitLogPageCacheBytes=BOUND)
+    async with running_store(cfg, controller_mode=True) as store:
+        held = (await put(store, "T", 0, _body(0), tags="a")).end_offset
+        store.set_confirm_offset(held)
+        for i in range(1, COUNT):
+            await put(store, "T", 0, _body(i), tags="a")
+        await store.cl_flusher.flush()
+        await store.cl_flusher.flush()
+        cl = store.commit_log
+        assert store.dispatcher.reput_offset == held
+        assert cl.cold_end <= held
+        assert all(cached_pages(_files(store)[1][1]))
+        # confirmed and dispatched: now they go
+        store.set_confirm_offset(cl.max_offset)
+        await store.reput()
+        assert store.dispatcher.reput_offset == cl.max_offset
+        await store.cl_flusher.flush()
+        assert cl.cold_end > cl.max_offset - BOUND - FILE
+        assert not any(cached_pages(_files(store)[1][1]))
+        await store.read_in(0, cl.cold_end)
+        assert _bodies(store) == [_body(i) for i in range(COUNT)]
+
+
 async def test_without_a_bound_nothing_leaves_the_page_cache(tmp_path: Path) -> None:
     cfg = small_config(tmp_path, mappedFileSizeCommitLog=FILE, rmqCommitLogPageCacheBytes=0)
     async with running_store(cfg) as store:
