@@ -16,6 +16,7 @@ returns :data:`NEED_FILE` and the async layer creates the file in a worker threa
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import struct
 from collections.abc import Callable
@@ -34,6 +35,16 @@ log = logging.getLogger("store.commitlog")
 
 def _nothing() -> None:
     pass
+
+
+def _read_in_ranges(ranges: list[tuple[MappedFile, int, int]]) -> None:
+    for mf, start, end in ranges:
+        mf.read_in_sync(start, end)
+
+
+def _drop_ranges(ranges: list[tuple[MappedFile, int, int]]) -> None:
+    for mf, start, end in ranges:
+        mf.drop_cache_sync(start, end)
 
 
 #: Returned by :meth:`CommitLog.append` when the current file is full (or there is none).
@@ -75,7 +86,7 @@ class CommitLog:
         self.write_ahead: Callable[[], None] = _nothing
         #: bytes below this log offset may have been dropped from the page cache by this log
         #: (:meth:`drop_ranges`, by the flusher): a reader brings a range there back with
-        #: :meth:`read_in_ranges` in a worker thread first, so that the event loop never waits
+        #: :meth:`read_in_job` in a worker thread first, so that the event loop never waits
         #: for the disk in a page fault. 0: nothing dropped.
         self.cold_end = 0
         # every file below this log offset was dropped whole (where :meth:`drop_ranges` starts)
@@ -339,9 +350,23 @@ class CommitLog:
             if mf.dropped_to == mf.file_size and mf.file_end_offset > self._whole_dropped_below:
                 self._whole_dropped_below = mf.file_end_offset
 
-    def cold_ranges(self, start: int, end: int) -> list[tuple[MappedFile, int, int]]:
+    def read_in_job(self, start: int, end: int) -> Callable[[], None] | None:
+        """A blocking job, for a worker thread, that brings the pieces of log bytes [start, end)
+        this log dropped from the page cache back into memory; None when there are none."""
+        if start >= self.cold_end:
+            return None
+        ranges = self._cold_ranges(start, end)
+        return functools.partial(_read_in_ranges, ranges) if ranges else None
+
+    @staticmethod
+    def drop_job(ranges: list[tuple[MappedFile, int, int]]) -> Callable[[], None]:
+        """A blocking job, for a worker thread, that drops the :meth:`drop_ranges` from the page
+        cache (:meth:`MappedFile.drop_cache_sync`); then :meth:`dropped`."""
+        return functools.partial(_drop_ranges, ranges)
+
+    def _cold_ranges(self, start: int, end: int) -> list[tuple[MappedFile, int, int]]:
         """(file, start, end) pieces of log bytes [start, end) that lie below :attr:`cold_end`
-        (their pages may be on the disk only), for :meth:`read_in_ranges`."""
+        (their pages may be on the disk only)."""
         end = min(end, self.cold_end)
         out = []
         while start < end:
@@ -354,12 +379,6 @@ class CommitLog:
                 out.append((mf, pos, stop))
             start = mf.file_end_offset
         return out
-
-    @staticmethod
-    def read_in_ranges(ranges: list[tuple[MappedFile, int, int]]) -> None:
-        """Bring the :meth:`cold_ranges` into memory (blocking, GIL released: a worker thread)."""
-        for mf, start, end in ranges:
-            mf.read_in_sync(start, end)
 
     # --- truncation ------------------------------------------------------------------------------
 

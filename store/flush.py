@@ -104,6 +104,7 @@ class CommitLogFlusher:
         # bytes flushed by earlier rounds that fell behind the page-cache bound: dropped after
         # this round's sync, in the same worker job
         drops = self._drops()
+        drop = cl.drop_job(drops) if drops else None
 
         def job() -> None:
             if epoch is not None and epoch.dirty:
@@ -117,8 +118,8 @@ class CommitLogFlusher:
                     drop_pages_below(mf.mm, 0, start, mf.path)
             if new_files:
                 fsync_dir(os.path.dirname(new_files[0].path))
-            for mf, start, end in drops:
-                mf.drop_cache_sync(start, end)
+            if drop is not None:
+                drop()
 
         try:
             await self._run_round(job)
@@ -154,13 +155,8 @@ class CommitLogFlusher:
         drops = self._drops()
         if not drops:
             return
-
-        def job() -> None:
-            for mf, start, end in drops:
-                mf.drop_cache_sync(start, end)
-
         try:
-            await self._run_round(job)
+            await self._run_round(self.commit_log.drop_job(drops))
         finally:
             self.commit_log.dropped(drops)
 

@@ -40,7 +40,7 @@ from store.checkpoint import (
 from store.cleanup import CleanService, DiskSpaceFn
 from store.commitlog import CommitLog
 from store.config import FlushDiskType, MessageStoreConfig
-from store.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
+from store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
 from store.deletion_marks import DeletionMarks
 from store.dispatch import ArrivalListener, Dispatcher, DispatchNeedsFile
@@ -57,7 +57,6 @@ from store.results import (
     QueryMessageResult,
 )
 
-_CQ_UNIT = struct.Struct(">qiq")  # commit-log offset, size, tags code
 log = logging.getLogger("store")
 
 #: seconds between dispatch attempts while the disk refuses a consume-queue file or its room
@@ -565,11 +564,9 @@ class DefaultMessageStore(PutPaths):
         page-cache bound (``rmqCommitLogPageCacheBytes``) dropped them, so that reading or sending
         them next does not wait for the disk on the event loop; returns at once for bytes never
         dropped. For readers of old bytes: pulls, replication, lookups by offset."""
-        cl = self.commit_log
-        if start < cl.cold_end:
-            ranges = cl.cold_ranges(start, end)
-            if ranges:
-                await trio.to_thread.run_sync(cl.read_in_ranges, ranges)
+        job = self.commit_log.read_in_job(start, end)
+        if job is not None:
+            await trio.to_thread.run_sync(job)
 
     async def read_in_queue(self, topic: str, queue_id: int, offset: int, count: int) -> int:
         """:meth:`read_in` of the commit-log bytes of ``count`` messages of a queue from logical
@@ -585,10 +582,10 @@ class DefaultMessageStore(PutPaths):
         units = cq.read_units(offset, count)
         if not units:
             return 0
-        phys, size, _ = _CQ_UNIT.unpack_from(units)
+        phys, size, _ = CQ_UNIT.unpack_from(units)
         if phys >= cl.cold_end and size != FILLER_SIZE:
             return 0  # a pull near the end (the usual one): no list of its units
-        spans = [(phys, size) for phys, size, _ in _CQ_UNIT.iter_unpack(units) if size != FILLER_SIZE]
+        spans = [(phys, size) for phys, size, _ in CQ_UNIT.iter_unpack(units) if size != FILLER_SIZE]
         if not spans or spans[0][0] >= cl.cold_end:
             return 0
         end = spans[-1][0] + spans[-1][1]

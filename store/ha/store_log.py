@@ -31,7 +31,6 @@ returns a view of the mapped file (no copy), to be written to the socket as it i
 from __future__ import annotations
 
 import collections
-import functools
 import logging
 import struct
 from collections.abc import Callable
@@ -161,11 +160,7 @@ class StoreReplicaLog:
         return bytes(out)
 
     def read_in_job(self, start: int, end: int) -> Callable[[], None] | None:
-        cl = self.store.commit_log
-        if start >= cl.cold_end:
-            return None
-        ranges = cl.cold_ranges(start, end)
-        return functools.partial(cl.read_in_ranges, ranges) if ranges else None
+        return self.store.commit_log.read_in_job(start, end)
 
     def last_message_boundary_at_or_below(self, offset: int) -> int:
         stable = self._stable_end()
