@@ -84,11 +84,16 @@ class CommitLog:
         self.write_ahead_mark = 0
         #: called when an append passes :attr:`write_ahead_mark` (the store's WriteAhead.kick)
         self.write_ahead: Callable[[], None] = _nothing
-        #: bytes below this log offset may have been dropped from the page cache by this log
-        #: (:meth:`drop_ranges`, by the flusher): a reader brings a range there back with
-        #: :meth:`read_in_job` in a worker thread first, so that the event loop never waits
-        #: for the disk in a page fault. 0: nothing dropped.
+        #: bytes below this log offset may not be in the page cache -- this log dropped them
+        #: (:meth:`drop_ranges`, by the flusher), or they were in the log when it was loaded
+        #: (:attr:`loaded_end`): a reader brings a range there back with :meth:`read_in_job` in
+        #: a worker thread first, so that the event loop never waits for the disk in a page
+        #: fault. 0: none.
         self.cold_end = 0
+        #: the log's end when it was loaded (page-aligned up): after a restart -- a reboot
+        #: even -- nothing tells which of those bytes are still in the page cache
+        #: (:meth:`loaded_cold`)
+        self.loaded_end = 0
         # every file below this log offset was dropped whole (where :meth:`drop_ranges` starts)
         self._whole_dropped_below = 0
 
@@ -350,12 +355,23 @@ class CommitLog:
             if mf.dropped_to == mf.file_size and mf.file_end_offset > self._whole_dropped_below:
                 self._whole_dropped_below = mf.file_end_offset
 
+    def loaded_cold(self) -> None:
+        """Count the bytes the log holds now, just loaded, as possibly not in the page cache
+        (their readers check with ``mincore`` first, see :meth:`read_in_job`): the bytes a
+        consumer or a slave reads after a restart are mostly old ones, and after a reboot none
+        is in memory."""
+        end = self.max_offset
+        self.loaded_end = end + (-end % PAGE_SIZE)  # the last page too: a read of its bytes faults
+        self.cold_end = max(self.cold_end, self.loaded_end)
+
     def read_in_job(self, start: int, end: int) -> Callable[[], None] | None:
         """A blocking job, for a worker thread, that brings the pieces of log bytes [start, end)
-        this log dropped from the page cache back into memory; None when there are none."""
+        that may not be in the page cache (:attr:`cold_end`) back into memory; None when there
+        are none, or when every page of them is there after all (``mincore``, on the calling
+        thread: a lookup, no I/O) -- bytes read back before, or still cached after a restart."""
         if start >= self.cold_end:
             return None
-        ranges = self._cold_ranges(start, end)
+        ranges = [r for r in self._cold_ranges(start, end) if not r[0].resident(r[1], r[2])]
         return functools.partial(_read_in_ranges, ranges) if ranges else None
 
     @staticmethod
@@ -374,7 +390,11 @@ class CommitLog:
             if mf is None:
                 break
             pos = start - mf.file_from_offset
-            stop = min(end - mf.file_from_offset, mf.dropped_to)
+            stop = min(
+                end - mf.file_from_offset,
+                max(mf.dropped_to, self.loaded_end - mf.file_from_offset),
+                mf.file_size,
+            )
             if stop > pos:
                 out.append((mf, pos, stop))
             start = mf.file_end_offset
@@ -398,6 +418,8 @@ class CommitLog:
                 last.dropped_to = pos - pos % PAGE_SIZE
         if self.cold_end > offset:
             self.cold_end = offset - offset % PAGE_SIZE
+        if self.loaded_end > offset:
+            self.loaded_end = offset - offset % PAGE_SIZE
         if self._whole_dropped_below > offset:
             self._whole_dropped_below = offset - offset % self.file_size
         self.current = last

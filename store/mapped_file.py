@@ -56,6 +56,8 @@ try:
     _libc.madvise.restype = ctypes.c_int
     _libc.msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     _libc.msync.restype = ctypes.c_int
+    _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    _libc.mincore.restype = ctypes.c_int
 except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
     _libc = None
 
@@ -325,6 +327,26 @@ def madvise_range(mm: mmap.mmap, start: int, end: int, advice: int, path: str = 
         return True
     finally:
         guard.release()
+
+
+def pages_resident(mm: mmap.mmap, start: int, end: int) -> bool:
+    """Whether every page holding bytes [start, end) of ``mm`` is in the page cache (``mincore``:
+    a lookup, no I/O, a few microseconds for a few thousand pages), so that reading them takes no
+    wait for the disk; False when that cannot be told (no libc, a closed map, a failed call)."""
+    if _libc is None or end <= start or mm.closed:
+        return False
+    lo = start - start % PAGE_SIZE
+    vec = ctypes.create_string_buffer((end - lo + PAGE_SIZE - 1) // PAGE_SIZE)
+    try:
+        guard = memoryview(mm)[lo:end]  # as in madvise_range: no close() while the call runs
+    except ValueError:  # closed since the check
+        return False
+    try:
+        if _libc.mincore(_address_of(mm) + lo, end - lo, vec) != 0:
+            return False
+    finally:
+        guard.release()
+    return b"\x00" not in vec.raw  # bit 0 of each page's byte: resident
 
 
 def drop_pages_below(mm: mmap.mmap, start: int, end: int, path: str = "") -> None:
@@ -638,6 +660,11 @@ class MappedFile:
         (``random_access``) does not wait for them page by page. Blocking; best effort (a
         kernel without the advice reads at the first touch)."""
         read_in_range(self.mm, start, min(end, self.file_size), self.path)
+
+    def resident(self, start: int, end: int) -> bool:
+        """Whether every page of bytes [start, end) is in the page cache (:func:`pages_resident`):
+        a read of them waits for no disk."""
+        return pages_resident(self.mm, start, min(end, self.file_size))
 
     def read_ahead(self, start: int, end: int) -> None:
         """Ask the kernel to read [start, end) of the file into the page cache, not waiting for

@@ -213,6 +213,7 @@ class DefaultMessageStore(PutPaths):
         self._confirm_offset = ck.confirmPhyOffset
         report = await recovery.recover(self, abnormal)
         report.problems = problems + q_problems + report.problems
+        self.commit_log.loaded_cold()  # readers of these bytes check first that they are in memory
         await self._finish_interrupted_deletions(report)
         self.recovery_report = report
         self.rebuild_queues = set()
@@ -560,10 +561,11 @@ class DefaultMessageStore(PutPaths):
         return get_message(self, topic, queue_id, offset, max_count, max_bytes, tag_filter)
 
     async def read_in(self, start: int, end: int) -> None:
-        """Bring commit-log bytes [start, end) back into memory in a worker thread where the
-        page-cache bound (``rmqCommitLogPageCacheBytes``) dropped them, so that reading or sending
-        them next does not wait for the disk on the event loop; returns at once for bytes never
-        dropped. For readers of old bytes: pulls, replication, lookups by offset."""
+        """Bring commit-log bytes [start, end) back into memory in a worker thread where they
+        may have left it -- the page-cache bound (``rmqCommitLogPageCacheBytes``) dropped them,
+        or they were written before this start -- so that reading or sending them next does not
+        wait for the disk on the event loop; returns at once for bytes never dropped and for
+        pages found in memory. For readers of old bytes: pulls, replication, lookups by offset."""
         job = self.commit_log.read_in_job(start, end)
         if job is not None:
             await trio.to_thread.run_sync(job)
@@ -571,7 +573,8 @@ class DefaultMessageStore(PutPaths):
     async def read_in_queue(self, topic: str, queue_id: int, offset: int, count: int) -> int:
         """:meth:`read_in` of the commit-log bytes of ``count`` messages of a queue from logical
         ``offset`` (what a pull from there reads, a filter aside), when they start below the
-        page-cache bound's line: before :meth:`get_message`, whose filters may read the records.
+        line of bytes that may be out of memory (``CommitLog.cold_end``): before
+        :meth:`get_message`, whose filters may read the records.
         Returns the end of the bytes brought in (0: none needed)."""
         cl = self.commit_log
         if not cl.cold_end:

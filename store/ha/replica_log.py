@@ -76,7 +76,7 @@ class ReplicaLog(Protocol):
 
     def read_in_job(self, start: int, end: int) -> Callable[[], None] | None:
         """A blocking job, for a worker thread, that brings bytes [start, end) back into memory
-        where the log dropped them from it (the store's page-cache bound), so that ``read_raw``
-        and the send of its views do not wait for the disk on the event loop; None when they
-        are in memory."""
+        where they may have left it (the store's page-cache bound dropped them, or they were
+        written before the store's start), so that ``read_raw`` and the send of its views do not
+        wait for the disk on the event loop; None when they are in memory."""
         ...

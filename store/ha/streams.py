@@ -30,9 +30,9 @@ IOV_MAX = 1024
 
 class ReadAhead:
     """Brings the log bytes a connection sends next back into memory, in a worker thread, where
-    the log dropped them from it (``ReplicaLog.read_in_job``: the store's page-cache bound), so
-    that a slave catching up from far behind does not make the event loop wait for the disk in
-    page faults. Asks for :data:`READ_IN_BYTES` at a time."""
+    they may have left it (``ReplicaLog.read_in_job``: the store's page-cache bound, or bytes
+    written before the store's start), so that a slave catching up from far behind does not make
+    the event loop wait for the disk in page faults. Asks for :data:`READ_IN_BYTES` at a time."""
 
     __slots__ = ("end", "log", "start")
 

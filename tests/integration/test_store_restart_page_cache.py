@@ -1,0 +1,139 @@
+"""After a restart -- a reboot even -- a store cannot know which of its old commit-log bytes are
+still in the page cache: it counts every byte it loaded as possibly out of memory
+(``CommitLog.loaded_end``). Its readers -- pulls, replication, lookups -- check with ``mincore``
+first and bring the missing pages back in a worker thread, so that the store's own thread takes no
+major page fault reading them; pages found in memory need no read-in at all.
+
+Page residency is the kernel's own (``mincore``); skipped where the file system keeps a file's
+pages whatever it is told (tmpfs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from remoting.protocol.message import decode_message
+from store.config import MessageStoreConfig
+from store.mapped_file import PAGE_SIZE
+from store.message_store import DefaultMessageStore
+from tests.integration.storekit import (
+    cached_pages,
+    drop_pages,
+    major_faults,
+    put,
+    running_store,
+    skip_unless_pages_drop,
+    small_config,
+)
+
+FILE = 256 * 1024
+BODY = 8 * 1024
+COUNT = 100  # ~820 KiB: four files, the last one partly written
+
+
+@pytest.fixture(autouse=True)
+def _drops_pages(tmp_path: Path) -> None:
+    skip_unless_pages_drop(tmp_path)
+
+
+def _body(i: int) -> bytes:
+    return bytes([i % 251]) * BODY
+
+
+def _config(tmp_path: Path) -> MessageStoreConfig:
+    # the default page-cache bound (1 GiB): nothing of this small log is dropped while it runs
+    return small_config(tmp_path, mappedFileSizeCommitLog=FILE)
+
+
+async def _filled(cfg: MessageStoreConfig) -> list[str]:
+    """Append COUNT messages to queue T/0, shut the store down cleanly; the commit-log files."""
+    async with running_store(cfg) as store:
+        for i in range(COUNT):
+            await put(store, "T", 0, _body(i), tags="a")
+        paths = [mf.path for mf in store.commit_log.mfq.files]
+    assert len(paths) == 4
+    return paths
+
+
+async def _pull_all(store: DefaultMessageStore) -> list[bytes]:
+    """Every body of T/0 as a pull reads them: ``read_in_queue``, then ``get_message``."""
+    bodies: list[bytes] = []
+    offset = 0
+    while True:
+        await store.read_in_queue("T", 0, offset, 8)
+        res = store.get_message("g", "T", 0, offset, 8)
+        assert res is not None
+        if not res.message_views:
+            return bodies
+        bodies += [bytes(decode_message(v).body) for v in res.message_views]
+        offset = res.next_begin_offset
+        res.release()
+
+
+async def test_after_a_restart_old_bytes_out_of_memory_are_read_in_before_a_pull(tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    paths = await _filled(cfg)
+    for path in paths:
+        drop_pages(path)  # as a reboot leaves them
+    async with running_store(cfg) as store:
+        cl = store.commit_log
+        end = cl.max_offset
+        assert cl.loaded_end == end + (-end % PAGE_SIZE)
+        assert cl.cold_end == cl.loaded_end
+        assert not any(cached_pages(paths[0]))  # recovery read the tail only
+        faults = major_faults()
+        assert await _pull_all(store) == [_body(i) for i in range(COUNT)]
+        assert major_faults() == faults
+        assert all(cached_pages(paths[0]))
+
+
+async def test_after_a_restart_bytes_still_in_memory_need_no_read_in(tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    paths = await _filled(cfg)
+    drop_pages(paths[1])  # one file out of memory, the others still cached
+    async with running_store(cfg) as store:
+        cl = store.commit_log
+        job = cl.read_in_job(0, cl.max_offset)
+        assert job is not None
+        # only the dropped file's bytes are read in: mincore found the rest in memory
+        assert [(mf.file_from_offset, start, stop) for mf, start, stop in job.args[0]] == [(FILE, 0, FILE)]
+        await trio.to_thread.run_sync(job)
+        assert all(cached_pages(paths[1]))
+        assert cl.read_in_job(0, cl.max_offset) is None
+        # nothing to do for a pull either, and every byte reads as written
+        faults = major_faults()
+        assert await _pull_all(store) == [_body(i) for i in range(COUNT)]
+        assert major_faults() == faults
+
+
+async def test_a_fresh_store_has_nothing_out_of_memory(tmp_path: Path) -> None:
+    async with running_store(_config(tmp_path)) as store:
+        assert store.commit_log.loaded_end == store.commit_log.cold_end == 0
+        await put(store, "T", 0, _body(0), tags="a")
+        assert store.commit_log.read_in_job(0, store.commit_log.max_offset) is None
+
+
+async def test_a_truncation_below_the_loaded_end_lowers_it(tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    paths = await _filled(cfg)
+    for path in paths:
+        drop_pages(path)
+    async with running_store(cfg) as store:
+        cl = store.commit_log
+        res = store.get_message("g", "T", 0, 40, 1)
+        assert res is not None
+        cut = res.phy_start
+        res.release()
+        await store.truncate_to(cut)
+        assert cl.loaded_end <= cut
+        assert cl.cold_end <= cut
+        # the bytes written from there on are in memory: no read-in for them
+        for i in range(40, COUNT):
+            await put(store, "T", 0, _body(i), tags="a")
+        job = cl.read_in_job(cut + PAGE_SIZE, cl.max_offset)
+        assert job is None
+        faults = major_faults()
+        assert await _pull_all(store) == [_body(i) for i in range(COUNT)]
+        assert major_faults() == faults
