@@ -13,7 +13,7 @@ import trio
 from remoting.protocol.message import decode_message
 from store.ha.packets import MasterPacketDecoder, MasterTransfer, SlaveAck, SlaveHandshake
 from tests.integration.replication_kit import FILE_SIZE, commit_log_bytes, pull_bodies, replication_group
-from tests.integration.storekit import cached_pages, major_faults, skip_unless_pages_drop
+from tests.integration.storekit import cached_pages, drop_pages, major_faults, skip_unless_pages_drop
 
 BOUND = 512 * 1024
 BODY = 8 * 1024
@@ -88,3 +88,42 @@ async def test_a_catching_up_replica_and_a_consumer_read_dropped_bytes_off_the_e
             assert await pull_bodies(g, m.addr, q) == [_body(i) for i in range(q, COUNT, QUEUES)]
         assert major_faults() == faults
         assert decode_message(replicated).body == _body(0)
+
+
+async def test_after_a_restart_a_replica_and_a_consumer_read_old_bytes_off_the_event_loop(
+    tmp_path: Path,
+) -> None:
+    """A restarted broker cannot tell which of its old bytes are still in the page cache -- after
+    a reboot none is -- so its readers check (``mincore``) and bring back what is missing in worker
+    threads; no page-cache bound involved (nothing is dropped while it runs)."""
+    skip_unless_pages_drop(tmp_path)
+    async with replication_group(tmp_path) as g:
+        m = await g.start("m", **auto(1))
+        await m.broker.replication.change_to_master(1)
+        await g.create_topic(m.addr, queues=QUEUES)
+        for i in range(COUNT):
+            await g.send_ok(m.addr, _body(i), queue_id=i % QUEUES)
+        await g.stop(m)
+        paths = sorted(str(p) for p in (g.root / "m" / "store" / "commitlog").iterdir())
+        assert len(paths) >= 3
+        for path in paths:
+            drop_pages(path)  # as a reboot leaves them
+
+        m = await g.start("m", **auto(1))
+        await m.broker.replication.change_to_master(2)
+        cl = m.store.commit_log
+        end = cl.max_offset
+        assert cl.cold_end >= end
+        assert not any(cached_pages(paths[0]))
+        faults = major_faults()
+        replicated = await _replicate_raw(m.ha_addr, end)
+        assert major_faults() == faults
+        assert replicated == commit_log_bytes(g.root / "m" / "store", 0, end)
+
+        for mf in cl.mfq.files[:-1]:  # out of memory again, for the consumer
+            mf.drop_cache_sync(0, mf.file_size)
+        assert not any(cached_pages(paths[0]))
+        faults = major_faults()
+        for q in range(QUEUES):
+            assert await pull_bodies(g, m.addr, q) == [_body(i) for i in range(q, COUNT, QUEUES)]
+        assert major_faults() == faults
