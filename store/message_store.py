@@ -588,11 +588,17 @@ class DefaultMessageStore(PutPaths):
         phys, size, _ = CQ_UNIT.unpack_from(units)
         if phys >= cl.cold_end and size != FILLER_SIZE:
             return 0  # a pull near the end (the usual one): no list of its units
-        spans = [(phys, size) for phys, size, _ in CQ_UNIT.iter_unpack(units) if size != FILLER_SIZE]
-        if not spans or spans[0][0] >= cl.cold_end:
+        last, last_size, _ = CQ_UNIT.unpack_from(units, len(units) - CQ_UNIT_SIZE)
+        if size == FILLER_SIZE or last_size == FILLER_SIZE:
+            # fillers (the units before a queue's first message in its file): the real ones
+            spans = [(p, n) for p, n, _ in CQ_UNIT.iter_unpack(units) if n != FILLER_SIZE]
+            if not spans:
+                return 0
+            (phys, _), (last, last_size) = spans[0], spans[-1]
+        if phys >= cl.cold_end:
             return 0
-        end = spans[-1][0] + spans[-1][1]
-        await self.read_in(spans[0][0], end)
+        end = last + last_size  # a queue's units follow the log's order
+        await self.read_in(phys, end)
         return end
 
     async def read_in_query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> None:

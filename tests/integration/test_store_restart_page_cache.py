@@ -16,6 +16,7 @@ import trio
 
 from remoting.protocol.message import decode_message
 from store.config import MessageStoreConfig
+from store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, FILLER_UNIT, ConsumeQueue
 from store.mapped_file import PAGE_SIZE
 from store.message_store import DefaultMessageStore
 from tests.integration.storekit import (
@@ -137,3 +138,27 @@ async def test_a_truncation_below_the_loaded_end_lowers_it(tmp_path: Path) -> No
         faults = major_faults()
         assert await _pull_all(store) == [_body(i) for i in range(COUNT)]
         assert major_faults() == faults
+
+
+async def test_a_pull_over_filler_units_reads_in_the_messages_after_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue whose first message does not sit at the start of its file has filler units before
+    it: the read-in spans the messages' records, not the fillers' (0, 2^31-1)."""
+    cfg = _config(tmp_path)
+    paths = await _filled(cfg)
+    for path in paths:
+        drop_pages(path)
+    async with running_store(cfg) as store:
+        cq = store.queues.get("T", 0)
+        assert cq is not None
+        real = cq.read_units(70, 4)  # records in the third file
+        assert real is not None
+        first = CQ_UNIT.unpack_from(real)[0]
+        last, last_size, _ = CQ_UNIT.unpack_from(real, len(real) - CQ_UNIT_SIZE)
+        assert 2 * FILE <= first < last + last_size <= 3 * FILE
+        monkeypatch.setattr(ConsumeQueue, "read_units", lambda self, offset, count: FILLER_UNIT * 2 + real)
+        assert await store.read_in_queue("T", 0, 70, 6) == last + last_size
+        start = first - 2 * FILE
+        assert all(cached_pages(paths[2], start - start % PAGE_SIZE, last + last_size - 2 * FILE))
+        assert not any(cached_pages(paths[0]))  # not from the fillers' offset 0
