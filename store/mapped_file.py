@@ -309,44 +309,45 @@ def clear_nonzero_tail_sync(mf: MappedFile, start: int) -> int:
     return rewritten
 
 
-def madvise_range(mm: mmap.mmap, start: int, end: int, advice: int, path: str = "") -> bool:
-    """``madvise(advice)`` over bytes [start, end) of ``mm`` (``start`` a page boundary), GIL
-    released; False when the call failed (logged at DEBUG: advice is best effort), the map is
-    closed or there is no libc. The map cannot be closed while the call runs (it holds an export,
-    so ``close()`` fails and is retried by its owner)."""
+def _call_on_range(mm: mmap.mmap, start: int, end: int, name: str, *args: object) -> int | None:
+    """libc's ``name(address of byte start, end - start, *args)`` on bytes [start, end) of ``mm``,
+    GIL released, and its result; None when the map is closed or there is no libc. The
+    map cannot be closed while the call runs (it holds an export, so ``close()`` fails and is
+    retried by its owner)."""
     if _libc is None or end <= start or mm.closed:
-        return False
+        return None
     try:
         guard = memoryview(mm)[start:end]
     except ValueError:  # closed since the check
-        return False
+        return None
     try:
-        if _libc.madvise(_address_of(mm) + start, end - start, advice) != 0:
-            log.debug("madvise(%d) failed (errno %d) for %s", advice, ctypes.get_errno(), path or "a map")
-            return False
-        return True
+        rc: int = getattr(_libc, name)(_address_of(mm) + start, end - start, *args)
+        return rc
     finally:
         guard.release()
+
+
+def madvise_range(mm: mmap.mmap, start: int, end: int, advice: int, path: str = "") -> bool:
+    """``madvise(advice)`` over bytes [start, end) of ``mm`` (``start`` a page boundary), GIL
+    released (see :func:`_call_on_range`); False when the call failed (logged at DEBUG: advice is
+    best effort), the map is closed or there is no libc."""
+    rc = _call_on_range(mm, start, end, "madvise", advice)
+    if rc is None:
+        return False
+    if rc != 0:
+        log.debug("madvise(%d) failed (errno %d) for %s", advice, ctypes.get_errno(), path or "a map")
+        return False
+    return True
 
 
 def pages_resident(mm: mmap.mmap, start: int, end: int) -> bool:
     """Whether every page holding bytes [start, end) of ``mm`` is in the page cache (``mincore``:
     a lookup, no I/O, a few microseconds for a few thousand pages), so that reading them takes no
     wait for the disk; False when that cannot be told (no libc, a closed map, a failed call)."""
-    if _libc is None or end <= start or mm.closed:
-        return False
     lo = start - start % PAGE_SIZE
-    vec = ctypes.create_string_buffer((end - lo + PAGE_SIZE - 1) // PAGE_SIZE)
-    try:
-        guard = memoryview(mm)[lo:end]  # as in madvise_range: no close() while the call runs
-    except ValueError:  # closed since the check
-        return False
-    try:
-        if _libc.mincore(_address_of(mm) + lo, end - lo, vec) != 0:
-            return False
-    finally:
-        guard.release()
-    return b"\x00" not in vec.raw  # bit 0 of each page's byte: resident
+    vec = ctypes.create_string_buffer(max(0, (end - lo + PAGE_SIZE - 1) // PAGE_SIZE))
+    rc = _call_on_range(mm, lo, end, "mincore", vec)
+    return rc == 0 and b"\x00" not in vec.raw  # bit 0 of each page's byte: resident
 
 
 def drop_pages_below(mm: mmap.mmap, start: int, end: int, path: str = "") -> None:

@@ -603,7 +603,7 @@ class DefaultMessageStore(PutPaths):
 
     async def read_in_query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> None:
         """:meth:`read_in_message` of each record :meth:`query_message` with these arguments
-        finds, where the page-cache bound dropped it: before that call."""
+        finds, where it may be out of memory: before that call."""
         if self.commit_log.cold_end and self.index is not None:
             for phy in self.index.query(topic, key, max_num, begin, end).phy_offsets:
                 await self.read_in_message(phy)
