@@ -12,7 +12,14 @@ import trio
 
 from remoting.protocol.message import decode_message
 from store.ha.packets import MasterPacketDecoder, MasterTransfer, SlaveAck, SlaveHandshake
-from tests.integration.replication_kit import FILE_SIZE, commit_log_bytes, pull_bodies, replication_group
+from tests.integration.replication_kit import (
+    FILE_SIZE,
+    Group,
+    Running,
+    commit_log_bytes,
+    pull_bodies,
+    replication_group,
+)
 from tests.integration.storekit import cached_pages, drop_pages, major_faults, skip_unless_pages_drop
 
 BOUND = 512 * 1024
@@ -54,16 +61,31 @@ async def _replicate_raw(ha_addr: str, end: int) -> bytes:
     return bytes(got)
 
 
+async def _master_with_messages(g: Group, **kw: object) -> Running:
+    """Broker "m" started as the master of epoch 1 with COUNT messages over QUEUES queues."""
+    m = await g.start("m", **auto(1, **kw))
+    await m.broker.replication.change_to_master(1)
+    await g.create_topic(m.addr, queues=QUEUES)
+    for i in range(COUNT):
+        await g.send_ok(m.addr, _body(i), queue_id=i % QUEUES)
+    return m
+
+
+async def _pull_all_without_major_faults(g: Group, addr: str) -> None:
+    """A consumer pulls every message of every queue: all as sent, and this thread (the broker's
+    trio thread) takes no major page fault meanwhile."""
+    faults = major_faults()
+    for q in range(QUEUES):
+        assert await pull_bodies(g, addr, q) == [_body(i) for i in range(q, COUNT, QUEUES)]
+    assert major_faults() == faults
+
+
 async def test_a_catching_up_replica_and_a_consumer_read_dropped_bytes_off_the_event_loop(
     tmp_path: Path,
 ) -> None:
     skip_unless_pages_drop(tmp_path)
     async with replication_group(tmp_path) as g:
-        m = await g.start("m", **auto(1, rmqCommitLogPageCacheBytes=BOUND))
-        await m.broker.replication.change_to_master(1)
-        await g.create_topic(m.addr, queues=QUEUES)
-        for i in range(COUNT):
-            await g.send_ok(m.addr, _body(i), queue_id=i % QUEUES)
+        m = await _master_with_messages(g, rmqCommitLogPageCacheBytes=BOUND)
         await m.store.cl_flusher.flush()
         await m.store.cl_flusher.flush()  # drops what the first round made durable
         cl = m.store.commit_log
@@ -83,10 +105,7 @@ async def test_a_catching_up_replica_and_a_consumer_read_dropped_bytes_off_the_e
         for mf in cl.mfq.files[:2]:
             mf.drop_cache_sync(0, mf.file_size)
         assert not any(cached_pages(first))
-        faults = major_faults()
-        for q in range(QUEUES):
-            assert await pull_bodies(g, m.addr, q) == [_body(i) for i in range(q, COUNT, QUEUES)]
-        assert major_faults() == faults
+        await _pull_all_without_major_faults(g, m.addr)
         assert decode_message(replicated).body == _body(0)
 
 
@@ -98,12 +117,7 @@ async def test_after_a_restart_a_replica_and_a_consumer_read_old_bytes_off_the_e
     threads; no page-cache bound involved (nothing is dropped while it runs)."""
     skip_unless_pages_drop(tmp_path)
     async with replication_group(tmp_path) as g:
-        m = await g.start("m", **auto(1))
-        await m.broker.replication.change_to_master(1)
-        await g.create_topic(m.addr, queues=QUEUES)
-        for i in range(COUNT):
-            await g.send_ok(m.addr, _body(i), queue_id=i % QUEUES)
-        await g.stop(m)
+        await g.stop(await _master_with_messages(g))
         paths = sorted(str(p) for p in (g.root / "m" / "store" / "commitlog").iterdir())
         assert len(paths) >= 3
         for path in paths:
@@ -123,7 +137,4 @@ async def test_after_a_restart_a_replica_and_a_consumer_read_old_bytes_off_the_e
         for mf in cl.mfq.files[:-1]:  # out of memory again, for the consumer
             mf.drop_cache_sync(0, mf.file_size)
         assert not any(cached_pages(paths[0]))
-        faults = major_faults()
-        for q in range(QUEUES):
-            assert await pull_bodies(g, m.addr, q) == [_body(i) for i in range(q, COUNT, QUEUES)]
-        assert major_faults() == faults
+        await _pull_all_without_major_faults(g, m.addr)
