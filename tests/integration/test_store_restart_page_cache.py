@@ -58,6 +58,13 @@ async def _filled(cfg: MessageStoreConfig) -> list[str]:
     return paths
 
 
+async def _filled_out_of_memory(cfg: MessageStoreConfig) -> list[str]:
+    """:func:`_filled`, then every commit-log page dropped from the page cache, as a reboot leaves
+    them; the files."""
+    paths = await _filled_out_of_memory(cfg)
+    return paths
+
+
 async def _pull_all(store: DefaultMessageStore) -> list[bytes]:
     """Every body of T/0 as a pull reads them: ``read_in_queue``, then ``get_message``."""
     bodies: list[bytes] = []
@@ -75,9 +82,7 @@ async def _pull_all(store: DefaultMessageStore) -> list[bytes]:
 
 async def test_after_a_restart_old_bytes_out_of_memory_are_read_in_before_a_pull(tmp_path: Path) -> None:
     cfg = _config(tmp_path)
-    paths = await _filled(cfg)
-    for path in paths:
-        drop_pages(path)  # as a reboot leaves them
+    paths = await _filled_out_of_memory(cfg)
     async with running_store(cfg) as store:
         cl = store.commit_log
         end = cl.max_offset
@@ -118,9 +123,7 @@ async def test_a_fresh_store_has_nothing_out_of_memory(tmp_path: Path) -> None:
 
 async def test_a_truncation_below_the_loaded_end_lowers_it(tmp_path: Path) -> None:
     cfg = _config(tmp_path)
-    paths = await _filled(cfg)
-    for path in paths:
-        drop_pages(path)
+    await _filled_out_of_memory(cfg)
     async with running_store(cfg) as store:
         cl = store.commit_log
         res = store.get_message("g", "T", 0, 40, 1)
@@ -146,9 +149,7 @@ async def test_a_pull_over_filler_units_reads_in_the_messages_after_them(
     """A queue whose first message does not sit at the start of its file has filler units before
     it: the read-in spans the messages' records, not the fillers' (0, 2^31-1)."""
     cfg = _config(tmp_path)
-    paths = await _filled(cfg)
-    for path in paths:
-        drop_pages(path)
+    paths = await _filled_out_of_memory(cfg)
     async with running_store(cfg) as store:
         cq = store.queues.get("T", 0)
         assert cq is not None
