@@ -61,7 +61,9 @@ async def _filled(cfg: MessageStoreConfig) -> list[str]:
 async def _filled_out_of_memory(cfg: MessageStoreConfig) -> list[str]:
     """:func:`_filled`, then every commit-log page dropped from the page cache, as a reboot leaves
     them; the files."""
-    paths = await _filled_out_of_memory(cfg)
+    paths = await _filled(cfg)
+    for path in paths:
+        drop_pages(path)
     return paths
 
 
