@@ -384,7 +384,10 @@ class AdminProcessor:
         for qid in range(max(config.readQueueNums, config.writeQueueNums)):
             low = max(store.get_min_offset_in_queue(h.topic, qid), 0)
             high = max(store.get_max_offset_in_queue(h.topic, qid), 0)
-            stamp = store.get_message_store_timestamp(h.topic, qid, high - 1) if high > 0 else 0
+            stamp = 0
+            if high > 0:
+                await store.read_in_store_time(h.topic, qid, high - 1)
+                stamp = store.get_message_store_timestamp(h.topic, qid, high - 1)
             mq = MessageQueue(topic=h.topic, brokerName=broker.broker_config.brokerName, queueId=qid)
             table[mq] = TopicOffset(minOffset=low, maxOffset=high, lastUpdateTimestamp=max(stamp, 0))
         return _ok(request, TopicStatsTable(offsetTable=table).encode())
@@ -475,12 +478,13 @@ class AdminProcessor:
             if config is None:
                 log.warning("consume stats of %s: topic %s does not exist", h.consumerGroup, topic)
                 continue
-            table.update(self._offset_table(h.consumerGroup, config))
+            table.update(await self._offset_table(h.consumerGroup, config))
         return _ok(request, ConsumeStats(offsetTable=table).encode())
 
-    def _offset_table(self, group: str, config: TopicConfig) -> dict[MessageQueue, OffsetWrapper]:
+    async def _offset_table(self, group: str, config: TopicConfig) -> dict[MessageQueue, OffsetWrapper]:
         """The group's progress in every queue of a topic: the queue's end, the group's offset and
-        the store time of the last message it consumed there (0 when none)."""
+        the store time of the last message it consumed there (0 when none; read in first where it
+        may be out of memory)."""
         broker = self.broker
         store = broker.store
         topic = config.topicName
@@ -490,6 +494,7 @@ class AdminProcessor:
             consumer_offset = max(broker.offsets.query(group, topic, qid), 0)
             last = 0
             if consumer_offset > 0:
+                await store.read_in_store_time(topic, qid, consumer_offset - 1)
                 last = max(store.get_message_store_timestamp(topic, qid, consumer_offset - 1), 0)
             mq = MessageQueue(topic=topic, brokerName=broker.broker_config.brokerName, queueId=qid)
             table[mq] = OffsetWrapper(
@@ -520,7 +525,7 @@ class AdminProcessor:
                     continue
                 if subscribed is not None and topic not in subscribed:
                     continue
-                table = self._offset_table(group, config)
+                table = await self._offset_table(group, config)
                 total_diff += sum(w.brokerOffset - w.consumerOffset for w in table.values())
                 stats.append(ConsumeStats(offsetTable=table))
             groups.append({group: stats})
@@ -554,10 +559,10 @@ class AdminProcessor:
             )
         store = broker.store
 
-        def by_time(qid: int) -> int:
+        async def by_time(qid: int) -> int:
             if h.timestamp < 0:
                 return store.get_max_offset_in_queue(h.topic, qid)
-            return store.get_offset_in_queue_by_time(h.topic, qid, h.timestamp, BoundaryType.LOWER)
+            return await store.get_offset_in_queue_by_time(h.topic, qid, h.timestamp, BoundaryType.LOWER)
 
         offsets: dict[int, int] = {}
         if h.queueId >= 0:
@@ -576,9 +581,9 @@ class AdminProcessor:
                     )
                 offsets[h.queueId] = h.offset
             else:
-                offsets[h.queueId] = by_time(h.queueId)
+                offsets[h.queueId] = await by_time(h.queueId)
         else:
-            offsets = {qid: by_time(qid) for qid in range(config.readQueueNums)}
+            offsets = {qid: await by_time(qid) for qid in range(config.readQueueNums)}
         if not offsets:
             return request.response(ResponseCode.SYSTEM_ERROR, "No queues to reset.")
         name = broker.broker_config.brokerName
@@ -668,6 +673,7 @@ class AdminProcessor:
         commitlog_usage, total, free = await trio.to_thread.run_sync(_disk_usage, sc.commitlog_dir)
         cq_usage, _, _ = await trio.to_thread.run_sync(_disk_usage, sc.consumequeue_dir)
         max_phy = store.max_phy_offset
+        await store.read_in_message(store.min_phy_offset)  # the oldest record: often out of memory
         now = broker.now_ms()
         t: dict[str, str] = {
             "brokerVersionDesc": version_desc(CURRENT_VERSION),

@@ -136,14 +136,10 @@ class PullProcessor:
             return resp
         max_count = max(1, min(h.maxMsgNums, 1024))
         max_bytes = h.maxMsgBytes if h.maxMsgBytes is not None else MAX_PULL_MSG_SIZE  # absent: no byte cap
-        # bytes that may be out of memory (the page-cache bound dropped them, or they were written
-        # before the store's start) come back in a worker thread, not in page faults of the event
-        # loop (the filter below and the send read them)
-        read_to = (
-            await store.read_in_queue(h.topic, h.queueId, h.queueOffset, max_count)
-            if store.commit_log.cold_end
-            else 0
-        )
+        # units and bytes that may be out of memory (an older queue file's units; commit-log bytes
+        # the page-cache bound dropped or written before the store's start) come back in a worker
+        # thread, not in page faults of the event loop (the filter below and the send read them)
+        read_to = await store.read_in_queue(h.topic, h.queueId, h.queueOffset, max_count)
         began = monotonic_ns()
         result = store.get_message(
             h.consumerGroup, h.topic, h.queueId, h.queueOffset, max_count, max_bytes, TagFilter(sub)

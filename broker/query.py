@@ -88,17 +88,15 @@ class QueryProcessor:
         h = decode_header(cmd, SearchOffsetRequestHeader)
         boundary = BoundaryType.UPPER if h.boundaryType.upper() == "UPPER" else BoundaryType.LOWER
         return self._offset(
-            cmd, self.broker.store.get_offset_in_queue_by_time(h.topic, h.queueId, h.timestamp, boundary)
+            cmd,
+            await self.broker.store.get_offset_in_queue_by_time(h.topic, h.queueId, h.timestamp, boundary),
         )
 
     async def earliest_msg_storetime(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(cmd, TopicQueueRequestHeader)
+        timestamp = await self.broker.store.get_earliest_message_time(h.topic, h.queueId)
         resp = cmd.response(ResponseCode.SUCCESS)
-        resp.ext_fields = encode_header(
-            EarliestMsgStoretimeResponseHeader(
-                timestamp=self.broker.store.get_earliest_message_time(h.topic, h.queueId)
-            )
-        )
+        resp.ext_fields = encode_header(EarliestMsgStoretimeResponseHeader(timestamp=timestamp))
         return resp
 
     async def view_message_by_id(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:

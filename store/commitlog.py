@@ -51,6 +51,9 @@ def _drop_ranges(ranges: list[tuple[MappedFile, int, int]]) -> None:
 NEED_FILE = -1
 #: Bytes that must remain after a record in its file (room for the BLANK filler).
 END_FILE_MIN_BLANK_LENGTH = 8
+#: End of a record's STORETIMESTAMP when its born host is IPv6 (56 + 12 + 8): the most of a record's
+#: head :meth:`CommitLog.pickup_store_timestamp` reads.
+STORE_TIME_END = 76
 #: Spacing of the in-memory message-boundary marks used by :meth:`CommitLog.boundary_at_or_below`.
 BOUNDARY_MARK_SPACING = 64 * 1024
 
@@ -283,7 +286,7 @@ class CommitLog:
         if mf is None:
             return -1
         pos = offset - mf.file_from_offset
-        if pos + min(size, 76) > mf.wrote_position:
+        if pos + min(size, STORE_TIME_END) > mf.wrote_position:
             return -1
         sys_flag = _I32.unpack_from(mf.mm, pos + SYSFLAG_POSITION)[0]
         return _I64.unpack_from(mf.mm, pos + (68 if sys_flag & BORNHOST_V6_FLAG else 56))[0]

@@ -40,10 +40,11 @@ reader behind the writer asks for :data:`READ_AHEAD` bytes of units at once (:me
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 from store.mapped_file import (
     PAGE_SIZE,
@@ -70,6 +71,9 @@ LOAD_READ_IN_MAX = 1024 * 1024
 #: bytes of written units read ahead of a reader of the queue (:meth:`ConsumeQueue.read_units`):
 #: the maps read no more than a fault's page (see ``store.mapped_file.no_read_around``)
 READ_AHEAD = 256 * 1024
+#: the two kinds of step of :meth:`ConsumeQueue.time_search`
+SEARCH_UNIT = 0
+SEARCH_RECORD = 1
 #: the first reservation of a file beyond the unit that needed it, and the smallest step
 RESERVE_MIN = 16 * 1024
 #: the largest reservation step (52,428 units)
@@ -451,22 +455,59 @@ class ConsumeQueue:
         units = self.file_size // CQ_UNIT_SIZE
         return queue_offset + units - queue_offset % units
 
+    def read_in_job(self, queue_offset: int, count: int) -> Callable[[], None] | None:
+        """A blocking job, for a worker thread, that brings into memory the pages of ``count``
+        units from ``queue_offset`` (:data:`READ_AHEAD` bytes of units from there when more are
+        written, never past the file holding them), when they lie in a file before the queue's
+        newest and ``mincore`` finds a page of them out of the page cache; None otherwise (a
+        lookup, no I/O). The newest file's units are in memory: the load read them in and the
+        writer keeps them there. An older file's may not be -- after a restart (a reboot leaves
+        none) or once the kernel evicted them -- and a read of them would wait for the disk on
+        the store's thread."""
+        mf = self.mfq.find(queue_offset * CQ_UNIT_SIZE)
+        if mf is None or mf is self.mfq.last:
+            return None
+        pos = queue_offset * CQ_UNIT_SIZE - mf.file_from_offset
+        end = min(mf.wrote_position, pos + max(count, 1) * CQ_UNIT_SIZE)
+        if pos >= end or mf.resident(pos, end):
+            return None
+        return functools.partial(mf.read_in_sync, pos, max(end, min(mf.wrote_position, pos + READ_AHEAD)))
+
     def offset_by_time(
         self, timestamp: int, upper: bool, store_time_of: Callable[[int, int], int], min_phys: int
     ) -> int:
-        """Binary search on store timestamps (looked up through ``store_time_of(offset, size)``).
+        """Binary search on store timestamps (looked up through ``store_time_of(offset, size)``):
+        :meth:`time_search` run to its end.
 
         ``upper=False`` (LOWER): the first offset stored at or after ``timestamp`` (max offset if
         none). ``upper=True`` (UPPER): the last offset stored at or before it (min offset if none).
         Units whose messages are gone (below ``min_phys``) count as older than anything.
         """
+        search = self.time_search(timestamp, upper, min_phys)
+        try:
+            step = next(search)
+            while True:
+                step = search.send(store_time_of(step[1], step[2]) if step[0] == SEARCH_RECORD else -1)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def time_search(
+        self, timestamp: int, upper: bool, min_phys: int
+    ) -> Generator[tuple[int, int, int], int, int]:
+        """:meth:`offset_by_time` as a generator, for a caller that brings what each step reads into
+        memory first (``DefaultMessageStore.get_offset_in_queue_by_time``): before it reads a unit it
+        yields (:data:`SEARCH_UNIT`, queue offset, 0) and is sent anything; for the store time
+        of that unit's message it yields (:data:`SEARCH_RECORD`, commit-log offset, size) and is
+        sent that time (-1: none). Returns the offset. The queue may change between steps (the
+        store's thread runs on): a unit gone meanwhile counts as older than anything."""
         lo, hi = self.min_offset, self.max_offset  # search in [lo, hi)
         while lo < hi:
             mid = (lo + hi) // 2
+            yield SEARCH_UNIT, mid, 0
             unit = self.unit(mid)
             t = -1
             if unit is not None and unit[1] != FILLER_SIZE and unit[0] >= min_phys:
-                t = store_time_of(unit[0], unit[1])
+                t = yield SEARCH_RECORD, unit[0], unit[1]
             if t < timestamp if not upper else t <= timestamp:
                 lo = mid + 1
             else:

@@ -38,9 +38,9 @@ from store.checkpoint import (
     remove_abort_file_sync,
 )
 from store.cleanup import CleanService, DiskSpaceFn
-from store.commitlog import CommitLog
+from store.commitlog import STORE_TIME_END, CommitLog
 from store.config import FlushDiskType, MessageStoreConfig
-from store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
+from store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, FILLER_SIZE, SEARCH_RECORD, ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
 from store.deletion_marks import DeletionMarks
 from store.dispatch import ArrivalListener, Dispatcher, DispatchNeedsFile
@@ -570,17 +570,33 @@ class DefaultMessageStore(PutPaths):
         if job is not None:
             await trio.to_thread.run_sync(job)
 
+    async def read_in_units(self, topic: str, queue_id: int, offset: int, count: int) -> None:
+        """Bring the pages of ``count`` units of a queue from logical ``offset`` into memory in a
+        worker thread when they lie in one of its older files and are out of memory
+        (:meth:`ConsumeQueue.read_in_job`), before they are read; returns at once otherwise."""
+        cq = self.queues.get(topic, queue_id)
+        if cq is not None:
+            await self._read_in_units(cq, offset, count)
+
+    async def _read_in_units(self, cq: ConsumeQueue, offset: int, count: int) -> None:
+        cur = cq.cur
+        if cur is not None and offset * CQ_UNIT_SIZE < cur.file_from_offset:  # an older file
+            job = cq.read_in_job(offset, count)
+            if job is not None:
+                await trio.to_thread.run_sync(job)
+
     async def read_in_queue(self, topic: str, queue_id: int, offset: int, count: int) -> int:
-        """:meth:`read_in` of the commit-log bytes of ``count`` messages of a queue from logical
-        ``offset`` (what a pull from there reads, a filter aside), when they start below the
-        line of bytes that may be out of memory (``CommitLog.cold_end``): before
-        :meth:`get_message`, whose filters may read the records.
-        Returns the end of the bytes brought in (0: none needed)."""
-        cl = self.commit_log
-        if not cl.cold_end:
-            return 0
+        """Before :meth:`get_message` (whose filters may read the records): :meth:`read_in_units`
+        of ``count`` units of a queue from logical ``offset``, then :meth:`read_in` of their
+        messages' commit-log bytes (what a pull from there reads, a filter aside) when they start
+        below the line of bytes that may be out of memory (``CommitLog.cold_end``).
+        Returns the end of the commit-log bytes brought in (0: none needed)."""
         cq = self.queues.get(topic, queue_id)
         if cq is None or not cq.min_offset <= offset < cq.max_offset:
+            return 0
+        await self._read_in_units(cq, offset, count)
+        cl = self.commit_log
+        if not cl.cold_end:
             return 0
         units = cq.read_units(offset, count)
         if not units:
@@ -600,6 +616,18 @@ class DefaultMessageStore(PutPaths):
         end = last + last_size  # a queue's units follow the log's order
         await self.read_in(phys, end)
         return end
+
+    async def read_in_store_time(self, topic: str, queue_id: int, cq_offset: int) -> None:
+        """What :meth:`get_message_store_timestamp` reads -- the unit, then the head of its
+        message's record -- brought into memory in a worker thread where it may be out of it
+        (:meth:`read_in_units`, :meth:`read_in`): before that call."""
+        cq = self.queues.get(topic, queue_id)
+        if cq is None:
+            return
+        await self._read_in_units(cq, cq_offset, 1)
+        unit = cq.unit(cq_offset)
+        if unit is not None and unit[1] != FILLER_SIZE and unit[0] < self.commit_log.cold_end:
+            await self.read_in(unit[0], unit[0] + min(unit[1], STORE_TIME_END))
 
     async def read_in_query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> None:
         """:meth:`read_in_message` of each record :meth:`query_message` with these arguments
@@ -659,15 +687,20 @@ class DefaultMessageStore(PutPaths):
             return -1
         return self.commit_log.pickup_store_timestamp(unit[0], unit[1])
 
-    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
-        """Store timestamp of the queue's first readable message (-1 when empty)."""
+    async def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        """Store timestamp of the queue's first readable message (-1 when empty); the units and
+        records it reads -- the oldest of the queue, often out of memory -- are brought in first
+        (:meth:`read_in_store_time`)."""
         cq = self.queues.get(topic, queue_id)
         if cq is None:
             return -1
-        for qo in range(cq.min_offset, cq.max_offset):
+        qo = cq.min_offset
+        while qo < cq.max_offset:
+            await self.read_in_store_time(topic, queue_id, qo)
             ts = self.get_message_store_timestamp(topic, queue_id, qo)
             if ts >= 0:
                 return ts
+            qo = max(qo + 1, cq.min_offset)  # the store's thread ran meanwhile
         return -1
 
     def get_earliest_store_time(self) -> int:
@@ -676,20 +709,31 @@ class DefaultMessageStore(PutPaths):
         size = cl.record_size_at(cl.min_offset)
         return cl.pickup_store_timestamp(cl.min_offset, size) if size else -1
 
-    def get_offset_in_queue_by_time(
+    async def get_offset_in_queue_by_time(
         self, topic: str, queue_id: int, timestamp: int, boundary_type: BoundaryType = BoundaryType.LOWER
     ) -> int:
         """LOWER: the first offset stored at or after ``timestamp`` (the max offset if none);
-        UPPER: the last offset stored at or before it (the min offset if none)."""
+        UPPER: the last offset stored at or before it (the min offset if none). A binary search
+        over the queue (:meth:`ConsumeQueue.time_search`) whose every unit and record head is
+        brought into memory in a worker thread first where it may be out of it: a search over
+        old data reads pages no reader asked for in a while."""
         cq = self.queues.get(topic, queue_id)
         if cq is None:
             return 0
-        return cq.offset_by_time(
-            timestamp,
-            boundary_type is BoundaryType.UPPER,
-            self.commit_log.pickup_store_timestamp,
-            self.commit_log.min_offset,
-        )
+        cl = self.commit_log
+        search = cq.time_search(timestamp, boundary_type is BoundaryType.UPPER, cl.min_offset)
+        try:
+            kind, at, size = next(search)
+            while True:
+                if kind == SEARCH_RECORD:
+                    if at < cl.cold_end:
+                        await self.read_in(at, at + min(size, STORE_TIME_END))
+                    kind, at, size = search.send(cl.pickup_store_timestamp(at, size))
+                else:
+                    await self._read_in_units(cq, at, 1)
+                    kind, at, size = search.send(-1)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
         """Messages indexed under ``key`` (a KEYS token or UNIQ_KEY) stored in [begin, end] ms."""

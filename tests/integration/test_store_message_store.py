@@ -219,13 +219,13 @@ async def test_offset_in_queue_by_time_lower_and_upper(tmp_path: Path) -> None:
             clock.ms = ts
             await put(store, "TopicA", 0, b"m")
         by_time = store.get_offset_in_queue_by_time
-        assert by_time("TopicA", 0, 200, BoundaryType.LOWER) == 1
-        assert by_time("TopicA", 0, 200, BoundaryType.UPPER) == 3
-        assert by_time("TopicA", 0, 250, BoundaryType.LOWER) == 4
-        assert by_time("TopicA", 0, 250, BoundaryType.UPPER) == 3
-        assert by_time("TopicA", 0, 50, BoundaryType.LOWER) == 0
-        assert by_time("TopicA", 0, 999, BoundaryType.LOWER) == 5
-        assert store.get_earliest_message_time("TopicA", 0) == 100
+        assert await by_time("TopicA", 0, 200, BoundaryType.LOWER) == 1
+        assert await by_time("TopicA", 0, 200, BoundaryType.UPPER) == 3
+        assert await by_time("TopicA", 0, 250, BoundaryType.LOWER) == 4
+        assert await by_time("TopicA", 0, 250, BoundaryType.UPPER) == 3
+        assert await by_time("TopicA", 0, 50, BoundaryType.LOWER) == 0
+        assert await by_time("TopicA", 0, 999, BoundaryType.LOWER) == 5
+        assert await store.get_earliest_message_time("TopicA", 0) == 100
         assert store.get_message_store_timestamp("TopicA", 0, 4) == 300
         assert store.get_earliest_store_time() == 100
 
@@ -653,7 +653,7 @@ async def test_ipv6_hosts_move_the_store_timestamp_whatever_flags_the_caller_pas
         assert {m.born_timestamp for m in msgs} == {1234}
         assert [m.queue_offset for m in msgs] == list(range(5))
         # the store times are searchable
-        assert store.get_offset_in_queue_by_time("TopicV6", 0, clock.ms - 10, BoundaryType.LOWER) == 1
+        assert await store.get_offset_in_queue_by_time("TopicV6", 0, clock.ms - 10, BoundaryType.LOWER) == 1
         # the size check reads BODY where the record has it: one byte over maxMessageSize is refused
         over = await store.put_message(record(b"x" * 1001, "X"), "TopicV6", 0, sys_flag=0)
         assert over.status is PutMessageStatus.MESSAGE_ILLEGAL

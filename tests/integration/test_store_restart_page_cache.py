@@ -19,7 +19,10 @@ from store.config import MessageStoreConfig
 from store.consume_queue import CQ_UNIT, CQ_UNIT_SIZE, FILLER_UNIT, ConsumeQueue
 from store.mapped_file import PAGE_SIZE
 from store.message_store import DefaultMessageStore
+from store.results import BoundaryType
 from tests.integration.storekit import (
+    T0,
+    Clock,
     cached_pages,
     drop_pages,
     major_faults,
@@ -165,3 +168,78 @@ async def test_a_pull_over_filler_units_reads_in_the_messages_after_them(
         start = first - 2 * FILE
         assert all(cached_pages(paths[2], start - start % PAGE_SIZE, last + last_size - 2 * FILE))
         assert not any(cached_pages(paths[0]))  # not from the fillers' offset 0
+
+
+# --- consume-queue units and lookups by time ---------------------------------------------------------
+
+CQ_UNITS = 30  # four queue files for COUNT messages: three older ones, one the newest
+
+
+def _timed_config(tmp_path: Path) -> MessageStoreConfig:
+    return small_config(
+        tmp_path, mappedFileSizeCommitLog=FILE, mappedFileSizeConsumeQueue=CQ_UNITS * CQ_UNIT_SIZE
+    )
+
+
+def _stamp(i: int) -> int:
+    return T0 + 1000 * i
+
+
+async def _filled_with_times_out_of_memory(cfg: MessageStoreConfig) -> tuple[list[str], list[str]]:
+    """COUNT messages in T/0, message i stored at :func:`_stamp` (i); then the store shut down and
+    every page of its commit-log and consume-queue files dropped, as a reboot leaves them. The
+    commit-log files and the queue's files."""
+    clock = Clock(step=0)
+    async with running_store(cfg, now_ms=clock) as store:
+        for i in range(COUNT):
+            clock.ms = _stamp(i)
+            await put(store, "T", 0, _body(i), tags="a")
+        paths = [mf.path for mf in store.commit_log.mfq.files]
+        cq = store.queues.get("T", 0)
+        assert cq is not None
+        queue_paths = [mf.path for mf in cq.mfq.files]
+    assert len(queue_paths) == 4
+    for path in paths + queue_paths:
+        drop_pages(path)
+    return paths, queue_paths
+
+
+async def test_after_a_restart_lookups_by_time_read_old_units_and_records_in_first(tmp_path: Path) -> None:
+    """SEARCH_OFFSET_BY_TIMESTAMP, GET_EARLIEST_MSG_STORETIME, a queue's last store time (topic and
+    consumer stats) and the log's earliest store time (runtime info) read units and record heads
+    nobody read since the restart: each is brought in by a worker thread, so the store's thread
+    takes no major fault, and every answer is the one the times give."""
+    cfg = _timed_config(tmp_path)
+    _, queue_paths = await _filled_with_times_out_of_memory(cfg)
+    async with running_store(cfg) as store:
+        # the load read the newest queue file and the first page of the oldest (where recovery
+        # looks for the min offset) only
+        assert not any(cached_pages(queue_paths[1]))
+        faults = major_faults()
+        by_time = store.get_offset_in_queue_by_time
+        for i in (0, 1, 17, 29, 30, 31, 58, 64, 90, 99):
+            assert await by_time("T", 0, _stamp(i), BoundaryType.LOWER) == i
+            assert await by_time("T", 0, _stamp(i) + 500, BoundaryType.UPPER) == i
+        assert await by_time("T", 0, _stamp(COUNT), BoundaryType.LOWER) == COUNT
+        assert await store.get_earliest_message_time("T", 0) == _stamp(0)
+        await store.read_in_store_time("T", 0, 45)
+        assert store.get_message_store_timestamp("T", 0, 45) == _stamp(45)
+        await store.read_in_message(store.min_phy_offset)
+        assert store.get_earliest_store_time() == _stamp(0)
+        assert major_faults() == faults
+        assert all(cached_pages(queue_paths[1]))  # a search reads in a queue file's units at once
+
+
+async def test_after_a_restart_a_pull_reads_old_queue_files_in_first(tmp_path: Path) -> None:
+    cfg = _timed_config(tmp_path)
+    _, queue_paths = await _filled_with_times_out_of_memory(cfg)
+    async with running_store(cfg) as store:
+        cq = store.queues.get("T", 0)
+        assert cq is not None
+        assert cq.read_in_job(COUNT - 1, 1) is None  # the newest file: the load read it in
+        assert cq.read_in_job(CQ_UNITS, 8) is not None
+        faults = major_faults()
+        assert await _pull_all(store) == [_body(i) for i in range(COUNT)]
+        assert major_faults() == faults
+        assert all(all(cached_pages(path)) for path in queue_paths)
+        assert cq.read_in_job(CQ_UNITS, 8) is None  # in memory now: mincore says so, no job
