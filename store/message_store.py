@@ -570,15 +570,10 @@ class DefaultMessageStore(PutPaths):
         if job is not None:
             await trio.to_thread.run_sync(job)
 
-    async def read_in_units(self, topic: str, queue_id: int, offset: int, count: int) -> None:
-        """Bring the pages of ``count`` units of a queue from logical ``offset`` into memory in a
+    async def _read_in_units(self, cq: ConsumeQueue, offset: int, count: int) -> None:
+        """Bring the pages of ``count`` units of ``cq`` from logical ``offset`` into memory in a
         worker thread when they lie in one of its older files and are out of memory
         (:meth:`ConsumeQueue.read_in_job`), before they are read; returns at once otherwise."""
-        cq = self.queues.get(topic, queue_id)
-        if cq is not None:
-            await self._read_in_units(cq, offset, count)
-
-    async def _read_in_units(self, cq: ConsumeQueue, offset: int, count: int) -> None:
         cur = cq.cur
         if cur is not None and offset * CQ_UNIT_SIZE < cur.file_from_offset:  # an older file
             job = cq.read_in_job(offset, count)
@@ -586,7 +581,7 @@ class DefaultMessageStore(PutPaths):
                 await trio.to_thread.run_sync(job)
 
     async def read_in_queue(self, topic: str, queue_id: int, offset: int, count: int) -> int:
-        """Before :meth:`get_message` (whose filters may read the records): :meth:`read_in_units`
+        """Before :meth:`get_message` (whose filters may read the records): :meth:`_read_in_units`
         of ``count`` units of a queue from logical ``offset``, then :meth:`read_in` of their
         messages' commit-log bytes (what a pull from there reads, a filter aside) when they start
         below the line of bytes that may be out of memory (``CommitLog.cold_end``).
@@ -620,14 +615,20 @@ class DefaultMessageStore(PutPaths):
     async def read_in_store_time(self, topic: str, queue_id: int, cq_offset: int) -> None:
         """What :meth:`get_message_store_timestamp` reads -- the unit, then the head of its
         message's record -- brought into memory in a worker thread where it may be out of it
-        (:meth:`read_in_units`, :meth:`read_in`): before that call."""
+        (:meth:`_read_in_units`, :meth:`read_in`): before that call."""
         cq = self.queues.get(topic, queue_id)
         if cq is None:
             return
         await self._read_in_units(cq, cq_offset, 1)
         unit = cq.unit(cq_offset)
-        if unit is not None and unit[1] != FILLER_SIZE and unit[0] < self.commit_log.cold_end:
-            await self.read_in(unit[0], unit[0] + min(unit[1], STORE_TIME_END))
+        if unit is not None and unit[1] != FILLER_SIZE:
+            await self._read_in_store_time_of(unit[0], unit[1])
+
+    async def _read_in_store_time_of(self, phys: int, size: int) -> None:
+        """:meth:`read_in` of the head of the record at ``phys`` (``size`` bytes) up to its
+        STORETIMESTAMP, what ``CommitLog.pickup_store_timestamp`` reads."""
+        if phys < self.commit_log.cold_end:
+            await self.read_in(phys, phys + min(size, STORE_TIME_END))
 
     async def read_in_query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> None:
         """:meth:`read_in_message` of each record :meth:`query_message` with these arguments
@@ -726,8 +727,7 @@ class DefaultMessageStore(PutPaths):
             kind, at, size = next(search)
             while True:
                 if kind == SEARCH_RECORD:
-                    if at < cl.cold_end:
-                        await self.read_in(at, at + min(size, STORE_TIME_END))
+                    await self._read_in_store_time_of(at, size)
                     kind, at, size = search.send(cl.pickup_store_timestamp(at, size))
                 else:
                     await self._read_in_units(cq, at, 1)
