@@ -34,7 +34,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -436,19 +436,37 @@ class IndexService:
         also matches, so callers compare the message's keys. Entry times have second precision
         relative to the file's begin timestamp.
         """
+        steps = self.query_steps(topic, key, max_num, begin_ts, end_ts)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    def query_steps(
+        self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
+    ) -> Generator[tuple[IndexFile, int], None, QueryOffsetResult]:
+        """:meth:`query` as a generator that yields (file, position) of each slot and entry it is
+        about to read (``IndexFile.select_steps``), for a caller that brings its page into
+        memory first (``DefaultMessageStore.read_in_query``); returns the result. Files deleted
+        or entries truncated between steps end their walk; entries queued meanwhile are not
+        looked at."""
         self.drain()
         offsets: list[int] = []
-        if self._files:
-            h = index_key_hash(build_key(topic, key))
-            seen: set[int] = set()
-            for f in reversed(self._files):
-                if len(offsets) >= max_num:
-                    break
-                if f.time_matched(begin_ts, end_ts):
-                    f.select(offsets, seen, h, max_num, begin_ts, end_ts)
-            last = self._files[-1]
-            return QueryOffsetResult(offsets, last.end_timestamp, last.end_phy_offset)
-        return QueryOffsetResult(offsets, 0, 0)
+        if not self._files:
+            return QueryOffsetResult(offsets, 0, 0)
+        h = index_key_hash(build_key(topic, key))
+        seen: set[int] = set()
+        for f in reversed(list(self._files)):
+            if len(offsets) >= max_num:
+                break
+            if f.time_matched(begin_ts, end_ts):
+                for pos in f.select_steps(offsets, seen, h, max_num, begin_ts, end_ts):
+                    yield f, pos
+        if not self._files:
+            return QueryOffsetResult(offsets, 0, 0)
+        last = self._files[-1]
+        return QueryOffsetResult(offsets, last.end_timestamp, last.end_phy_offset)
 
     # --- truncation and retention ----------------------------------------------------------------
 

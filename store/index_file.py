@@ -8,16 +8,26 @@ header's begin timestamp, previous entry number in the same slot); entry numbers
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import struct
 import time
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import numpy as np
 
 from remoting.protocol.message import java_string_hash
-from store.mapped_file import PAGE_SIZE, drop_pages_below, map_file, no_read_around, page_ceil, read_in_range
+from store.mapped_file import (
+    PAGE_SIZE,
+    drop_pages_below,
+    map_file,
+    no_read_around,
+    page_ceil,
+    pages_resident,
+    read_in_range,
+)
 
 log = logging.getLogger("store.index")
 
@@ -71,6 +81,22 @@ def _parse_file_name(name: str) -> int | None:
     except (ValueError, OverflowError):
         return None
     return int(secs) * 1000 + int(name[14:])
+
+
+def _read_pages_sync(path: str, start: int, end: int) -> None:
+    """Read bytes [start, end) of the file at ``path`` into the page cache, and no more (no
+    readahead); blocking, best effort (a file gone meanwhile is skipped)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        os.pread(fd, end - start, start)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 class IndexCorruptError(Exception):
@@ -316,17 +342,43 @@ class IndexFile:
         self, out: list[int], seen: set[int], key_hash: int, max_num: int, begin: int, end: int
     ) -> None:
         """Append to ``out`` offsets of entries with ``key_hash`` stored within [begin, end]."""
+        for _ in self.select_steps(out, seen, key_hash, max_num, begin, end):
+            pass
+
+    def select_steps(
+        self, out: list[int], seen: set[int], key_hash: int, max_num: int, begin: int, end: int
+    ) -> Iterator[int]:
+        """:meth:`select` as a generator that yields the file position of the slot and of each
+        entry before it reads it, so that its caller may bring that page into memory first
+        (:meth:`read_in_job`); the walk ends early when the file was closed meanwhile."""
         count = self.index_count
         slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * HASH_SLOT_SIZE
+        yield slot_pos
+        if self.map.closed:
+            return
         idx = _SLOT.unpack_from(self.map, slot_pos)[0]
         while 0 < idx < count and len(out) < max_num:
-            h, phy, diff, prev = _ENTRY.unpack_from(self.map, self.entries_pos + idx * INDEX_ENTRY_SIZE)
+            pos = self.entries_pos + idx * INDEX_ENTRY_SIZE
+            yield pos
+            if self.map.closed:
+                return
+            h, phy, diff, prev = _ENTRY.unpack_from(self.map, pos)
             if h == key_hash and begin <= self.begin_timestamp + diff * 1000 <= end and phy not in seen:
                 seen.add(phy)
                 out.append(phy)
             if prev >= idx:  # chains strictly decrease; anything else is damage
                 break
             idx = prev
+
+    def read_in_job(self, pos: int) -> Callable[[], None] | None:
+        """A blocking job, for a worker thread, that brings the page(s) of the slot or entry at
+        file position ``pos`` into the page cache; None when ``mincore`` finds them there (a
+        lookup, no I/O) or the file is closed. The job reads through a descriptor of its own,
+        opened by path: a file closed or deleted meanwhile costs it nothing but the read."""
+        end = pos + INDEX_ENTRY_SIZE
+        if self.map.closed or pages_resident(self.map, pos, end):
+            return None
+        return functools.partial(_read_pages_sync, self.path, pos - pos % PAGE_SIZE, end)
 
     def truncate_entries_from(self, phy_offset: int) -> int:
         """Undo, newest first, the entries pointing at or beyond ``phy_offset``; returns how many.

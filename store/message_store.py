@@ -47,6 +47,7 @@ from store.dispatch import ArrivalListener, Dispatcher, DispatchNeedsFile
 from store.epoch import EpochFile
 from store.flush import CommitLogFlusher, LogicsFlusher
 from store.index import IndexService
+from store.index_file import QueryOffsetResult
 from store.mapped_file import delete_paths_sync
 from store.put import PutPaths
 from store.reading import get_message, query_message
@@ -631,10 +632,23 @@ class DefaultMessageStore(PutPaths):
             await self.read_in(phys, phys + min(size, STORE_TIME_END))
 
     async def read_in_query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> None:
-        """:meth:`read_in_message` of each record :meth:`query_message` with these arguments
-        finds, where it may be out of memory: before that call."""
-        if self.commit_log.cold_end and self.index is not None:
-            for phy in self.index.query(topic, key, max_num, begin, end).phy_offsets:
+        """Before :meth:`query_message` with these arguments: the index slots and entries it reads
+        (``IndexService.query_steps``), then each record it finds (:meth:`read_in_message`),
+        brought into memory in worker threads where they are out of it -- an old index file's
+        pages after a restart, say, which a query reads one entry of a chain at a time."""
+        if self.index is None:
+            return
+        steps = self.index.query_steps(topic, key, max_num, begin, end)
+        try:
+            while True:
+                index_file, pos = next(steps)
+                job = index_file.read_in_job(pos)
+                if job is not None:
+                    await trio.to_thread.run_sync(job)
+        except StopIteration as done:
+            found: QueryOffsetResult = done.value
+        if self.commit_log.cold_end:
+            for phy in found.phy_offsets:
                 await self.read_in_message(phy)
 
     async def read_in_message(self, phy_offset: int) -> None:

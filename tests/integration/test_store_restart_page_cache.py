@@ -243,3 +243,29 @@ async def test_after_a_restart_a_pull_reads_old_queue_files_in_first(tmp_path: P
         assert major_faults() == faults
         assert all(all(cached_pages(path)) for path in queue_paths)
         assert cq.read_in_job(CQ_UNITS, 8) is None  # in memory now: mincore says so, no job
+
+
+async def test_after_a_restart_a_query_by_key_reads_old_index_pages_in_first(tmp_path: Path) -> None:
+    """QUERY_MESSAGE walks a slot's chain of index entries, one page of the file at a time: after
+    a restart those pages -- of the older files, and the entries of the newest -- come back in
+    worker threads (``read_in_query``), so the store's thread takes no major fault, and every key
+    finds its message."""
+    cfg = small_config(tmp_path, mappedFileSizeCommitLog=FILE, maxIndexNum=30)  # 29 entries a file
+    async with running_store(cfg) as store:
+        for i in range(COUNT):
+            await put(store, "T", 0, _body(i), tags="a", keys=f"key{i}")
+        assert store.index is not None
+        index_paths = [str(Path(cfg.storePathRootDir) / "index" / name) for name in store.index.file_names]
+        log_paths = [mf.path for mf in store.commit_log.mfq.files]
+    assert len(index_paths) == 4
+    for path in index_paths + log_paths:
+        drop_pages(path)
+    async with running_store(cfg) as store:
+        # the load read each file's header page (and slots) only: its entries' page is on disk
+        assert not all(cached_pages(index_paths[0]))
+        faults = major_faults()
+        for i in (0, 1, 14, 28, 29, 45, 60, 75, COUNT - 1):
+            await store.read_in_query("T", f"key{i}", 32, 0, 2**62)
+            result = store.query_message("T", f"key{i}", 32, 0, 2**62)
+            assert [bytes(decode_message(v).body) for v in result.message_views] == [_body(i)]
+        assert major_faults() == faults

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import struct
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from remoting.protocol import message as m
 from store.index import INDEX_ENTRY_SIZE, IndexService, build_key, index_file_name, index_key_hash
+from store.index_file import IndexFile, _read_pages_sync
 
 T0 = 1_700_000_000_000
 
@@ -579,3 +581,33 @@ def test_entries_are_written_only_where_blocks_were_reserved(tmp_path: Path) -> 
     assert newest.reserved >= newest.entries_pos + newest.index_count * INDEX_ENTRY_SIZE
     assert q(svc, "after-reload") == [phy]
     assert os.fstat(newest.fd).st_blocks * 512 >= newest.reserved - newest.reserved % 4096
+
+
+def test_a_query_walked_step_by_step_survives_files_deleted_between_its_steps(tmp_path: Path) -> None:
+    """``query_steps`` (what a reader that brings each page in first walks, awaiting between
+    steps) while retention deletes files: their walks end at once, the newest file's entries are
+    found, nothing raises -- neither the steps nor a read-in job made for a file that is gone by
+    the time it runs."""
+    svc = service(tmp_path, slots=3, entries=3)
+    for i in range(6):
+        svc.put(req(i * 100, keys="k"))  # 2 entries per file -> 3 files
+    svc.drain()
+    older = svc._files[:-1]
+    assert len(older) == 2
+    steps = svc.query_steps("T", "k", 64, 0, 2**62)
+    newest, _ = next(steps)  # the newest file's slot
+    late_jobs = [functools.partial(_read_pages_sync, f.path, 0, INDEX_ENTRY_SIZE) for f in older]
+    svc.delete_files_before(10**9)  # the two older files go
+    for job in late_jobs:
+        job()  # their paths are gone: nothing to read, nothing raised
+    rest: list[tuple[IndexFile, int]] = []
+    while True:
+        try:
+            rest.append(next(steps))
+        except StopIteration as done:
+            found = done.value
+            break
+    assert found.phy_offsets == [500, 400]
+    # the newest file's two entries, then each deleted file's slot, where its walk ends
+    assert [f for f, _ in rest] == [newest, newest, *reversed(older)]
+    assert all(f.read_in_job(pos) is None for f, pos in rest if f is not newest)  # closed: no job
