@@ -464,10 +464,14 @@ class ConsumeQueue:
         writer keeps them there. An older file's may not be -- after a restart (a reboot leaves
         none) or once the kernel evicted them -- and a read of them would wait for the disk on
         the store's thread."""
-        mf = self.mfq.find(queue_offset * CQ_UNIT_SIZE)
-        if mf is None or mf is self.mfq.last:
+        byte = queue_offset * CQ_UNIT_SIZE
+        cur = self.cur  # the newest file
+        if cur is None or byte >= cur.file_from_offset:
             return None
-        pos = queue_offset * CQ_UNIT_SIZE - mf.file_from_offset
+        mf = self.mfq.find(byte)
+        if mf is None:
+            return None
+        pos = byte - mf.file_from_offset
         end = min(mf.wrote_position, pos + max(count, 1) * CQ_UNIT_SIZE)
         if pos >= end or mf.resident(pos, end):
             return None

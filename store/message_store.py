@@ -575,11 +575,9 @@ class DefaultMessageStore(PutPaths):
         """Bring the pages of ``count`` units of ``cq`` from logical ``offset`` into memory in a
         worker thread when they lie in one of its older files and are out of memory
         (:meth:`ConsumeQueue.read_in_job`), before they are read; returns at once otherwise."""
-        cur = cq.cur
-        if cur is not None and offset * CQ_UNIT_SIZE < cur.file_from_offset:  # an older file
-            job = cq.read_in_job(offset, count)
-            if job is not None:
-                await trio.to_thread.run_sync(job)
+        job = cq.read_in_job(offset, count)
+        if job is not None:
+            await trio.to_thread.run_sync(job)
 
     async def read_in_queue(self, topic: str, queue_id: int, offset: int, count: int) -> int:
         """Before :meth:`get_message` (whose filters may read the records): :meth:`_read_in_units`
