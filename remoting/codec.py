@@ -413,14 +413,14 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise self._error
-        buf = self._buf
-        if buf:
-            buf += data
-            src: Buffer = buf
-        else:
-            src = data
         out: list[RemotingCommand] = []
+        src: Buffer = data
         try:
+            if self._buf:
+                # Only the pending frame's missing bytes join the held part: the frames after it
+                # are parsed where they arrived, and only the next partial frame is held back (a
+                # whole chunk appended would copy every frame after a split one twice more).
+                src = self._complete(data, out)
             consumed = self._parse(src, out)
         except FrameError as e:
             self._error = e
@@ -428,12 +428,35 @@ class FrameDecoder:
             if out:
                 return out
             raise
-        if src is buf:
-            if consumed:
-                del buf[:consumed]
-        elif consumed < buffer_len(src):
-            buf += memoryview(src)[consumed:]
+        if consumed < buffer_len(src):
+            self._buf += memoryview(src)[consumed:]
         return out
+
+    def _complete(self, data: Buffer, out: list[RemotingCommand]) -> memoryview:
+        """Move into the held partial frame what it lacks from ``data`` (the rest of its length
+        field first); append it to ``out`` once whole. Returns the unused rest of ``data``."""
+        buf = self._buf
+        view = memoryview(data)
+        have = len(buf)
+        if have < 4:
+            take = 4 - have
+            buf += view[:take]
+            view = view[take:]
+            if len(buf) < 4:
+                return view
+            (length,) = _INT.unpack_from(buf, 0)
+            if length < 4 or length > self.max_frame_size - 4:
+                raise FrameLengthError(self._length_problem(length))
+            have = 4
+        else:
+            (length,) = _INT.unpack_from(buf, 0)
+        take = 4 + length - have
+        buf += view[:take]
+        if len(buf) < 4 + length:
+            return view[len(view) :]
+        self._buf = bytearray()  # the commands hold copies of their bodies, not views of it
+        self._parse(buf, out)
+        return view[take:]
 
     def _parse(self, src: Buffer, out: list[RemotingCommand]) -> int:
         """Append the whole frames at the start of ``src`` to ``out``; return the bytes used."""

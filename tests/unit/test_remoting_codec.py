@@ -386,6 +386,37 @@ def test_good_frames_before_a_bad_one_are_returned_then_the_error() -> None:
         dec.feed(good)
 
 
+def test_length_split_over_reads_is_checked_once_its_four_bytes_are_there() -> None:
+    dec = FrameDecoder(max_frame_size=1024)
+    prefix = struct.pack(">i", 5000)
+    assert dec.feed(prefix[:1]) == []
+    assert dec.feed(prefix[1:3]) == []
+    with pytest.raises(FrameLengthError, match="exceeds the limit of 1024"):
+        dec.feed(prefix[3:] + bytes(100))
+    assert dec.buffered == 0
+
+
+def test_a_read_completes_the_held_frame_then_decodes_the_rest_where_it_arrived() -> None:
+    """A split frame, whole frames and the next partial one in one read: the held part takes only
+    what it lacks, and only the new partial frame is held back afterwards."""
+    a = frame(b'{"code":1,"opaque":1}', b"A" * 300)
+    b = frame(b'{"code":2,"opaque":2}', b"B" * 20)
+    c = frame(b'{"code":3,"opaque":3}', b"C" * 50)
+    dec = FrameDecoder()
+    assert dec.feed(a[:2]) == []  # not even the length yet
+    assert dec.feed(memoryview(a[2:100])) == []
+    got = dec.feed(bytearray(a[100:] + b + c[:7]))
+    assert [(x.code, x.body) for x in got] == [(1, b"A" * 300), (2, b"B" * 20)]
+    assert dec.buffered == 7
+    got = dec.feed(c[7:] + a)
+    assert [(x.code, x.body) for x in got] == [(3, b"C" * 50), (1, b"A" * 300)]
+    assert dec.buffered == 0
+    # a held frame completed exactly at the end of a read leaves nothing held
+    assert dec.feed(b[:10]) == []
+    assert [x.code for x in dec.feed(b[10:])] == [2]
+    assert dec.buffered == 0
+
+
 def test_truncated_frame_is_left_buffered() -> None:
     dec = FrameDecoder()
     data = frame(b'{"code":1}', b"body")
