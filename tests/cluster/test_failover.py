@@ -124,8 +124,9 @@ class Cluster:
         return "\n".join(p.output() for p in self.procs)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+@pytest.fixture(name="cluster")
+def three_processes(tmp_path: Path) -> Iterator[Cluster]:
+    """The three processes, not started; killed at the end (another module imports it too)."""
     c = Cluster(tmp_path)
     try:
         yield c
@@ -219,6 +220,26 @@ async def read_everything(namesrvs: str) -> list[bytes]:
     return out
 
 
+async def assert_read_once(namesrvs: str, acked: list[bytes]) -> int:
+    """Read the topic back until every acknowledged body is there (10 s at most: the last ones may
+    still be on their way to the consume queues); none may be missing, none stored twice. Returns
+    how many messages were read."""
+    got: list[bytes] = []
+    counts: Counter[bytes] = Counter()
+    with trio.move_on_after(10):
+        while True:
+            got = await read_everything(namesrvs)
+            counts = Counter(got)
+            if all(counts[b] for b in acked):
+                break
+            await trio.sleep(0.2)
+    missing = [b for b in acked if counts[b] == 0]
+    twice = [b for b in acked if counts[b] > 1]
+    assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"
+    assert not twice, f"{len(twice)} acknowledged messages stored twice, e.g. {twice[:5]}"
+    return len(got)
+
+
 async def test_master_and_controller_leader_kills_lose_no_acknowledged_message(cluster: Cluster) -> None:
     with trio.fail_after(120):
         for p in cluster.procs:
@@ -245,20 +266,9 @@ async def test_master_and_controller_leader_kills_lose_no_acknowledged_message(c
             for group in GROUPS:
                 await _logs_converge(cluster, admin, client, group)
 
-            # The last acknowledged messages may still be on their way to the consume queues.
-            with trio.move_on_after(10):
-                while True:
-                    got = await read_everything(cluster.namesrvs)
-                    counts = Counter(got)
-                    if all(counts[b] for b in sender.acked):
-                        break
-                    await trio.sleep(0.2)
-            missing = [b for b in sender.acked if counts[b] == 0]
-            twice = [b for b in sender.acked if counts[b] > 1]
-            assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"
-            assert not twice, f"{len(twice)} acknowledged messages stored twice, e.g. {twice[:5]}"
+            read = await assert_read_once(cluster.namesrvs, sender.acked)
             assert len(sender.acked) > 100
-            print(f"acked {len(sender.acked)}, failed {sender.failed}, read {len(got)}")
+            print(f"acked {len(sender.acked)}, failed {sender.failed}, read {read}")
 
 
 async def _kill_master(

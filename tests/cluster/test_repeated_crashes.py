@@ -20,11 +20,7 @@ The down times come from a seeded generator (printed), so a failing run can be r
 from __future__ import annotations
 
 import random
-from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 import trio
 
 from client.admin_controller import ControllerAdmin
@@ -38,10 +34,11 @@ from tests.cluster.test_failover import (
     N,
     Sender,
     _logs_converge,
+    assert_read_once,
     create_topic,
-    read_everything,
     replicas,
     settled,
+    three_processes,  # noqa: F401 (the "cluster" fixture)
 )
 
 SEED = 20261208
@@ -54,16 +51,6 @@ ROUNDS = (
 )
 #: after a round, the time allowed for both groups to have a master and three replicas in sync
 SETTLE = 60.0
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
-        yield c
-    finally:
-        for p in c.procs:
-            p.close()
 
 
 async def _victim(cluster: Cluster, admin: ControllerAdmin, group: str) -> int:
@@ -131,16 +118,6 @@ async def test_repeated_crashes_two_processes_at_once_lose_no_acknowledged_messa
                 assert after >= epochs_before[g] + 2, (g, epochs_before[g], after)
                 await _logs_converge(cluster, admin, client, g)
 
-            counts: Counter[bytes] = Counter()
-            with trio.move_on_after(15):
-                while True:
-                    counts = Counter(await read_everything(cluster.namesrvs))
-                    if all(counts[b] for b in sender.acked):
-                        break
-                    await trio.sleep(0.3)
-            missing = [b for b in sender.acked if counts[b] == 0]
-            twice = [b for b in sender.acked if counts[b] > 1]
-            assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:5]}"
-            assert not twice, f"{len(twice)} acknowledged messages stored twice, e.g. {twice[:5]}"
+            read = await assert_read_once(cluster.namesrvs, sender.acked)
             assert len(sender.acked) > 50 + 20 * len(ROUNDS)
-            print(f"acked {len(sender.acked)}, failed {sender.failed}, read {sum(counts.values())}")
+            print(f"acked {len(sender.acked)}, failed {sender.failed}, read {read}")
