@@ -220,6 +220,20 @@ async def read_everything(namesrvs: str) -> list[bytes]:
     return out
 
 
+async def start_settled(cluster: Cluster, client: RemotingClient) -> ControllerAdmin:
+    """Start the three processes, wait until both groups have a master and all three replicas in
+    sync, and create the topic on every replica; returns the controller admin."""
+    for p in cluster.procs:
+        p.spawn()
+    for p in cluster.procs:
+        await p.wait_ready()
+    admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
+    for group in GROUPS:
+        await wait_until(lambda g=group: settled(admin, g, N), 30, f"{group}: a master and {N} in sync")
+    await create_topic(client, cluster)
+    return admin
+
+
 async def assert_read_once(namesrvs: str, acked: list[bytes]) -> int:
     """Read the topic back until every acknowledged body is there (10 s at most: the last ones may
     still be on their way to the consume queues); none may be missing, none stored twice. Returns
@@ -242,15 +256,8 @@ async def assert_read_once(namesrvs: str, acked: list[bytes]) -> int:
 
 async def test_master_and_controller_leader_kills_lose_no_acknowledged_message(cluster: Cluster) -> None:
     with trio.fail_after(120):
-        for p in cluster.procs:
-            p.spawn()
-        for p in cluster.procs:
-            await p.wait_ready()
         async with RemotingClient(name="failover-test") as client:
-            admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
-            for group in GROUPS:
-                await wait_until(lambda g=group: settled(admin, g, N), 30, f"{group}: a master and 3 in sync")
-            await create_topic(client, cluster)
+            admin = await start_settled(cluster, client)
 
             instance = ClientInstance(cluster.namesrvs, poll_name_server_interval=0.5)
             producer = Producer(

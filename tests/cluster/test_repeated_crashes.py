@@ -35,9 +35,9 @@ from tests.cluster.test_failover import (
     Sender,
     _logs_converge,
     assert_read_once,
-    create_topic,
     replicas,
     settled,
+    start_settled,
     three_processes,  # noqa: F401 (the "cluster" fixture)
 )
 
@@ -87,17 +87,8 @@ async def test_repeated_crashes_two_processes_at_once_lose_no_acknowledged_messa
     rnd = random.Random(SEED)
     print(f"seed {SEED}")
     with trio.fail_after(300):
-        for p in cluster.procs:
-            p.spawn()
-        for p in cluster.procs:
-            await p.wait_ready()
         async with RemotingClient(name="crash-test") as client:
-            admin = ControllerAdmin(client, cluster.controllers, timeout=5.0)
-            for group in GROUPS:
-                await wait_until(
-                    lambda g=group: settled(admin, g, N), 30, f"{group}: a master and {N} in sync"
-                )
-            await create_topic(client, cluster)
+            admin = await start_settled(cluster, client)
 
             instance = ClientInstance(cluster.namesrvs, poll_name_server_interval=0.5)
             producer = Producer(
