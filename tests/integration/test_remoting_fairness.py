@@ -1,6 +1,6 @@
-"""A connection's reader reads again at once after a read with data (cheaper for peers with one
-request in flight) but still lets other connections run: a peer pipelining a long stream of requests
-does not hold up a request on another connection until its stream is done."""
+"""A connection's reader handles at most one full read (``RECEIVE_SIZE`` bytes of requests) before
+it lets other connections run: a peer pipelining a long stream of requests does not hold up a
+request on another connection until its stream is done."""
 
 from __future__ import annotations
 
