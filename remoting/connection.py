@@ -176,6 +176,8 @@ class Connection:
         #: task spawned: each task starts the oldest one, so they start in arrival order whatever
         #: order trio runs the new tasks in (it runs a batch of them in either order)
         self._unstarted: deque[tuple[RemotingCommand, float]] = deque()
+        #: tasks spawned to start backlogged requests that have not run yet (:meth:`_serve_backlog_soon`)
+        self._backlog_servers = 0
         self._slot_lot = trio.lowlevel.ParkingLot()
         self._out: list[Buffer] = []
         self._out_bytes = 0
@@ -540,6 +542,7 @@ class Connection:
                 self._nursery.start_soon(self._read_loop, None)
                 await self._drive(cmd, *started)
                 return True
+        self._serve_backlog_soon()
         self._send_soon()
         return False
 
@@ -568,13 +571,29 @@ class Connection:
             if nxt is None:
                 return
             cmd, *started = nxt
-        elif self._backlog and not self._unstarted and self._in_flight < self._max_in_flight:
+        else:
             # requests that arrived behind the unstarted ones waited for them; this task now
-            # drives a blocked handler, so another one serves them
-            self._nursery.start_soon(self._serve_backlog)
+            # drives a blocked handler, so other ones serve them
+            self._serve_backlog_soon()
         await self._drive(cmd, *started)
 
+    def _serve_backlog_soon(self) -> None:
+        """Spawn a task for every backlogged request that a free slot could start now, minus those
+        spawned already and not run yet: each starts the oldest (:meth:`_take_backlog`), so they
+        start in arrival order. Not while unstarted requests (older) wait for their tasks: the last
+        of those calls this again. A request that blocks keeps the task that started it; without a
+        task each, the backlog would start one request per completion, and a peer's requests queued
+        behind blocked ones -- sends waiting for replica acks, long-polling pulls -- would wait for
+        other requests to finish although slots are free."""
+        if self._unstarted or self._closed:
+            return
+        want = min(len(self._backlog), self._max_in_flight - self._in_flight) - self._backlog_servers
+        for _ in range(want):
+            self._backlog_servers += 1
+            self._nursery.start_soon(self._serve_backlog)
+
     async def _serve_backlog(self) -> None:
+        self._backlog_servers -= 1
         nxt = await self._take_backlog()
         if nxt is not None:
             await self._drive(*nxt)
@@ -645,6 +664,7 @@ class Connection:
         self._send_soon()
         if started is None:
             return None
+        self._serve_backlog_soon()  # this task drives the blocked one: others start the rest
         return cmd, started[0], started[1]
 
     def _handler_done(self, request: RemotingCommand, response: RemotingCommand | None) -> None:

@@ -543,6 +543,55 @@ async def test_blocked_handler_does_not_hold_up_later_requests_of_the_same_batch
         assert last.opaque == 1
 
 
+async def test_requests_read_behind_blocked_ones_all_start_while_slots_are_free() -> None:
+    """A read that arrives while the rest of the previous read waits for its tasks goes to the
+    backlog; every request of it must still start (in arrival order) while slots are free, not
+    one per completion -- with handlers that all block (sends waiting for replica acks, held
+    pulls), that backlog would otherwise never move. Whether the second read lands before or
+    after the first read's tasks run is trio's coin flip per batch, so each round is a fresh
+    connection (the code before this test left 3 of the 8 unstarted in its first round)."""
+    started: list[int] = []
+    release = trio.Event()
+    raw: socket.socket | None = None
+
+    def frames(opaques: range) -> bytes:
+        return b"".join(
+            b"".join(bytes(p) for p in encode(RemotingCommand(code=1, opaque=o))) for o in opaques
+        )
+
+    async def hold(ctx: RequestContext, req: RemotingCommand) -> RemotingCommand:
+        started.append(req.opaque)
+        if req.opaque == 1:
+            assert raw is not None
+            raw.sendall(frames(range(5, 9)))  # the second read: in the socket before this task yields
+        await release.wait()
+        return req.response(ResponseCode.SUCCESS)
+
+    table = ProcessorTable()
+    table.register(1, hold)
+    async with serving(table) as (_, [lst]):
+        for _ in range(24):
+            started.clear()
+            with socket.create_connection(("127.0.0.1", lst.port)) as raw:
+                raw.sendall(frames(range(1, 5)))
+                with trio.fail_after(5):
+                    while len(started) < 8:
+                        await trio.sleep(0.002)
+                assert started == list(range(1, 9))
+                release.set()
+                release = trio.Event()
+                with trio.fail_after(5):  # all eight answered
+                    got = b""
+                    decoder = FrameDecoder()
+                    answers: list[RemotingCommand] = []
+                    while len(answers) < 8:
+                        await trio.lowlevel.wait_readable(raw)
+                        got = raw.recv(65536)
+                        assert got
+                        answers += decoder.feed(got)
+                assert sorted(a.opaque for a in answers) == list(range(1, 9))
+
+
 async def test_full_connection_still_reads_responses_to_its_own_requests() -> None:
     """Handlers that call back to the client must not deadlock when every slot is busy."""
 
