@@ -583,8 +583,9 @@ class Connection:
         start in arrival order. Not while unstarted requests (older) wait for their tasks: the last
         of those calls this again. A request that blocks keeps the task that started it; without a
         task each, the backlog would start one request per completion, and a peer's requests queued
-        behind blocked ones -- sends waiting for replica acks, long-polling pulls -- would wait for
-        other requests to finish although slots are free."""
+        behind blocked ones -- sends waiting for replica acks or for their flush -- would wait for
+        other requests to finish although slots are free (a held pull does not block: its handler
+        returns and the long-polling service answers it later)."""
         if self._unstarted or self._closed:
             return
         want = min(len(self._backlog), self._max_in_flight - self._in_flight) - self._backlog_servers

@@ -546,8 +546,8 @@ async def test_blocked_handler_does_not_hold_up_later_requests_of_the_same_batch
 async def test_requests_read_behind_blocked_ones_all_start_while_slots_are_free() -> None:
     """A read that arrives while the rest of the previous read waits for its tasks goes to the
     backlog; every request of it must still start (in arrival order) while slots are free, not
-    one per completion -- with handlers that all block (sends waiting for replica acks, held
-    pulls), that backlog would otherwise never move. Whether the second read lands before or
+    one per completion -- with handlers that all block (sends waiting for replica acks or for
+    their flush), that backlog would otherwise never move. Whether the second read lands before or
     after the first read's tasks run is trio's coin flip per batch, so each round is a fresh
     connection (the code before this test left 3 of the 8 unstarted in its first round)."""
     started: list[int] = []
