@@ -13,10 +13,12 @@ that blocks keeps the current task and a new task takes over reading (the reader
 off"); the rest of its read batch gets a task per request, each of which starts the oldest of them
 (trio runs a batch of new tasks in either order), so a connection's requests start -- run up to
 their first wait -- in arrival order, as a broker must append pipelined sends to a queue. Requests
-that arrive while every slot is busy wait in a backlog, served in order by
-whichever handler task finishes first; when the backlog is as long as ``max_in_flight`` the
-reader stops reading (backpressure) — except while this side waits for responses from the
-peer, which only the reader can deliver. Every request gets exactly one outcome: the
+that arrive while every slot is busy, or while older ones still wait for their tasks, wait in a
+backlog, served in order: by whichever handler task finishes first, and, while slots are free,
+by a task each once a request ahead of them blocked (so blocking handlers -- sends waiting for a
+replica's ack or their flush -- run as many at a time as there are slots); when the backlog is
+as long as ``max_in_flight`` the reader stops reading (backpressure) — except while this side
+waits for responses from the peer, which only the reader can deliver. Every request gets exactly one outcome: the
 handler's response, none (oneway, or the handler returned None), SYSTEM_ERROR when the
 handler raised, or GO_AWAY while the server shuts down.
 
