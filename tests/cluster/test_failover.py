@@ -178,6 +178,14 @@ class Sender:
         self.done = trio.Event()
         self._n = 0
 
+    @classmethod
+    def without_retries(cls, namesrvs: str, group: str) -> Sender:
+        """A sender whose producer (group ``group``) never retries a send, so nothing is stored
+        twice, and times a send out after 3 s, on a client instance of its own that polls the name
+        servers every 0.5 s; enter ``producer.instance``, then ``producer``, to start them."""
+        instance = ClientInstance(namesrvs, poll_name_server_interval=0.5)
+        return cls(Producer(group, instance=instance, retry_times_when_send_failed=0, send_timeout=3.0))
+
     async def run(self) -> None:
         try:
             while not self.stop.is_set():
@@ -259,12 +267,8 @@ async def test_master_and_controller_leader_kills_lose_no_acknowledged_message(c
         async with RemotingClient(name="failover-test") as client:
             admin = await start_settled(cluster, client)
 
-            instance = ClientInstance(cluster.namesrvs, poll_name_server_interval=0.5)
-            producer = Producer(
-                "PG_FAILOVER", instance=instance, retry_times_when_send_failed=0, send_timeout=3.0
-            )
-            sender = Sender(producer)
-            async with instance, producer, trio.open_nursery() as nursery:
+            sender = Sender.without_retries(cluster.namesrvs, "PG_FAILOVER")
+            async with sender.producer.instance, sender.producer, trio.open_nursery() as nursery:
                 nursery.start_soon(sender.run)
                 await sender.acked_after(0, 50, 20, "sends before the first kill")
                 await _kill_master(cluster, admin, sender, client)

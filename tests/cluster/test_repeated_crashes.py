@@ -24,8 +24,6 @@ import random
 import trio
 
 from client.admin_controller import ControllerAdmin
-from client.instance import ClientInstance
-from client.producer import Producer
 from remoting.client import RemotingClient
 from tests.cluster.harness import HarnessError, wait_until
 from tests.cluster.test_failover import (
@@ -90,13 +88,9 @@ async def test_repeated_crashes_two_processes_at_once_lose_no_acknowledged_messa
         async with RemotingClient(name="crash-test") as client:
             admin = await start_settled(cluster, client)
 
-            instance = ClientInstance(cluster.namesrvs, poll_name_server_interval=0.5)
-            producer = Producer(
-                "PG_CRASHES", instance=instance, retry_times_when_send_failed=0, send_timeout=3.0
-            )
-            sender = Sender(producer)
+            sender = Sender.without_retries(cluster.namesrvs, "PG_CRASHES")
             epochs_before = {g: (await replicas(admin, g)).masterEpoch or 0 for g in GROUPS}
-            async with instance, producer, trio.open_nursery() as nursery:
+            async with sender.producer.instance, sender.producer, trio.open_nursery() as nursery:
                 nursery.start_soon(sender.run)
                 await sender.acked_after(0, 50, 20, "sends before the first kill")
                 for kills, group in ROUNDS:
