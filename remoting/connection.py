@@ -18,9 +18,9 @@ backlog, served in order: by whichever handler task finishes first, and, while s
 by a task each once a request ahead of them blocked (so blocking handlers -- sends waiting for a
 replica's ack or their flush -- run as many at a time as there are slots); when the backlog is
 as long as ``max_in_flight`` the reader stops reading (backpressure) — except while this side
-waits for responses from the peer, which only the reader can deliver. Every request gets exactly one outcome: the
-handler's response, none (oneway, or the handler returned None), SYSTEM_ERROR when the
-handler raised, or GO_AWAY while the server shuts down.
+waits for responses from the peer, which only the reader can deliver. Every request gets exactly
+one outcome: the handler's response, none (oneway, or the handler returned None), SYSTEM_ERROR
+when the handler raised, or GO_AWAY while the server shuts down.
 
 Writes. Frames are queued and written with ``send``/``sendmsg`` (gather write: header and body
 parts go out without being joined) as far as the socket takes them; only when the socket is full
